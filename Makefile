@@ -1,0 +1,45 @@
+# Cedarberg developer tasks. `make test` is what CI runs (through .ci/run).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEMO_DIR := .demo
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := test
+.PHONY: venv test lint format demo demo-clean clean distclean
+
+# The stamp is newer than pyproject.toml once its dependencies are installed.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+test: venv
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+demo: venv
+	bash scripts/demo.sh
+
+demo-clean:
+	rm -rf $(DEMO_DIR)
+
+clean: demo-clean
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,39 @@
+"""What every catalog operation needs: the registry, the warehouses and the shared limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from catalog.errors import NoSuchWarehouseError
+from catalog.idempotency import Idempotency
+from catalog.store.sql import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Warehouse:
+    name: str
+    location: str  # normalised root; every table and view location must lie below it
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    default_page_size: int = 100
+    max_page_size: int = 1000
+    max_metadata_bytes: int = 64 * 1024 * 1024
+    commit_retries: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogContext:
+    store: Store
+    warehouses: dict[str, Warehouse]
+    default_warehouse: str
+    idempotency: Idempotency
+    limits: Limits
+
+    def warehouse(self, name: str | None) -> Warehouse:
+        """The named warehouse, or the default one for None. Raises NoSuchWarehouseError."""
+        found = self.warehouses.get(self.default_warehouse if name is None else name)
+        if found is None:
+            raise NoSuchWarehouseError(f"warehouse does not exist: {name}")
+        return found

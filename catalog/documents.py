@@ -1,0 +1,35 @@
+"""JSON response documents of the Iceberg REST spec, rendered as bytes.
+
+Stored metadata is already canonical JSON, so load results splice it in without re-parsing: the
+read path never pays for pydantic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+
+def dumps(document: Any) -> bytes:
+    return orjson.dumps(document)
+
+
+def model_json(model: BaseModel) -> bytes:
+    """Spec JSON of a pyiceberg model (aliases, no nulls)."""
+    return model.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+def load_result(metadata_location: str | None, metadata_json: bytes) -> bytes:
+    """A LoadTableResult / LoadViewResult document."""
+    head = b'{"metadata-location":' + orjson.dumps(metadata_location) if metadata_location else b"{"
+    sep = b"," if metadata_location else b""
+    return head + sep + b'"metadata":' + metadata_json + b',"config":{}}'
+
+
+def etag(metadata_location: str, variant: str) -> str:
+    """A strong ETag, unique per metadata version and representation variant."""
+    digest = hashlib.sha256(f"{metadata_location}\x00{variant}".encode()).hexdigest()[:40]
+    return f'"{digest}"'

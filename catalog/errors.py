@@ -1,0 +1,88 @@
+"""The catalog's error hierarchy.
+
+    CatalogError
+    ├── InvalidRequestError            malformed or semantically invalid input
+    │   └── LocationNotAllowedError    a location outside the table's allowed prefix
+    ├── UnprocessableError             well-formed but contradictory input
+    ├── NotFoundError
+    │   ├── NoSuchWarehouseError
+    │   ├── NoSuchNamespaceError
+    │   ├── NoSuchTableError
+    │   └── NoSuchViewError
+    ├── ConflictError
+    │   ├── AlreadyExistsError
+    │   ├── NamespaceNotEmptyError
+    │   └── CommitFailedError          a failed requirement or a lost compare-and-swap
+    ├── IdempotencyKeyReusedError      one key, two different operations
+    ├── CommitStateUnknownError        the outcome of a commit cannot be known
+    └── StorageUnavailableError        the registry or warehouse cannot be reached
+
+The catalog knows nothing of HTTP; the gateway maps each class to a status and an Iceberg
+exception name in one table.
+"""
+
+from __future__ import annotations
+
+
+class CatalogError(Exception):
+    """Base of every error the catalog raises on purpose."""
+
+
+class InvalidRequestError(CatalogError):
+    pass
+
+
+class LocationNotAllowedError(InvalidRequestError):
+    pass
+
+
+class UnprocessableError(CatalogError):
+    pass
+
+
+class NotFoundError(CatalogError):
+    pass
+
+
+class NoSuchWarehouseError(NotFoundError):
+    pass
+
+
+class NoSuchNamespaceError(NotFoundError):
+    pass
+
+
+class NoSuchTableError(NotFoundError):
+    pass
+
+
+class NoSuchViewError(NotFoundError):
+    pass
+
+
+class ConflictError(CatalogError):
+    pass
+
+
+class AlreadyExistsError(ConflictError):
+    pass
+
+
+class NamespaceNotEmptyError(ConflictError):
+    pass
+
+
+class CommitFailedError(ConflictError):
+    pass
+
+
+class IdempotencyKeyReusedError(CatalogError):
+    pass
+
+
+class CommitStateUnknownError(CatalogError):
+    pass
+
+
+class StorageUnavailableError(CatalogError):
+    pass

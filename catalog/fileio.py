@@ -1,0 +1,135 @@
+"""Metadata files in the warehouse: write, read, delete, purge.
+
+All calls block, so the service runs them in a worker thread. Files are created with
+`overwrite=False`: a metadata file name is never reused, so a write can never clobber a file that
+another commit already points at.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from functools import lru_cache
+
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+
+from catalog import locations
+from catalog.errors import InvalidRequestError, StorageUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=64)
+def _io_for(scheme_root: str) -> FileIO:
+    return load_file_io(properties={}, location=scheme_root)
+
+
+def file_io(location: str) -> FileIO:
+    """A FileIO able to reach `location` (one per scheme and bucket, reused)."""
+    norm = locations.normalize(location)
+    scheme, _, rest = norm.partition("://")
+    return _io_for(f"{scheme}://{rest.split('/', 1)[0]}")
+
+
+def metadata_file_location(object_location: str, version: int) -> str:
+    """Where version `version` of an object's metadata goes: `<loc>/metadata/NNNNN-<uuid>.metadata.json`."""
+    return f"{locations.normalize(object_location).rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def parse_metadata_version(metadata_location: str) -> int:
+    """The version number encoded in a metadata file name, or -1 when it has none."""
+    name = metadata_location.rsplit("/", 1)[-1]
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def write_new_file(location: str, content: bytes) -> None:
+    """Create a file that must not exist yet. Raises StorageUnavailableError on any failure."""
+    try:
+        if location.startswith("file:"):
+            # Local warehouses get their directories on demand; object stores have none.
+            os.makedirs(os.path.dirname(locations.to_local_path(location)), exist_ok=True)
+        with file_io(location).new_output(location).create(overwrite=False) as out:
+            out.write(content)
+    except FileExistsError as err:
+        raise StorageUnavailableError("metadata file name collision; retry") from err
+    except (OSError, ValueError) as err:
+        raise StorageUnavailableError(f"cannot write to the warehouse: {type(err).__name__}") from err
+
+
+def read_file(location: str, max_bytes: int) -> bytes:
+    """Read a whole file of at most `max_bytes`. Raises InvalidRequestError if absent or too big."""
+    try:
+        with file_io(location).new_input(location).open() as stream:
+            data = stream.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise InvalidRequestError(f"no file at {location!r}") from None
+    except OSError as err:
+        raise StorageUnavailableError(f"cannot read from the warehouse: {type(err).__name__}") from err
+    if len(data) > max_bytes:
+        raise InvalidRequestError("metadata file is too large")
+    return bytes(data)
+
+
+def parse_table_metadata(content: bytes) -> TableMetadata:
+    try:
+        return TableMetadataUtil.parse_raw(content)
+    except ValueError as err:
+        raise InvalidRequestError(f"not valid Iceberg table metadata: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0][:300]
+
+
+def delete_files(paths: Iterable[str]) -> int:
+    """Delete files, ignoring ones already gone. Returns how many were deleted."""
+    deleted = 0
+    for path in paths:
+        try:
+            file_io(path).delete(path)
+            deleted += 1
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            log.warning("could not delete %s: %s", path, type(err).__name__)
+    return deleted
+
+
+def table_files(metadata: TableMetadata, metadata_location: str) -> set[str]:
+    """Every file a table's metadata references: metadata log, manifest lists, manifests, data
+    and delete files, statistics. Unreadable manifests are skipped (and logged) so purge goes on."""
+    files = {metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    files.update(stat.statistics_path for stat in metadata.statistics)
+    files.update(stat.statistics_path for stat in metadata.partition_statistics)
+    io = file_io(metadata.location)
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        files.add(snapshot.manifest_list)
+        try:
+            manifests = snapshot.manifests(io)
+        except (OSError, ValueError) as err:
+            log.warning("purge: cannot read manifest list %s: %s", snapshot.manifest_list, type(err).__name__)
+            continue
+        for manifest in manifests:
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            files.add(manifest.manifest_path)
+            try:
+                entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+            except (OSError, ValueError) as err:
+                log.warning("purge: cannot read manifest %s: %s", manifest.manifest_path, type(err).__name__)
+                continue
+            files.update(entry.data_file.file_path for entry in entries)
+    return files
+
+
+def remove_local_tree(location: str) -> None:
+    """Remove a local directory tree (a purged table's location)."""
+    if location.startswith("file:"):
+        shutil.rmtree(locations.to_local_path(location), ignore_errors=True)

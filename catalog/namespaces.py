@@ -1,0 +1,107 @@
+"""Namespace operations: list, create, load, exists, drop (only when empty), properties."""
+
+from __future__ import annotations
+
+from catalog import documents, locations
+from catalog.context import CatalogContext, Warehouse
+from catalog.errors import NoSuchNamespaceError, UnprocessableError
+from catalog.identifiers import Namespace
+from catalog.idempotency import Body, Recorder
+from catalog.pagination import PageRequest, fetch_page
+from catalog.store.sql import StoreTx
+
+LOCATION_PROPERTY = "location"
+
+
+def _check_location_property(warehouse: Warehouse, properties: dict[str, str]) -> None:
+    if LOCATION_PROPERTY in properties:
+        locations.require_within(properties[LOCATION_PROPERTY], warehouse.location, "namespace location")
+
+
+async def require_namespace(
+    tx: StoreTx, warehouse: str, namespace: Namespace, for_update: bool = False
+) -> dict[str, str]:
+    """The namespace's properties. Raises NoSuchNamespaceError."""
+    properties = await tx.get_namespace(warehouse, namespace.key, for_update)
+    if properties is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+    return properties
+
+
+class NamespaceService:
+    def __init__(self, ctx: CatalogContext) -> None:
+        self._ctx = ctx
+
+    async def list(self, warehouse_name: str | None, parent: Namespace | None, page: PageRequest) -> bytes:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.read() as tx:
+            if parent is not None:
+                await require_namespace(tx, warehouse.name, parent)
+            result = await fetch_page(
+                page,
+                lambda after, limit: tx.list_namespaces(
+                    warehouse.name, None if parent is None else parent.key, after, limit
+                ),
+            )
+        return documents.dumps(
+            {
+                "namespaces": [Namespace.parse(key).levels for key in result.items],
+                "next-page-token": result.next_token,
+            }
+        )
+
+    async def create(
+        self, warehouse_name: str | None, namespace: Namespace, properties: dict[str, str], rec: Recorder | None
+    ) -> Body:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        _check_location_property(warehouse, properties)
+        body = documents.dumps({"namespace": namespace.levels, "properties": properties})
+        parent = namespace.parent_key if len(namespace.levels) > 1 else None
+        async with self._ctx.store.write() as tx:
+            await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)
+            if rec is not None:
+                await rec.record(tx, body)
+        return body
+
+    async def load(self, warehouse_name: str | None, namespace: Namespace) -> bytes:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.read() as tx:
+            properties = await require_namespace(tx, warehouse.name, namespace)
+        return documents.dumps({"namespace": namespace.levels, "properties": properties})
+
+    async def exists(self, warehouse_name: str | None, namespace: Namespace) -> None:
+        """Returns if the namespace exists. Raises NoSuchNamespaceError."""
+        await self.load(warehouse_name, namespace)
+
+    async def drop(self, warehouse_name: str | None, namespace: Namespace, rec: Recorder | None) -> Body:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.write() as tx:
+            if not await tx.delete_namespace(warehouse.name, namespace.key):
+                raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+            if rec is not None:
+                await rec.record(tx, None)
+        return None
+
+    async def update_properties(
+        self,
+        warehouse_name: str | None,
+        namespace: Namespace,
+        removals: list[str],
+        updates: dict[str, str],
+        rec: Recorder | None,
+    ) -> Body:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        both = sorted(set(removals) & set(updates))
+        if both:
+            raise UnprocessableError(f"keys both removed and updated: {', '.join(both)}")
+        _check_location_property(warehouse, updates)
+        async with self._ctx.store.write() as tx:
+            current = await require_namespace(tx, warehouse.name, namespace, for_update=True)
+            removed = [key for key in removals if key in current]
+            missing = [key for key in removals if key not in current]
+            merged = {key: value for key, value in current.items() if key not in removals} | updates
+            await tx.set_namespace_properties(warehouse.name, namespace.key, merged)
+            body = documents.dumps({"updated": sorted(updates), "removed": removed, "missing": missing or None})
+            if rec is not None:
+                await rec.record(tx, body)
+        return body

@@ -1,0 +1,173 @@
+"""Request documents of the Iceberg REST spec, parsed and validated once.
+
+Table updates and requirements reuse pyiceberg's tagged models (`action` / `type`
+discriminators), so an unknown action or requirement type is a validation error, not a surprise
+later. `parse` turns any validation failure into InvalidRequestError with a short, safe message.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.view.metadata import ViewVersion
+
+from catalog.errors import InvalidRequestError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="ignore")
+
+
+class CreateNamespaceRequest(_Request):
+    namespace: list[str]
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateNamespacePropertiesRequest(_Request):
+    removals: list[str] = Field(default_factory=list)
+    updates: dict[str, str] = Field(default_factory=dict)
+
+
+class TableIdentifierModel(_Request):
+    namespace: list[str]
+    name: str
+
+
+class CreateTableRequest(_Request):
+    name: str
+    location: str | None = None
+    table_schema: Schema = Field(alias="schema")
+    partition_spec: PartitionSpec | None = Field(None, alias="partition-spec")
+    write_order: SortOrder | None = Field(None, alias="write-order")
+    stage_create: bool = Field(False, alias="stage-create")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RegisterTableRequest(_Request):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
+    overwrite: bool = False
+
+
+class CommitTableRequest(_Request):
+    identifier: TableIdentifierModel | None = None
+    requirements: tuple[TableRequirement, ...] = ()
+    updates: tuple[TableUpdate, ...] = ()
+
+
+class CommitTransactionRequest(_Request):
+    table_changes: list[CommitTableRequest] = Field(alias="table-changes", min_length=1, max_length=100)
+
+
+class RenameRequest(_Request):
+    source: TableIdentifierModel
+    destination: TableIdentifierModel
+
+
+class CreateViewRequest(_Request):
+    name: str
+    location: str | None = None
+    view_schema: Schema = Field(alias="schema")
+    view_version: ViewVersion = Field(alias="view-version")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RegisterViewRequest(_Request):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
+
+
+# View updates: pyiceberg has no server-side view update models, so they are defined here.
+class _ViewUpdate(_Request):
+    pass
+
+
+class AssignViewUUID(_ViewUpdate):
+    action: Literal["assign-uuid"]
+    uuid: str
+
+
+class UpgradeViewFormatVersion(_ViewUpdate):
+    action: Literal["upgrade-format-version"]
+    format_version: int = Field(alias="format-version")
+
+
+class AddViewSchema(_ViewUpdate):
+    action: Literal["add-schema"]
+    view_schema: Schema = Field(alias="schema")
+    last_column_id: int | None = Field(None, alias="last-column-id")
+
+
+class SetViewLocation(_ViewUpdate):
+    action: Literal["set-location"]
+    location: str
+
+
+class SetViewProperties(_ViewUpdate):
+    action: Literal["set-properties"]
+    updates: dict[str, str]
+
+
+class RemoveViewProperties(_ViewUpdate):
+    action: Literal["remove-properties"]
+    removals: list[str]
+
+
+class AddViewVersion(_ViewUpdate):
+    action: Literal["add-view-version"]
+    view_version: ViewVersion = Field(alias="view-version")
+
+
+class SetCurrentViewVersion(_ViewUpdate):
+    action: Literal["set-current-view-version"]
+    view_version_id: int = Field(alias="view-version-id")
+
+
+ViewUpdate = Annotated[
+    AssignViewUUID
+    | UpgradeViewFormatVersion
+    | AddViewSchema
+    | SetViewLocation
+    | SetViewProperties
+    | RemoveViewProperties
+    | AddViewVersion
+    | SetCurrentViewVersion,
+    Field(discriminator="action"),
+]
+
+
+class AssertViewUUID(_Request):
+    type: Literal["assert-view-uuid"]
+    uuid: str
+
+
+class CommitViewRequest(_Request):
+    identifier: TableIdentifierModel | None = None
+    requirements: tuple[Annotated[AssertViewUUID, Field(discriminator="type")], ...] = ()
+    updates: tuple[ViewUpdate, ...] = ()
+
+
+class MetricsReport(_Request):
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="allow")
+    report_type: Literal["scan-report", "commit-report"] = Field(alias="report-type")
+    table_name: str = Field(alias="table-name")
+    snapshot_id: int = Field(alias="snapshot-id")
+
+
+def parse(model: type[M], data: Any) -> M:
+    """Validate a decoded JSON document. Raises InvalidRequestError naming the first problem."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise InvalidRequestError(f"invalid request: {where}: {first['msg']}") from None
+    except ValueError as err:
+        raise InvalidRequestError(f"invalid request: {str(err).splitlines()[0][:200]}") from None

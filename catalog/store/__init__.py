@@ -1,0 +1,1 @@
+"""The registry: namespaces, catalog objects (tables and views), idempotency records, metrics."""

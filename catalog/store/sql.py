@@ -1,0 +1,423 @@
+"""The registry on SQLAlchemy 2 async: SQLite (embedded default) or PostgreSQL (scale-out).
+
+Invariants:
+- A table or view pointer changes only through `swap_object`, an `UPDATE ... WHERE
+  metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap).
+- Writes on SQLite are serialised in-process and start with `BEGIN IMMEDIATE`, so concurrent
+  writers wait for the lock instead of failing half-way with "database is locked".
+- Every database error that is not a known constraint violation becomes StorageUnavailableError;
+  driver messages never reach clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, and_, delete, event, func, insert, select, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from catalog.errors import (
+    AlreadyExistsError,
+    CommitStateUnknownError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    StorageUnavailableError,
+)
+from catalog.store.schema import catalog_objects, idempotency_records, metrics_reports, namespaces
+
+_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRow:
+    """One table or view pointer as stored."""
+
+    warehouse: str
+    namespace: str
+    name: str
+    kind: str
+    uuid: str
+    metadata_location: str
+    metadata: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    operation: str
+    outcome: str
+    payload: Any
+    created_at: float
+
+
+_OBJECT_COLUMNS = [catalog_objects.c[name] for name in ObjectRow.__dataclass_fields__]
+
+
+class DuplicateKeyError(Exception):
+    """An idempotency key was recorded by a concurrent request first."""
+
+
+def _is_foreign_key_violation(err: IntegrityError) -> bool:
+    message = str(err.orig).lower()
+    return "foreign key" in message or "fk_" in message
+
+
+class StoreTx:
+    """Operations inside one database transaction."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    # -- namespaces -------------------------------------------------------------------------
+    async def get_namespace(self, warehouse: str, name: str, for_update: bool = False) -> dict[str, str] | None:
+        query = select(namespaces.c.properties).where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
+        row = (await self._conn.execute(query.with_for_update() if for_update else query)).first()
+        return None if row is None else dict(orjson.loads(row.properties))
+
+    async def list_namespaces(self, warehouse: str, parent: str | None, after: str | None, limit: int) -> list[str]:
+        query = select(namespaces.c.name).where(namespaces.c.warehouse == warehouse)
+        query = query.where(namespaces.c.parent.is_(None) if parent is None else namespaces.c.parent == parent)
+        if after is not None:
+            query = query.where(namespaces.c.name > after)
+        rows = await self._conn.execute(query.order_by(namespaces.c.name).limit(limit))
+        return [row.name for row in rows]
+
+    async def insert_namespace(
+        self, warehouse: str, name: str, parent: str | None, properties: dict[str, str]
+    ) -> None:
+        try:
+            await self._conn.execute(
+                insert(namespaces).values(
+                    warehouse=warehouse,
+                    name=name,
+                    parent=parent,
+                    properties=orjson.dumps(properties).decode(),
+                    created_at_ms=_now_ms(),
+                )
+            )
+        except IntegrityError as err:
+            if _is_foreign_key_violation(err):
+                raise NoSuchNamespaceError("parent namespace does not exist") from None
+            raise AlreadyExistsError("namespace already exists") from None
+
+    async def set_namespace_properties(self, warehouse: str, name: str, properties: dict[str, str]) -> None:
+        await self._conn.execute(
+            update(namespaces)
+            .where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
+            .values(properties=orjson.dumps(properties).decode())
+        )
+
+    async def delete_namespace(self, warehouse: str, name: str) -> bool:
+        """Delete an empty namespace; False if absent. Raises NamespaceNotEmptyError."""
+        children = await self._conn.execute(
+            select(func.count()).select_from(namespaces).where(
+                namespaces.c.warehouse == warehouse, namespaces.c.parent == name
+            )
+        )
+        objects = await self._conn.execute(
+            select(func.count()).select_from(catalog_objects).where(
+                catalog_objects.c.warehouse == warehouse, catalog_objects.c.namespace == name
+            )
+        )
+        if children.scalar_one() or objects.scalar_one():
+            raise NamespaceNotEmptyError("namespace is not empty")
+        try:
+            result = await self._conn.execute(
+                delete(namespaces).where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
+            )
+        except IntegrityError:
+            raise NamespaceNotEmptyError("namespace is not empty") from None
+        return bool(result.rowcount)
+
+    # -- tables and views -------------------------------------------------------------------
+    async def get_object(self, warehouse: str, namespace: str, name: str) -> ObjectRow | None:
+        row = (
+            await self._conn.execute(
+                select(*_OBJECT_COLUMNS).where(
+                    catalog_objects.c.warehouse == warehouse,
+                    catalog_objects.c.namespace == namespace,
+                    catalog_objects.c.name == name,
+                )
+            )
+        ).first()
+        return None if row is None else ObjectRow(**row._asdict())
+
+    async def list_objects(
+        self, warehouse: str, namespace: str, kind: str, after: str | None, limit: int
+    ) -> list[str]:
+        query = select(catalog_objects.c.name).where(
+            catalog_objects.c.warehouse == warehouse,
+            catalog_objects.c.namespace == namespace,
+            catalog_objects.c.kind == kind,
+        )
+        if after is not None:
+            query = query.where(catalog_objects.c.name > after)
+        rows = await self._conn.execute(query.order_by(catalog_objects.c.name).limit(limit))
+        return [row.name for row in rows]
+
+    async def object_locations(self, warehouse: str) -> list[tuple[str, str, str]]:
+        """(namespace, name, metadata_location) of every object in a warehouse."""
+        rows = await self._conn.execute(
+            select(catalog_objects.c.namespace, catalog_objects.c.name, catalog_objects.c.metadata_location).where(
+                catalog_objects.c.warehouse == warehouse
+            )
+        )
+        return [(row.namespace, row.name, row.metadata_location) for row in rows]
+
+    async def insert_object(self, row: ObjectRow) -> None:
+        """Insert a new pointer. Raises AlreadyExistsError or NoSuchNamespaceError."""
+        try:
+            await self._conn.execute(insert(catalog_objects).values(**asdict(row), updated_at_ms=_now_ms()))
+        except IntegrityError as err:
+            if _is_foreign_key_violation(err):
+                raise NoSuchNamespaceError("namespace does not exist") from None
+            raise AlreadyExistsError("a table or view with this name already exists") from None
+
+    async def swap_object(
+        self,
+        warehouse: str,
+        namespace: str,
+        name: str,
+        expected_location: str,
+        new_location: str,
+        new_metadata: str,
+    ) -> bool:
+        """Compare-and-swap the pointer; True if it still named `expected_location` and now moved."""
+        result = await self._conn.execute(
+            update(catalog_objects)
+            .where(
+                catalog_objects.c.warehouse == warehouse,
+                catalog_objects.c.namespace == namespace,
+                catalog_objects.c.name == name,
+                catalog_objects.c.metadata_location == expected_location,
+            )
+            .values(
+                metadata_location=new_location,
+                metadata=new_metadata,
+                version=catalog_objects.c.version + 1,
+                updated_at_ms=_now_ms(),
+            )
+        )
+        return result.rowcount == 1
+
+    async def delete_object(self, warehouse: str, namespace: str, name: str, kind: str) -> bool:
+        result = await self._conn.execute(
+            delete(catalog_objects).where(
+                catalog_objects.c.warehouse == warehouse,
+                catalog_objects.c.namespace == namespace,
+                catalog_objects.c.name == name,
+                catalog_objects.c.kind == kind,
+            )
+        )
+        return result.rowcount == 1
+
+    async def rename_object(
+        self, warehouse: str, kind: str, source: tuple[str, str], target: tuple[str, str]
+    ) -> bool:
+        """Move a pointer to a new (namespace, name); False if the source is absent.
+
+        Raises AlreadyExistsError if the target name is taken, NoSuchNamespaceError if the target
+        namespace is missing.
+        """
+        try:
+            result = await self._conn.execute(
+                update(catalog_objects)
+                .where(
+                    and_(
+                        catalog_objects.c.warehouse == warehouse,
+                        catalog_objects.c.namespace == source[0],
+                        catalog_objects.c.name == source[1],
+                        catalog_objects.c.kind == kind,
+                    )
+                )
+                .values(namespace=target[0], name=target[1], updated_at_ms=_now_ms())
+            )
+        except IntegrityError as err:
+            if _is_foreign_key_violation(err):
+                raise NoSuchNamespaceError("target namespace does not exist") from None
+            raise AlreadyExistsError("a table or view with the target name already exists") from None
+        return result.rowcount == 1
+
+    # -- idempotency ------------------------------------------------------------------------
+    async def get_idempotency(self, key: str, not_before: float) -> IdempotencyRecord | None:
+        row = (
+            await self._conn.execute(
+                select(idempotency_records).where(
+                    idempotency_records.c.key == key, idempotency_records.c.created_at >= not_before
+                )
+            )
+        ).first()
+        if row is None:
+            return None
+        payload = None if row.payload is None else orjson.loads(row.payload)
+        return IdempotencyRecord(row.operation, row.outcome, payload, row.created_at)
+
+    async def put_idempotency(
+        self, key: str, operation: str, outcome: str, payload: Any, expired_before: float
+    ) -> None:
+        """Record a final outcome, replacing an expired record. Raises DuplicateKeyError."""
+        await self._conn.execute(
+            delete(idempotency_records).where(
+                idempotency_records.c.key == key, idempotency_records.c.created_at < expired_before
+            )
+        )
+        try:
+            await self._conn.execute(
+                insert(idempotency_records).values(
+                    key=key,
+                    operation=operation,
+                    outcome=outcome,
+                    payload=None if payload is None else orjson.dumps(payload).decode(),
+                    created_at=time.time(),
+                )
+            )
+        except IntegrityError:
+            raise DuplicateKeyError(key) from None
+
+    async def purge_idempotency(self, before: float) -> int:
+        result = await self._conn.execute(delete(idempotency_records).where(idempotency_records.c.created_at < before))
+        return int(result.rowcount)
+
+    # -- metrics ----------------------------------------------------------------------------
+    async def insert_metrics_report(
+        self, warehouse: str, namespace: str, name: str, report_type: str, report: dict[str, Any]
+    ) -> None:
+        await self._conn.execute(
+            insert(metrics_reports).values(
+                warehouse=warehouse,
+                namespace=namespace,
+                name=name,
+                report_type=report_type,
+                report=orjson.dumps(report).decode(),
+                received_at_ms=_now_ms(),
+            )
+        )
+
+    async def count_metrics_reports(self, warehouse: str, namespace: str, name: str) -> int:
+        result = await self._conn.execute(
+            select(func.count()).select_from(metrics_reports).where(
+                metrics_reports.c.warehouse == warehouse,
+                metrics_reports.c.namespace == namespace,
+                metrics_reports.c.name == name,
+            )
+        )
+        return int(result.scalar_one())
+
+
+def _run_migrations(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _prepare_sqlite(engine: AsyncEngine) -> None:
+    """Take transaction control from pysqlite so BEGIN is explicit (and IMMEDIATE for writers)."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("cedarberg_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if mode else "BEGIN")
+
+
+class Store:
+    """The registry connection pool. Open with `Store.open`, close with `close`."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._is_sqlite = engine.dialect.name == "sqlite"
+        self._sqlite_writer = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        """Connect and apply migrations. Raises StorageUnavailableError if unreachable."""
+        if url.startswith("sqlite"):
+            db_path = url.split("///", 1)[-1]
+            if db_path and db_path != ":memory:":
+                Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_async_engine(url, pool_size=4, max_overflow=4)
+            _prepare_sqlite(engine)
+        else:
+            engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        store = cls(engine)
+        try:
+            async with store._write_connection() as conn:
+                if not store._is_sqlite:
+                    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                await conn.run_sync(_run_migrations)
+        except (OSError, SQLAlchemyError) as err:
+            await engine.dispose()
+            raise StorageUnavailableError(f"cannot open the registry: {type(err).__name__}") from err
+        return store
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    @asynccontextmanager
+    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection inside a write transaction. An error raised by the body rolls back; an
+        error while committing means the outcome is unknown (CommitStateUnknownError)."""
+        async with AsyncExitStack() as stack:
+            if self._is_sqlite:
+                await stack.enter_async_context(self._sqlite_writer)
+            conn = await stack.enter_async_context(self._engine.connect())
+            if self._is_sqlite:
+                conn = await conn.execution_options(cedarberg_write=True)
+            transaction = await conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                await transaction.rollback()
+                raise
+            try:
+                await transaction.commit()
+            except (DBAPIError, OSError) as err:
+                raise CommitStateUnknownError("the registry did not confirm the commit") from err
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[StoreTx]:
+        """A read-write transaction: committed on normal exit, rolled back on error."""
+        try:
+            async with self._write_connection() as conn:
+                yield StoreTx(conn)
+        except (DBAPIError, OSError) as err:
+            raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[StoreTx]:
+        """A read-only transaction."""
+        try:
+            async with self._engine.connect() as conn:
+                async with conn.begin():
+                    yield StoreTx(conn)
+        except (DBAPIError, OSError) as err:
+            raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err

@@ -1,0 +1,136 @@
+"""Pure view-metadata logic: new views and the view updates of the REST spec.
+
+pyiceberg models view metadata but has no server-side update logic, so the updates are applied
+here, following the view spec: versions are immutable, `set-current-view-version` with -1 means
+"the version added last in this commit", and every change of the current version is logged.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+from pyiceberg.schema import Schema
+from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
+
+from catalog.errors import CommitFailedError, InvalidRequestError
+from catalog.requests import (
+    AddViewSchema,
+    AddViewVersion,
+    AssertViewUUID,
+    AssignViewUUID,
+    RemoveViewProperties,
+    SetCurrentViewVersion,
+    SetViewLocation,
+    SetViewProperties,
+    UpgradeViewFormatVersion,
+    ViewUpdate,
+)
+
+LAST_ADDED = -1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_view_metadata(
+    location: str, schema: Schema, version: ViewVersion, properties: dict[str, str]
+) -> ViewMetadata:
+    if not version.representations:
+        raise InvalidRequestError("a view version needs at least one representation")
+    version = version.model_copy(update={"schema_id": schema.schema_id})
+    return ViewMetadata(
+        view_uuid=str(uuid.uuid4()),
+        format_version=1,
+        location=location,
+        schemas=[schema],
+        current_version_id=version.version_id,
+        versions=[version],
+        version_log=[ViewHistoryEntry(timestamp_ms=version.timestamp_ms, version_id=version.version_id)],
+        properties=properties,
+    )
+
+
+def validate_requirements(requirements: Sequence[AssertViewUUID], base: ViewMetadata) -> None:
+    for requirement in requirements:
+        if requirement.uuid != base.view_uuid:
+            raise CommitFailedError(
+                f"Requirement failed: view UUID does not match: expected {requirement.uuid}, found {base.view_uuid}"
+            )
+
+
+def _same_version(a: ViewVersion, b: ViewVersion) -> bool:
+    """Versions are equal when they say the same thing (ids and timestamps aside)."""
+    keys = {"version_id", "timestamp_ms"}
+    return a.model_dump(exclude=keys) == b.model_dump(exclude=keys)
+
+
+def apply_updates(base: ViewMetadata, updates: Sequence[ViewUpdate]) -> ViewMetadata:
+    """Apply updates in order. Raises InvalidRequestError for an update that cannot apply."""
+    meta = base
+    last_added_version: int | None = None
+    last_added_schema: int | None = None
+    for update in updates:
+        if isinstance(update, AssignViewUUID):
+            if update.uuid != meta.view_uuid:
+                raise InvalidRequestError("cannot change the UUID of an existing view")
+        elif isinstance(update, UpgradeViewFormatVersion):
+            if update.format_version != 1:
+                raise InvalidRequestError(f"unsupported view format version: {update.format_version}")
+        elif isinstance(update, AddViewSchema):
+            schema_id = max((schema.schema_id for schema in meta.schemas), default=-1) + 1
+            existing = next((s for s in meta.schemas if s.fields == update.view_schema.fields), None)
+            if existing is not None:
+                last_added_schema = existing.schema_id
+                continue
+            schema = update.view_schema.model_copy(update={"schema_id": schema_id})
+            meta = meta.model_copy(update={"schemas": [*meta.schemas, schema]})
+            last_added_schema = schema_id
+        elif isinstance(update, SetViewLocation):
+            meta = meta.model_copy(update={"location": update.location})
+        elif isinstance(update, SetViewProperties):
+            meta = meta.model_copy(update={"properties": {**meta.properties, **update.updates}})
+        elif isinstance(update, RemoveViewProperties):
+            meta = meta.model_copy(
+                update={"properties": {k: v for k, v in meta.properties.items() if k not in update.removals}}
+            )
+        elif isinstance(update, AddViewVersion):
+            meta, last_added_version = _add_version(meta, update.view_version, last_added_schema)
+        elif isinstance(update, SetCurrentViewVersion):
+            meta = _set_current(meta, update.view_version_id, last_added_version)
+    return meta
+
+
+def _add_version(
+    meta: ViewMetadata, version: ViewVersion, last_added_schema: int | None
+) -> tuple[ViewMetadata, int]:
+    if version.schema_id == LAST_ADDED:
+        if last_added_schema is None:
+            raise InvalidRequestError("view version refers to the last added schema, but none was added")
+        version = version.model_copy(update={"schema_id": last_added_schema})
+    if not any(schema.schema_id == version.schema_id for schema in meta.schemas):
+        raise InvalidRequestError(f"view version refers to unknown schema {version.schema_id}")
+    dialects = [rep.root.dialect.lower() for rep in version.representations]
+    if len(dialects) != len(set(dialects)):
+        raise InvalidRequestError("a view version may hold one representation per dialect")
+    for existing in meta.versions:
+        if _same_version(existing, version):
+            return meta, existing.version_id
+    new_id = max((v.version_id for v in meta.versions), default=0) + 1
+    version = version.model_copy(update={"version_id": new_id})
+    return meta.model_copy(update={"versions": [*meta.versions, version]}), new_id
+
+
+def _set_current(meta: ViewMetadata, version_id: int, last_added_version: int | None) -> ViewMetadata:
+    if version_id == LAST_ADDED:
+        if last_added_version is None:
+            raise InvalidRequestError("cannot set the last added view version: none was added")
+        version_id = last_added_version
+    if not any(v.version_id == version_id for v in meta.versions):
+        raise InvalidRequestError(f"view version {version_id} does not exist")
+    if version_id == meta.current_version_id:
+        return meta
+    entry = ViewHistoryEntry(timestamp_ms=_now_ms(), version_id=version_id)
+    return meta.model_copy(update={"current_version_id": version_id, "version_log": [*meta.version_log, entry]})

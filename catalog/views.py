@@ -1,0 +1,170 @@
+"""View operations: list, create, load, replace, drop, exists, rename, register."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from pyiceberg.view.metadata import ViewMetadata
+
+from catalog import documents, fileio, locations, view_metadata
+from catalog.commits import default_location
+from catalog.context import CatalogContext, Warehouse
+from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError, NoSuchViewError
+from catalog.identifiers import Identifier, Namespace
+from catalog.idempotency import Body, Recorder
+from catalog.namespaces import require_namespace
+from catalog.pagination import PageRequest, fetch_page
+from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
+from catalog.store.sql import ObjectRow, StoreTx
+from catalog.tables import rename_object
+
+VIEW = "view"
+
+
+async def require_view(tx: StoreTx, warehouse: str, identifier: Identifier) -> ObjectRow:
+    row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
+    if row is None or row.kind != VIEW:
+        raise NoSuchViewError(f"View does not exist: {identifier}")
+    return row
+
+
+def _parse(content: bytes | str) -> ViewMetadata:
+    try:
+        return ViewMetadata.model_validate_json(content)
+    except ValueError as err:
+        raise InvalidRequestError(f"not valid Iceberg view metadata: {str(err).splitlines()[0][:200]}") from None
+
+
+class ViewService:
+    def __init__(self, ctx: CatalogContext) -> None:
+        self._ctx = ctx
+
+    async def list(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.read() as tx:
+            await require_namespace(tx, warehouse.name, namespace)
+            result = await fetch_page(
+                page, lambda after, limit: tx.list_objects(warehouse.name, namespace.key, VIEW, after, limit)
+            )
+        return documents.dumps(
+            {
+                "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],
+                "next-page-token": result.next_token,
+            }
+        )
+
+    async def create(
+        self, warehouse_name: str | None, namespace: Namespace, request: CreateViewRequest, rec: Recorder | None
+    ) -> Body:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        identifier = Identifier.of(namespace, request.name)
+        async with self._ctx.store.read() as tx:
+            ns_properties = await require_namespace(tx, warehouse.name, namespace)
+        location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
+        location = locations.require_within(location, warehouse.location, "view location")
+        metadata = view_metadata.new_view_metadata(
+            location, request.view_schema, request.view_version, dict(request.properties)
+        )
+        return await self._store_new(warehouse, identifier, metadata, None, rec)
+
+    async def _store_new(
+        self,
+        warehouse: Warehouse,
+        identifier: Identifier,
+        metadata: ViewMetadata,
+        existing_file: str | None,
+        rec: Recorder | None,
+    ) -> Body:
+        metadata_json = documents.model_json(metadata)
+        metadata_location = existing_file or fileio.metadata_file_location(metadata.location, 0)
+        if existing_file is None:
+            await asyncio.to_thread(fileio.write_new_file, metadata_location, metadata_json)
+        body = documents.load_result(metadata_location, metadata_json)
+        try:
+            async with self._ctx.store.write() as tx:
+                await tx.insert_object(
+                    ObjectRow(warehouse.name, identifier.namespace.key, identifier.name, VIEW,
+                              metadata.view_uuid, metadata_location, metadata_json.decode(), 0)
+                )
+                if rec is not None:
+                    await rec.record(tx, body)
+        except BaseException:
+            if existing_file is None:
+                await asyncio.to_thread(fileio.delete_files, [metadata_location])
+            raise
+        return body
+
+    async def load(self, warehouse_name: str | None, identifier: Identifier) -> bytes:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.read() as tx:
+            row = await require_view(tx, warehouse.name, identifier)
+        return documents.load_result(row.metadata_location, row.metadata.encode())
+
+    async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.read() as tx:
+            await require_view(tx, warehouse.name, identifier)
+
+    async def replace(
+        self, warehouse_name: str | None, identifier: Identifier, request: CommitViewRequest, rec: Recorder | None
+    ) -> Body:
+        """Compare-and-swap a view's metadata, like a table commit."""
+        warehouse = self._ctx.warehouse(warehouse_name)
+        for _attempt in range(self._ctx.limits.commit_retries):
+            async with self._ctx.store.read() as tx:
+                row = await require_view(tx, warehouse.name, identifier)
+            base = _parse(row.metadata)
+            view_metadata.validate_requirements(request.requirements, base)
+            new = view_metadata.apply_updates(base, request.updates)
+            locations.require_within(new.location, warehouse.location, "view location")
+            version = fileio.parse_metadata_version(row.metadata_location) + 1
+            metadata_json = documents.model_json(new)
+            metadata_location = fileio.metadata_file_location(new.location, max(version, 1))
+            await asyncio.to_thread(fileio.write_new_file, metadata_location, metadata_json)
+            body = documents.load_result(metadata_location, metadata_json)
+            try:
+                async with self._ctx.store.write() as tx:
+                    swapped = await tx.swap_object(
+                        warehouse.name, identifier.namespace.key, identifier.name, row.metadata_location,
+                        metadata_location, metadata_json.decode(),
+                    )
+                    if swapped and rec is not None:
+                        await rec.record(tx, body)
+            except BaseException:
+                await asyncio.to_thread(fileio.delete_files, [metadata_location])
+                raise
+            if swapped:
+                return body
+            await asyncio.to_thread(fileio.delete_files, [metadata_location])
+        raise CommitFailedError("the view changed concurrently too many times; reload and retry")
+
+    async def drop(self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None) -> Body:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.write() as tx:
+            if not await tx.delete_object(warehouse.name, identifier.namespace.key, identifier.name, VIEW):
+                raise NoSuchViewError(f"View does not exist: {identifier}")
+            if rec is not None:
+                await rec.record(tx, None)
+        return None
+
+    async def rename(
+        self, warehouse_name: str | None, source: Identifier, target: Identifier, rec: Recorder | None
+    ) -> Body:
+        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), VIEW, source, target, rec)
+        return None
+
+    async def register(
+        self, warehouse_name: str | None, namespace: Namespace, request: RegisterViewRequest, rec: Recorder | None
+    ) -> Body:
+        warehouse = self._ctx.warehouse(warehouse_name)
+        identifier = Identifier.of(namespace, request.name)
+        location = locations.require_within(request.metadata_location, warehouse.location, "metadata-location")
+        content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
+        metadata = _parse(content)
+        locations.require_within(metadata.location, warehouse.location, "view location")
+        async with self._ctx.store.read() as tx:
+            await require_namespace(tx, warehouse.name, namespace)
+            if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
+                raise AlreadyExistsError(f"Table or view already exists: {identifier}")
+        return await self._store_new(warehouse, identifier, metadata, location, rec)

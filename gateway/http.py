@@ -1,0 +1,64 @@
+"""Small HTTP helpers shared by the route modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from catalog.errors import InvalidRequestError
+from catalog.identifiers import Identifier, Namespace
+
+JSON = "application/json"
+
+
+def json_response(body: bytes | None, headers: dict[str, str] | None = None) -> web.Response:
+    """200 with a JSON body, or 204 when there is none."""
+    if body is None:
+        return web.Response(status=204, headers=headers)
+    return web.Response(body=body, content_type=JSON, headers=headers)
+
+
+async def json_body(request: web.Request) -> Any:
+    """The decoded JSON body. Raises InvalidRequestError for a missing or malformed body."""
+    raw = await request.read()
+    if not raw:
+        raise InvalidRequestError("request body is required")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequestError("request body is not valid JSON") from None
+
+
+def prefix(request: web.Request) -> str | None:
+    """The warehouse named by the path prefix, or None for the un-prefixed routes."""
+    return request.match_info.get("prefix")
+
+
+def namespace(request: web.Request) -> Namespace:
+    return Namespace.parse(request.match_info["namespace"])
+
+
+def table(request: web.Request) -> Identifier:
+    return Identifier.of(namespace(request), request.match_info["table"])
+
+
+def view(request: web.Request) -> Identifier:
+    return Identifier.of(namespace(request), request.match_info["view"])
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    return request.headers.get("Idempotency-Key")
+
+
+def operation_fingerprint(request: web.Request) -> str:
+    """What an Idempotency-Key is bound to: the method and the decoded path."""
+    return f"{request.method} {request.path}"[:512]
+
+
+def flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise InvalidRequestError(f"{name} must be true or false")
+    return value == "true"

@@ -1,0 +1,53 @@
+"""Middlewares. The order is one constant, `MIDDLEWARES`, outermost first; a test asserts it."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.routes.route import Handler
+
+log = logging.getLogger("cedarberg.request")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+REQUEST_ID = "cedarberg.request_id"
+
+
+@web.middleware
+async def request_id_and_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every request an id and turn every exception into an Iceberg ErrorModel response."""
+    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = offered if _CLIENT_REQUEST_ID.match(offered) else uuid.uuid4().hex
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except errors.NotImplementedOperation as err:
+        response = errors.error_response(501, "NotImplementedException", str(err))
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        message = "request body is too large" if err.status == 413 else err.reason
+        headers = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
+        response = errors.error_response(err.status, errors.http_error_type(err.status), message, headers)
+    except Exception as err:
+        mapped = errors.lookup(err)
+        if mapped is None:
+            log.exception("unhandled error in %s %s (request %s)", request.method, request.path, request_id)
+            response = errors.error_response(
+                500, "ServerErrorException", f"internal error; request id {request_id}"
+            )
+        else:
+            status, error_type = mapped
+            if status >= 500:
+                log.warning("%s %s failed: %s (request %s)", request.method, request.path, err, request_id)
+            response = errors.error_response(status, error_type, str(err))
+    response.headers[REQUEST_ID_HEADER] = request_id
+    return response
+
+
+MIDDLEWARES = (request_id_and_errors,)

@@ -1,0 +1,128 @@
+"""Table routes, multi-table transactions, and the spec's operations answered with 501."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from catalog import requests as req
+from catalog.errors import InvalidRequestError
+from catalog.identifiers import Identifier
+from gateway import http
+from gateway.errors import NotImplementedOperation
+from gateway.routes.route import Route
+from gateway.services import mutate, services
+
+TABLES = "/v1/{prefix}/namespaces/{namespace}/tables"
+TABLE = TABLES + "/{table}"
+
+
+def _identifier(model: req.TableIdentifierModel) -> Identifier:
+    return Identifier.of(model.namespace, model.name)
+
+
+async def list_tables(request: web.Request) -> web.Response:
+    svc = services(request)
+    return http.json_response(
+        await svc.tables.list(http.prefix(request), http.namespace(request), svc.page(request))
+    )
+
+
+async def create_table(request: web.Request) -> web.Response:
+    namespace = http.namespace(request)
+    body = req.parse(req.CreateTableRequest, await http.json_body(request))
+    Identifier.of(namespace, body.name)
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec))
+
+
+async def load_table(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    etag, body = await services(request).tables.load(
+        http.prefix(request),
+        identifier,
+        request.query.get("snapshots", "all"),
+        request.headers.get("If-None-Match"),
+    )
+    if body is None:
+        return web.Response(status=304, headers={"ETag": etag})
+    return http.json_response(body, headers={"ETag": etag})
+
+
+async def table_exists(request: web.Request) -> web.Response:
+    await services(request).tables.exists(http.prefix(request), http.table(request))
+    return web.Response(status=204)
+
+
+async def update_table(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    body = req.parse(req.CommitTableRequest, await http.json_body(request))
+    # The identifier comes from the path; a body identifier, if sent, must agree with it.
+    if body.identifier is not None and _identifier(body.identifier) != identifier:
+        raise InvalidRequestError("identifier in the body does not match the path")
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.commit(http.prefix(request), identifier, body, rec))
+
+
+async def drop_table(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    purge = http.flag(request, "purgeRequested")
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.drop(http.prefix(request), identifier, purge, rec))
+
+
+async def register_table(request: web.Request) -> web.Response:
+    namespace = http.namespace(request)
+    body = req.parse(req.RegisterTableRequest, await http.json_body(request))
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec))
+
+
+async def rename_table(request: web.Request) -> web.Response:
+    body = req.parse(req.RenameRequest, await http.json_body(request))
+    source, target = _identifier(body.source), _identifier(body.destination)
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.rename(http.prefix(request), source, target, rec))
+
+
+async def report_metrics(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    body = req.parse(req.MetricsReport, await http.json_body(request))
+    await services(request).tables.report_metrics(http.prefix(request), identifier, body)
+    return web.Response(status=204)
+
+
+async def commit_transaction(request: web.Request) -> web.Response:
+    body = req.parse(req.CommitTransactionRequest, await http.json_body(request))
+    changes = []
+    for change in body.table_changes:
+        if change.identifier is None:
+            raise InvalidRequestError("every table change in a transaction needs an identifier")
+        changes.append((_identifier(change.identifier), change))
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.commit_transaction(http.prefix(request), changes, rec))
+
+
+async def not_implemented(request: web.Request) -> web.Response:
+    raise NotImplementedOperation(f"{request.method} {request.match_info.route.resource.canonical}"
+                                  if request.match_info.route.resource else request.path)
+
+
+ROUTES = [
+    Route("GET", TABLES, list_tables, "listTables"),
+    Route("POST", TABLES, create_table, "createTable"),
+    Route("GET", TABLE, load_table, "loadTable"),
+    Route("HEAD", TABLE, table_exists, "tableExists"),
+    Route("POST", TABLE, update_table, "updateTable"),
+    Route("DELETE", TABLE, drop_table, "dropTable"),
+    Route("POST", "/v1/{prefix}/namespaces/{namespace}/register", register_table, "registerTable"),
+    Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
+    Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics"),
+    Route("POST", "/v1/{prefix}/transactions/commit", commit_transaction, "commitTransaction"),
+    # Scan planning, credential vending and request signing come later; until then: 501.
+    Route("POST", TABLE + "/plan", not_implemented, "planTableScan", advertised=False),
+    Route("GET", TABLE + "/plan/{plan_id}", not_implemented, "fetchPlanningResult", advertised=False),
+    Route("DELETE", TABLE + "/plan/{plan_id}", not_implemented, "cancelPlanning", advertised=False),
+    Route("POST", TABLE + "/tasks", not_implemented, "fetchScanTasks", advertised=False),
+    Route("GET", TABLE + "/credentials", not_implemented, "loadCredentials", advertised=False),
+    Route("POST", TABLE + "/sign", not_implemented, "signRequest", advertised=False),
+]

@@ -1,0 +1,81 @@
+"""View routes."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from catalog import requests as req
+from catalog.errors import InvalidRequestError
+from catalog.identifiers import Identifier, Namespace
+from gateway import http
+from gateway.routes.route import Route
+from gateway.services import mutate, services
+
+VIEWS = "/v1/{prefix}/namespaces/{namespace}/views"
+VIEW = VIEWS + "/{view}"
+
+
+async def list_views(request: web.Request) -> web.Response:
+    svc = services(request)
+    return http.json_response(
+        await svc.views.list(http.prefix(request), http.namespace(request), svc.page(request))
+    )
+
+
+async def create_view(request: web.Request) -> web.Response:
+    namespace: Namespace = http.namespace(request)
+    body = req.parse(req.CreateViewRequest, await http.json_body(request))
+    Identifier.of(namespace, body.name)
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.views.create(http.prefix(request), namespace, body, rec))
+
+
+async def load_view(request: web.Request) -> web.Response:
+    return http.json_response(await services(request).views.load(http.prefix(request), http.view(request)))
+
+
+async def view_exists(request: web.Request) -> web.Response:
+    await services(request).views.exists(http.prefix(request), http.view(request))
+    return web.Response(status=204)
+
+
+async def replace_view(request: web.Request) -> web.Response:
+    identifier = http.view(request)
+    body = req.parse(req.CommitViewRequest, await http.json_body(request))
+    if body.identifier is not None and Identifier.of(body.identifier.namespace, body.identifier.name) != identifier:
+        raise InvalidRequestError("identifier in the body does not match the path")
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.views.replace(http.prefix(request), identifier, body, rec))
+
+
+async def drop_view(request: web.Request) -> web.Response:
+    identifier = http.view(request)
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.views.drop(http.prefix(request), identifier, rec))
+
+
+async def rename_view(request: web.Request) -> web.Response:
+    body = req.parse(req.RenameRequest, await http.json_body(request))
+    source = Identifier.of(body.source.namespace, body.source.name)
+    target = Identifier.of(body.destination.namespace, body.destination.name)
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.views.rename(http.prefix(request), source, target, rec))
+
+
+async def register_view(request: web.Request) -> web.Response:
+    namespace = http.namespace(request)
+    body = req.parse(req.RegisterViewRequest, await http.json_body(request))
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.views.register(http.prefix(request), namespace, body, rec))
+
+
+ROUTES = [
+    Route("GET", VIEWS, list_views, "listViews"),
+    Route("POST", VIEWS, create_view, "createView"),
+    Route("GET", VIEW, load_view, "loadView"),
+    Route("HEAD", VIEW, view_exists, "viewExists"),
+    Route("POST", VIEW, replace_view, "replaceView"),
+    Route("DELETE", VIEW, drop_view, "dropView"),
+    Route("POST", "/v1/{prefix}/views/rename", rename_view, "renameView"),
+    Route("POST", "/v1/{prefix}/namespaces/{namespace}/register-view", register_view, "registerView"),
+]

@@ -1,0 +1,53 @@
+"""The catalog services and settings, as one typed object on the aiohttp application."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from catalog.context import CatalogContext
+from catalog.idempotency import Mutation
+from catalog.namespaces import NamespaceService
+from catalog.pagination import PageRequest
+from catalog.tables import TableService
+from catalog.views import ViewService
+from gateway import http
+from gateway.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    ctx: CatalogContext
+    namespaces: NamespaceService
+    tables: TableService
+    views: ViewService
+
+    @classmethod
+    def build(cls, settings: Settings, ctx: CatalogContext) -> Services:
+        return cls(settings, ctx, NamespaceService(ctx), TableService(ctx), ViewService(ctx))
+
+    def page(self, request: web.Request) -> PageRequest:
+        return PageRequest.parse(
+            request.query.get("pageToken"),
+            request.query.get("pageSize"),
+            self.settings.default_page_size,
+            self.settings.max_page_size,
+        )
+
+
+SERVICES = web.AppKey("services", Services)
+ENDPOINTS = web.AppKey("endpoints", list[str])
+
+
+def services(request: web.Request) -> Services:
+    return request.app[SERVICES]
+
+
+async def mutate(request: web.Request, mutation: Mutation) -> web.Response:
+    """Run a mutation under the request's Idempotency-Key and answer its JSON (or 204)."""
+    body = await services(request).ctx.idempotency.run(
+        http.idempotency_key(request), http.operation_fingerprint(request), mutation
+    )
+    return http.json_response(body)

@@ -1,0 +1,150 @@
+"""The one typed, frozen settings object and its loader.
+
+Precedence, lowest first: built-in defaults, the TOML file (`--config`), `CEDARBERG_*` environment
+variables (nested keys joined by `__`, e.g. `CEDARBERG_WAREHOUSES__SALES__LOCATION`), command-line
+flags. This module is the only place that reads the environment. A bad value raises
+`SettingsError` whose message names the setting, so the CLI can exit with one clear line.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from catalog import locations
+from catalog.errors import InvalidRequestError
+
+ENV_PREFIX = "CEDARBERG_"
+RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})
+
+
+class SettingsError(Exception):
+    """Configuration that cannot be used; the message names the offending setting."""
+
+
+class WarehouseSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    location: str = Field(description="Root of the warehouse: an absolute path, file:// or s3:// URI.")
+
+    @field_validator("location")
+    @classmethod
+    def _normalized(cls, value: str) -> str:
+        try:
+            return locations.normalize(value)
+        except InvalidRequestError as err:
+            raise ValueError(str(err)) from err
+
+
+class Settings(BaseModel):
+    """Everything the gateway can be told. Frozen: built once at start-up."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8181, ge=1, le=65535, description="TCP port to listen on.")
+    data_dir: Path = Field(Path(".cedarberg"), description="Directory for all embedded state.")
+    store_url: SecretStr | None = Field(
+        None,
+        description="SQLAlchemy async URL of the registry (default: SQLite file under data_dir). "
+        "Supported: sqlite+aiosqlite://, postgresql+asyncpg://.",
+    )
+    warehouses: dict[str, WarehouseSettings] = Field(
+        default_factory=dict,
+        description="Named warehouses; default: one warehouse 'default' under data_dir/warehouse.",
+    )
+    default_warehouse: str = Field("default", description="Warehouse served when a client names none.")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1024**3, description="Largest accepted request body.")
+    idempotency_key_lifetime_seconds: int = Field(
+        1800, ge=60, le=7 * 24 * 3600, description="How long an Idempotency-Key is remembered and replayed."
+    )
+    default_page_size: int = Field(100, ge=1, le=10_000, description="Page size when a client sends none.")
+    max_page_size: int = Field(1000, ge=1, le=10_000, description="Upper bound on pageSize.")
+    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="Log level.")
+
+    @field_validator("store_url")
+    @classmethod
+    def _supported_store(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(
+            ("sqlite+aiosqlite://", "postgresql+asyncpg://")
+        ):
+            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @field_validator("warehouses")
+    @classmethod
+    def _valid_names(cls, value: dict[str, WarehouseSettings]) -> dict[str, WarehouseSettings]:
+        for name in value:
+            if not name or name in RESERVED_WAREHOUSE_NAMES or not name.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"invalid warehouse name {name!r} (letters, digits, '-' and '_'; not reserved)")
+        return value
+
+    @model_validator(mode="after")
+    def _default_warehouse_exists(self) -> Settings:
+        if self.warehouses and self.default_warehouse not in self.warehouses:
+            raise ValueError(f"default_warehouse {self.default_warehouse!r} is not among the warehouses")
+        return self
+
+    def effective_warehouses(self) -> dict[str, WarehouseSettings]:
+        """The configured warehouses, or the embedded default under data_dir."""
+        if self.warehouses:
+            return self.warehouses
+        root = (self.data_dir / "warehouse").resolve()
+        return {self.default_warehouse: WarehouseSettings(location=root.as_uri())}
+
+    def effective_store_url(self) -> str:
+        if self.store_url is not None:
+            return self.store_url.get_secret_value()
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX) or key == ENV_PREFIX:
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(
+    config_file: Path | None, environ: Mapping[str, str], flags: Mapping[str, Any]
+) -> Settings:
+    """Build the settings from file, environment and flags (in rising precedence).
+
+    Raises SettingsError naming the first bad setting.
+    """
+    data: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise SettingsError(f"config: cannot read {config_file}: {err.strerror}") from err
+        except tomllib.TOMLDecodeError as err:
+            raise SettingsError(f"config: {config_file} is not valid TOML: {err}") from err
+    data = _merge(data, _env_overrides(environ))
+    data = _merge(data, {key: value for key, value in flags.items() if value is not None})
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise SettingsError(f"invalid setting '{where}': {first['msg']}") from None

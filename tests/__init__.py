@@ -1,0 +1,1 @@
+"""Cedarberg test suite."""

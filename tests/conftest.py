@@ -1,0 +1,159 @@
+"""Fixtures shared by all tests: gateway processes, PostgreSQL, Spark, DuckDB, pyiceberg.
+
+- ``gateway``: a fresh SQLite-backed gateway per test.
+- ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
+- ``store_url``: just the store (``None`` = embedded SQLite), for tests running several gateways.
+- ``postgres_server`` (session) / ``postgres_url`` (a fresh database per test).
+- ``session_gateway`` (session): one SQLite gateway shared by the engine tests.
+- ``spark`` (session): a SparkSession whose catalog ``cat`` is ``session_gateway``.
+- ``duckdb_conn``: DuckDB with ``session_gateway`` attached as ``cat``.
+- ``make_catalog`` (alias ``pyiceberg_catalog``): ``make_catalog(gateway, **props) -> RestCatalog``.
+
+Tests using ``spark``, ``duckdb_conn`` or PostgreSQL get the matching marker automatically, so
+``-m "not spark"`` and friends work without each test repeating the marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.support import postgres
+from tests.support.engines import duckdb_attach, duckdb_connect, spark_session
+from tests.support.engines import make_catalog as _make_catalog
+from tests.support.gateway import GatewayProcess
+
+if TYPE_CHECKING:
+    import duckdb
+    from pyspark.sql import SparkSession
+
+_FAILED = pytest.StashKey[bool]()
+_AUTO_MARKERS = {
+    "spark": "spark",
+    "duckdb_conn": "duckdb",
+    "postgres_server": "postgres",
+    "postgres_url": "postgres",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in _AUTO_MARKERS.items():
+            if fixture in names and item.get_closest_marker(marker) is None:
+                item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+def _print_log_if_failed(request: pytest.FixtureRequest, gateway: GatewayProcess) -> None:
+    """Show the end of the gateway log under "Captured stdout teardown" of a failed test."""
+    if request.node.stash.get(_FAILED, False):
+        print(f"--- gateway log {gateway.log_path} (tail) ---")
+        print(gateway.log_text()[-8000:])
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.PostgresServer]:
+    """The private PostgreSQL 15 server, started once per test session."""
+    server = postgres.get_server()
+    yield server
+    postgres.stop_server()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: postgres.PostgresServer) -> str:
+    """URL of a fresh, empty PostgreSQL database."""
+    return postgres_server.create_database()
+
+
+# -- gateways ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A fresh gateway on embedded defaults (SQLite, local warehouse) in ``tmp_path``."""
+    with GatewayProcess(tmp_path / "gateway") as gw:
+        yield gw
+        _print_log_if_failed(request, gw)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="store-sqlite"),
+        pytest.param("postgres", id="store-postgres", marks=pytest.mark.postgres),
+    ]
+)
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """The catalog store to test on: ``None`` (embedded SQLite) or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        return server.create_database()
+    return None
+
+
+@pytest.fixture
+def store_gateway(
+    request: pytest.FixtureRequest, store_url: str | None, tmp_path: Path
+) -> Iterator[GatewayProcess]:
+    """A fresh gateway on a fresh store, once per store (ids ``store-sqlite``, ``store-postgres``)."""
+    with GatewayProcess(tmp_path / "gateway", store_url=store_url) as gw:
+        yield gw
+        _print_log_if_failed(request, gw)
+
+
+@pytest.fixture(scope="session")
+def session_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """One SQLite gateway shared by the engine (Spark/DuckDB) tests; use unique namespaces."""
+    with GatewayProcess(tmp_path_factory.mktemp("session-gateway") / "gateway") as gw:
+        yield gw
+
+
+# -- engines -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark(session_gateway: GatewayProcess) -> Iterator[SparkSession]:
+    """A local SparkSession; catalog ``cat`` is the REST catalog at ``session_gateway``.
+
+    Catalog caching is off so that Spark sees commits made by other clients at once.
+    """
+    session = spark_session({"cat": {"uri": session_gateway.url, "cache-enabled": "false"}})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def duckdb_conn(session_gateway: GatewayProcess) -> Iterator[duckdb.DuckDBPyConnection]:
+    """DuckDB (iceberg, httpfs, avro loaded from the installed packages) with ``session_gateway``
+    attached, unauthenticated, as ``cat``."""
+    con = duckdb_connect()
+    try:
+        duckdb_attach(con, session_gateway.url, alias="cat")
+        yield con
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def make_catalog() -> Callable[..., Any]:
+    """Factory: ``make_catalog(gateway_or_url, name="cedarberg", **props) -> RestCatalog``."""
+    return _make_catalog
+
+
+@pytest.fixture
+def pyiceberg_catalog() -> Callable[..., Any]:
+    """Alias of ``make_catalog``."""
+    return _make_catalog

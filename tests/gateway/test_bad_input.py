@@ -1,0 +1,1226 @@
+"""Bad input over plain HTTP against a real gateway process.
+
+Every class of malformed, impossible or refused request must be answered with the right 4xx (or 501)
+status and an Iceberg ``ErrorModel`` body ``{"error": {"message", "type", "code"}}`` whose ``code`` equals
+the status, and must leave the catalog exactly as it was: the same namespaces (and their properties),
+tables and views (and their metadata), and the same files in the warehouse directory.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pytest
+import requests
+
+from tests.support.gateway import GatewayProcess
+
+TIMEOUT = 30
+SEP = "\x1f"
+NS = ["bi"]
+TABLE = "events"
+VIEW = "events_view"
+OTHER = "other"
+OTHER_VIEW = "other_view"
+
+_NO_BODY = object()
+
+
+# --------------------------------------------------------------------------------------------------
+# Request builders
+# --------------------------------------------------------------------------------------------------
+
+
+def schema_json(schema_id: int = 0) -> dict[str, Any]:
+    return {
+        "type": "struct",
+        "schema-id": schema_id,
+        "fields": [
+            {"id": 1, "name": "id", "type": "long", "required": False},
+            {"id": 2, "name": "data", "type": "string", "required": False},
+        ],
+    }
+
+
+def create_table_body(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "schema": schema_json(), **extra}
+
+
+def create_view_body(name: str, namespace: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "schema": schema_json(),
+        "view-version": {
+            "version-id": 1,
+            "timestamp-ms": int(time.time() * 1000),
+            "schema-id": 0,
+            "summary": {"engine-name": "bad-input-test"},
+            "representations": [{"type": "sql", "sql": "SELECT 1 AS id, 'a' AS data", "dialect": "spark"}],
+            "default-namespace": namespace,
+        },
+        "properties": {},
+        **extra,
+    }
+
+
+def set_props(**props: str) -> dict[str, Any]:
+    return {"action": "set-properties", "updates": props}
+
+
+def commit_body(updates: list[Any], requirements: list[Any] | None = None) -> dict[str, Any]:
+    return {"requirements": requirements or [], "updates": updates}
+
+
+def ident(namespace: list[str], name: str) -> dict[str, Any]:
+    return {"namespace": namespace, "name": name}
+
+
+def tx_body(*changes: tuple[list[str], str, list[Any], list[Any]]) -> dict[str, Any]:
+    """``changes``: (namespace, table, requirements, updates) tuples."""
+    return {
+        "table-changes": [
+            {"identifier": ident(ns, name), "requirements": reqs, "updates": ups}
+            for ns, name, reqs, ups in changes
+        ]
+    }
+
+
+def enc_ns(levels: list[str]) -> str:
+    return quote(SEP.join(levels), safe="")
+
+
+def ns_path(levels: list[str]) -> str:
+    return f"/namespaces/{enc_ns(levels)}"
+
+
+def table_path(levels: list[str], name: str) -> str:
+    return f"{ns_path(levels)}/tables/{quote(name, safe='')}"
+
+
+def view_path(levels: list[str], name: str) -> str:
+    return f"{ns_path(levels)}/views/{quote(name, safe='')}"
+
+
+NS_PATH = ns_path(NS)
+TABLE_PATH = table_path(NS, TABLE)
+VIEW_PATH = view_path(NS, VIEW)
+
+
+# --------------------------------------------------------------------------------------------------
+# Client and catalog state
+# --------------------------------------------------------------------------------------------------
+
+
+class Client:
+    """A thin ``requests`` wrapper rooted at ``/v1/{prefix}`` of one gateway."""
+
+    def __init__(self, base_url: str, warehouse_dir: Path) -> None:
+        self.base = base_url.rstrip("/")
+        self.warehouse_dir = Path(warehouse_dir)
+        resp = requests.get(f"{self.base}/v1/config", timeout=TIMEOUT)
+        assert resp.status_code == 200, resp.text
+        self.config: dict[str, Any] = resp.json()
+        prefix = self.config.get("overrides", {}).get("prefix")
+        self.root = f"{self.base}/v1/{quote(prefix, safe='')}" if prefix else f"{self.base}/v1"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = _NO_BODY,
+        *,
+        data: Any = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        absolute: bool = False,
+    ) -> requests.Response:
+        url = (self.base + path) if absolute else (self.root + path)
+        hdrs = dict(headers or {})
+        if body is not _NO_BODY:
+            return requests.request(method, url, json=body, headers=hdrs, params=params, timeout=TIMEOUT)
+        if data is not None:
+            hdrs.setdefault("Content-Type", "application/json")
+        return requests.request(method, url, data=data, headers=hdrs, params=params, timeout=TIMEOUT)
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = _NO_BODY, **kw: Any) -> requests.Response:
+        return self.request("POST", path, body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> requests.Response:
+        return self.request("DELETE", path, **kw)
+
+    # -- set-up helpers (all must succeed) ---------------------------------------------------------
+
+    def create_namespace(self, levels: list[str], properties: dict[str, str] | None = None) -> None:
+        resp = self.post("/namespaces", {"namespace": levels, "properties": properties or {}})
+        assert resp.status_code == 200, resp.text
+
+    def create_table(self, levels: list[str], name: str) -> dict[str, Any]:
+        resp = self.post(f"{ns_path(levels)}/tables", create_table_body(name))
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def create_view(self, levels: list[str], name: str) -> dict[str, Any]:
+        resp = self.post(f"{ns_path(levels)}/views", create_view_body(name, levels))
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    def load_table(self, levels: list[str], name: str) -> dict[str, Any]:
+        resp = self.get(table_path(levels, name))
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything observable: namespaces and properties, tables and views with their metadata, and
+        the warehouse files. Failures are recorded, not raised, so one server bug cannot cascade into
+        every later test that shares the gateway."""
+        catalog: dict[tuple[str, ...], Any] = {}
+
+        def walk(parent: list[str]) -> None:
+            params = {"parent": SEP.join(parent)} if parent else None
+            listed = self.get("/namespaces", params=params)
+            if listed.status_code != 200:
+                catalog[("<list>", *parent)] = listed.status_code
+                return
+            for levels in listed.json()["namespaces"]:
+                key = tuple(levels)
+                if key in catalog or len(key) > 8:
+                    continue
+                loaded = self.get(ns_path(levels))
+                entry: dict[str, Any] = {
+                    "namespace": (loaded.status_code, loaded.json().get("properties") if loaded.ok else None)
+                }
+                for kind in ("tables", "views"):
+                    objs = self.get(f"{ns_path(levels)}/{kind}")
+                    if not objs.ok:
+                        entry[kind] = objs.status_code
+                        continue
+                    entry[kind] = {}
+                    for oid in objs.json()["identifiers"]:
+                        obj = self.get(f"{ns_path(levels)}/{kind}/{quote(oid['name'], safe='')}")
+                        entry[kind][oid["name"]] = (
+                            (obj.json()["metadata-location"], obj.json()["metadata"])
+                            if obj.ok
+                            else obj.status_code
+                        )
+                catalog[key] = entry
+                walk(levels)
+
+        walk([])
+        return {"catalog": catalog, "files": tree(self.warehouse_dir)}
+
+
+def tree(root: Path) -> list[tuple[str, int]]:
+    if not root.exists():
+        return []
+    return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*") if p.is_file())
+
+
+def assert_error(resp: requests.Response, status: int, error_type: str | tuple[str, ...] | None) -> None:
+    """The response is ``status`` with an Iceberg ErrorModel body of type ``error_type`` (if given)."""
+    where = f"{resp.request.method} {resp.request.url} -> {resp.status_code} {resp.text[:600]!r}"
+    assert resp.status_code == status, where
+    ctype = resp.headers.get("Content-Type", "")
+    assert ctype.split(";")[0].strip() == "application/json", f"content-type {ctype!r}: {where}"
+    body = resp.json()
+    assert isinstance(body, dict), where
+    assert set(body) == {"error"}, where
+    err = body["error"]
+    assert isinstance(err, dict), where
+    assert set(err) == {"message", "type", "code"}, f"unexpected ErrorModel keys: {where}"
+    assert isinstance(err["message"], str), where
+    assert err["message"], where
+    assert isinstance(err["type"], str), where
+    assert err["type"], where
+    assert type(err["code"]) is int, where
+    assert err["code"] == status, where
+    if isinstance(error_type, str):
+        assert err["type"] == error_type, where
+    elif error_type is not None:
+        assert err["type"] in error_type, where
+
+
+def assert_unchanged(client: Client, before: dict[str, Any]) -> None:
+    after = client.state()
+    assert after["catalog"] == before["catalog"], "catalog changed by a rejected request"
+    assert after["files"] == before["files"], "warehouse files changed by a rejected request"
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """One gateway for the many read-only cases: every test compares the whole catalog state before and
+    after its bad request, so sharing is safe, and it saves a process start per parameter."""
+    with GatewayProcess(tmp_path_factory.mktemp("bad-input") / "gateway") as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def seeded(shared_gateway: GatewayProcess) -> Client:
+    """Namespaces ``bi`` (owner=alice) and ``ops`` (empty); tables ``bi.events`` and ``bi.other``; views
+    ``bi.events_view`` and ``bi.other_view``."""
+    client = Client(shared_gateway.url, shared_gateway.warehouse_dir)
+    client.create_namespace(NS, {"owner": "alice"})
+    client.create_namespace(["ops"])
+    client.create_table(NS, TABLE)
+    client.create_table(NS, OTHER)
+    client.create_view(NS, VIEW)
+    client.create_view(NS, OTHER_VIEW)
+    return client
+
+
+@pytest.fixture
+def fresh(gateway: GatewayProcess) -> Client:
+    """An empty gateway of its own, for tests that make valid changes first."""
+    return Client(gateway.url, gateway.warehouse_dir)
+
+
+# --------------------------------------------------------------------------------------------------
+# Malformed JSON and wrong types
+# --------------------------------------------------------------------------------------------------
+
+BODY_TARGETS = [
+    pytest.param("/namespaces", id="create-namespace"),
+    pytest.param(f"{NS_PATH}/properties", id="namespace-properties"),
+    pytest.param(f"{NS_PATH}/tables", id="create-table"),
+    pytest.param(TABLE_PATH, id="commit-table"),
+    pytest.param("/transactions/commit", id="transactions-commit"),
+    pytest.param("/tables/rename", id="rename-table"),
+    pytest.param(f"{NS_PATH}/register", id="register-table"),
+]
+
+MALFORMED = [
+    pytest.param(b"{", id="truncated"),
+    pytest.param(b"not json", id="not-json"),
+    pytest.param(b"", id="empty"),
+    pytest.param(b'{"namespace": ["x"],}', id="trailing-comma"),
+    pytest.param(b"{'namespace': ['x']}", id="single-quotes"),
+    pytest.param(b'\xff\xfe{"namespace": ["x"]}', id="not-utf8"),
+    pytest.param(b'{"namespace": ["x"], "properties": {"k": NaN}}', id="nan"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, id="deeply-nested"),
+]
+
+NOT_AN_OBJECT = [
+    pytest.param(b"[]", id="array"),
+    pytest.param(b"null", id="null"),
+    pytest.param(b"42", id="number"),
+    pytest.param(b'"text"', id="string"),
+]
+
+
+@pytest.mark.parametrize("path", BODY_TARGETS)
+@pytest.mark.parametrize("data", MALFORMED + NOT_AN_OBJECT)
+def test_malformed_json_body(seeded: Client, path: str, data: bytes) -> None:
+    before = seeded.state()
+    resp = seeded.post(path, data=data)
+    assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+WRONG_TYPES = [
+    # create namespace
+    pytest.param("/namespaces", {"namespace": "new_ns"}, id="ns-not-a-list"),
+    pytest.param("/namespaces", {"namespace": ["new_ns", 1]}, id="ns-level-not-a-string"),
+    pytest.param("/namespaces", {"namespace": None}, id="ns-null"),
+    pytest.param("/namespaces", {"properties": {}}, id="ns-missing"),
+    pytest.param("/namespaces", {"namespace": ["new_ns"], "properties": {"k": 1}}, id="ns-prop-int"),
+    pytest.param("/namespaces", {"namespace": ["new_ns"], "properties": {"k": None}}, id="ns-prop-null"),
+    pytest.param("/namespaces", {"namespace": ["new_ns"], "properties": {"k": ["v"]}}, id="ns-prop-list"),
+    pytest.param("/namespaces", {"namespace": ["new_ns"], "properties": ["k"]}, id="ns-props-a-list"),
+    # namespace properties
+    pytest.param(f"{NS_PATH}/properties", {"updates": {"k": 1}}, id="props-update-int"),
+    pytest.param(f"{NS_PATH}/properties", {"updates": ["k"]}, id="props-updates-a-list"),
+    pytest.param(f"{NS_PATH}/properties", {"removals": "owner"}, id="props-removals-a-string"),
+    pytest.param(f"{NS_PATH}/properties", {"removals": [1]}, id="props-removal-int"),
+    # create table
+    pytest.param(f"{NS_PATH}/tables", {"name": "new_t"}, id="table-schema-missing"),
+    pytest.param(f"{NS_PATH}/tables", {"schema": schema_json()}, id="table-name-missing"),
+    pytest.param(f"{NS_PATH}/tables", {"name": 7, "schema": schema_json()}, id="table-name-int"),
+    pytest.param(f"{NS_PATH}/tables", {"name": "new_t", "schema": {"type": "struct"}}, id="schema-no-fields"),
+    pytest.param(f"{NS_PATH}/tables", {"name": "new_t", "schema": []}, id="schema-a-list"),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {
+            "name": "new_t",
+            "schema": {"type": "struct", "fields": [{"name": "a", "type": "int", "required": False}]},
+        },
+        id="field-no-id",
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {
+            "name": "new_t",
+            "schema": {"type": "struct", "fields": [{"id": 1, "name": "a", "required": False}]},
+        },
+        id="field-no-type",
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {
+            "name": "new_t",
+            "schema": {"type": "struct", "fields": [{"id": 1, "type": "int", "required": False}]},
+        },
+        id="field-no-name",
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {"name": "new_t", "schema": {"type": "struct", "fields": [{"id": 1, "name": "a", "type": "int"}]}},
+        id="field-no-required",
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {
+            "name": "new_t",
+            "schema": {
+                "type": "struct",
+                "fields": [{"id": 1, "name": "a", "type": "varchar2", "required": False}],
+            },
+        },
+        id="field-unknown-type",
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {
+            "name": "new_t",
+            "schema": {
+                "type": "struct",
+                "fields": [{"id": "one", "name": "a", "type": "int", "required": False}],
+            },
+        },
+        id="field-id-a-string",
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        {
+            "name": "new_t",
+            "schema": {
+                "type": "struct",
+                "fields": [{"id": 1, "name": "a", "type": "int", "required": "yes"}],
+            },
+        },
+        id="field-required-a-string",
+    ),
+    pytest.param(f"{NS_PATH}/tables", create_table_body("new_t", properties={"k": 1}), id="table-prop-int"),
+    pytest.param(f"{NS_PATH}/tables", create_table_body("new_t", properties=["k"]), id="table-props-a-list"),
+    pytest.param(f"{NS_PATH}/tables", create_table_body("new_t", location=5), id="table-location-int"),
+    pytest.param(
+        f"{NS_PATH}/tables", create_table_body("new_t", **{"stage-create": "yes"}), id="stage-create-str"
+    ),
+    pytest.param(
+        f"{NS_PATH}/tables",
+        create_table_body("new_t", **{"partition-spec": {"fields": [{"source-id": 1}]}}),
+        id="partition-field-incomplete",
+    ),
+    # commit table
+    pytest.param(TABLE_PATH, {"requirements": {}, "updates": []}, id="commit-requirements-an-object"),
+    pytest.param(TABLE_PATH, {"requirements": [], "updates": {}}, id="commit-updates-an-object"),
+    pytest.param(
+        TABLE_PATH, commit_body([{"action": "set-properties", "updates": {"k": 1}}]), id="commit-prop-int"
+    ),
+    pytest.param(TABLE_PATH, commit_body([{"action": "set-properties"}]), id="commit-update-missing-field"),
+    pytest.param(TABLE_PATH, commit_body([{"updates": {"k": "v"}}]), id="commit-update-no-action"),
+    pytest.param(TABLE_PATH, commit_body([], [{"type": "assert-table-uuid"}]), id="requirement-missing-uuid"),
+    pytest.param(TABLE_PATH, commit_body([], [{"uuid": str(uuid.uuid4())}]), id="requirement-no-type"),
+    pytest.param(
+        TABLE_PATH,
+        commit_body([{"action": "remove-properties", "removals": "owner"}]),
+        id="commit-removals-a-string",
+    ),
+    # transactions
+    pytest.param("/transactions/commit", {"table-changes": {}}, id="tx-changes-an-object"),
+    pytest.param("/transactions/commit", {}, id="tx-changes-missing"),
+    pytest.param(
+        "/transactions/commit",
+        {"table-changes": [commit_body([set_props(k="v")])]},
+        id="tx-change-without-identifier",
+    ),
+    pytest.param(
+        "/transactions/commit",
+        {
+            "table-changes": [
+                {"identifier": {"namespace": "bi", "name": TABLE}, **commit_body([set_props(k="v")])}
+            ]
+        },
+        id="tx-identifier-ns-a-string",
+    ),
+    # rename
+    pytest.param(
+        "/tables/rename",
+        {"source": {"namespace": "bi", "name": TABLE}, "destination": ident(NS, "renamed")},
+        id="rename-ns-a-string",
+    ),
+    pytest.param("/tables/rename", {"source": ident(NS, TABLE)}, id="rename-destination-missing"),
+    pytest.param(
+        "/tables/rename",
+        {"source": ident(NS, TABLE), "destination": {"namespace": NS}},
+        id="rename-destination-name-missing",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), WRONG_TYPES)
+def test_wrong_types(seeded: Client, path: str, body: Any) -> None:
+    before = seeded.state()
+    resp = seeded.post(path, body)
+    assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+def test_wrong_types_create_view(seeded: Client) -> None:
+    before = seeded.state()
+    good = create_view_body("new_v", NS)
+    bad_bodies = [
+        {k: v for k, v in good.items() if k != "view-version"},
+        {**good, "view-version": {**good["view-version"], "representations": {}}},
+        {**good, "view-version": {**good["view-version"], "default-namespace": "bi"}},
+        {**good, "view-version": {k: v for k, v in good["view-version"].items() if k != "schema-id"}},
+        {**good, "properties": {"k": 1}},
+    ]
+    for body in bad_bodies:
+        assert_error(seeded.post(f"{NS_PATH}/views", body), 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Unknown updates and requirements
+# --------------------------------------------------------------------------------------------------
+
+UNKNOWN_CHANGES = [
+    pytest.param([{"action": "frobnicate"}], [], id="unknown-action"),
+    pytest.param([set_props(k="v"), {"action": "frobnicate", "x": 1}], [], id="valid-then-unknown-action"),
+    pytest.param([{"action": "set-current-view-version", "view-version-id": -1}], [], id="view-only-action"),
+    pytest.param([set_props(k="v")], [{"type": "assert-frobnicated"}], id="unknown-requirement"),
+    pytest.param(
+        [set_props(k="v")],
+        [{"type": "assert-view-uuid", "uuid": str(uuid.uuid4())}],
+        id="view-only-requirement",
+    ),
+]
+
+
+@pytest.mark.parametrize(("updates", "requirements"), UNKNOWN_CHANGES)
+def test_unknown_update_or_requirement_in_table_commit(
+    seeded: Client, updates: list[Any], requirements: list[Any]
+) -> None:
+    before = seeded.state()
+    resp = seeded.post(TABLE_PATH, commit_body(updates, requirements))
+    assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+@pytest.mark.parametrize(("updates", "requirements"), UNKNOWN_CHANGES)
+def test_unknown_update_or_requirement_in_transaction(
+    seeded: Client, updates: list[Any], requirements: list[Any]
+) -> None:
+    before = seeded.state()
+    body = tx_body((NS, OTHER, [], [set_props(k="v")]), (NS, TABLE, requirements, updates))
+    resp = seeded.post("/transactions/commit", body)
+    assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+def test_unknown_update_or_requirement_in_view_replace(seeded: Client) -> None:
+    before = seeded.state()
+    bodies = [
+        {"requirements": [], "updates": [{"action": "frobnicate"}]},
+        {"requirements": [], "updates": [{"action": "add-snapshot", "snapshot": {}}]},
+        {"requirements": [{"type": "assert-frobnicated"}], "updates": [set_props(k="v")]},
+        {"requirements": [{"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}], "updates": []},
+    ]
+    for body in bodies:
+        assert_error(seeded.post(VIEW_PATH, body), 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Identifiers
+# --------------------------------------------------------------------------------------------------
+
+BAD_LEVELS = [
+    pytest.param([], id="no-levels"),
+    pytest.param([""], id="empty-level"),
+    pytest.param(["a", ""], id="empty-last-level"),
+    pytest.param(["", "a"], id="empty-first-level"),
+    pytest.param(["a\x00b"], id="nul"),
+    pytest.param(["a\nb"], id="newline"),
+    pytest.param(["a\rb"], id="carriage-return"),
+    pytest.param(["a\tb"], id="tab"),
+    pytest.param(["a\x1bb"], id="escape"),
+    pytest.param(["a\x7fb"], id="del"),
+    pytest.param(["a\x1fb"], id="separator-inside-level"),
+    pytest.param(["bi", "x\x1fy"], id="separator-inside-second-level"),
+]
+
+BAD_NAMES = [
+    pytest.param("", id="empty"),
+    pytest.param("t\x00", id="nul"),
+    pytest.param("t\nx", id="newline"),
+    pytest.param("t\rx", id="carriage-return"),
+    pytest.param("t\x1bx", id="escape"),
+    pytest.param("t\x7f", id="del"),
+    pytest.param("t\x1fx", id="separator"),
+]
+
+
+@pytest.mark.parametrize("levels", BAD_LEVELS)
+def test_bad_namespace_identifier_in_body(seeded: Client, levels: list[str]) -> None:
+    before = seeded.state()
+    assert_error(seeded.post("/namespaces", {"namespace": levels}), 400, "BadRequestException")
+    if levels:
+        rename = {"source": ident(NS, TABLE), "destination": ident(levels, "moved")}
+        assert_error(seeded.post("/tables/rename", rename), 400, "BadRequestException")
+    # In a path the levels are joined with the separator, so a separator inside a level reads as two
+    # valid levels there; the other cases are still invalid (an empty path segment cannot be routed).
+    in_path = SEP.join(levels).split(SEP)
+    if SEP.join(levels) and any(part == "" or not part.isprintable() for part in in_path):
+        assert_error(
+            seeded.post(f"{ns_path(levels)}/tables", create_table_body("t")), 400, "BadRequestException"
+        )
+    assert_unchanged(seeded, before)
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_table_or_view_name_in_body(seeded: Client, name: str) -> None:
+    before = seeded.state()
+    assert_error(seeded.post(f"{NS_PATH}/tables", create_table_body(name)), 400, "BadRequestException")
+    assert_error(seeded.post(f"{NS_PATH}/views", create_view_body(name, NS)), 400, "BadRequestException")
+    assert_error(
+        seeded.post("/tables/rename", {"source": ident(NS, TABLE), "destination": ident(NS, name)}),
+        400,
+        "BadRequestException",
+    )
+    assert_error(
+        seeded.post("/views/rename", {"source": ident(NS, VIEW), "destination": ident(NS, name)}),
+        400,
+        "BadRequestException",
+    )
+    assert_unchanged(seeded, before)
+
+
+BAD_PATHS = [
+    pytest.param("GET", "/namespaces/" + quote("bi" + SEP, safe=""), id="ns-trailing-separator"),
+    pytest.param("GET", "/namespaces/" + quote(SEP + "bi", safe=""), id="ns-leading-separator"),
+    pytest.param("GET", "/namespaces/" + quote("bi" + SEP + SEP + "x", safe=""), id="ns-double-separator"),
+    pytest.param("GET", "/namespaces/" + quote("b\x00i", safe=""), id="ns-nul"),
+    pytest.param("GET", "/namespaces/" + quote("b\ni", safe=""), id="ns-newline"),
+    pytest.param("DELETE", "/namespaces/" + quote("bi" + SEP, safe=""), id="drop-ns-trailing-separator"),
+    pytest.param("GET", table_path(NS, "t\x00"), id="table-nul"),
+    pytest.param("GET", table_path(NS, "t\nx"), id="table-newline"),
+    pytest.param("DELETE", table_path(NS, "t\nx"), id="drop-table-newline"),
+    pytest.param("GET", view_path(NS, "v\x00"), id="view-nul"),
+    pytest.param("POST", f"/namespaces/{quote('bi' + SEP, safe='')}/tables", id="create-table-in-bad-ns"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), BAD_PATHS)
+def test_bad_identifier_in_path(seeded: Client, method: str, path: str) -> None:
+    before = seeded.state()
+    body = create_table_body("new_t") if method == "POST" else _NO_BODY
+    assert_error(seeded.request(method, path, body), 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("..", id="dotdot"),
+        pytest.param("../escape", id="dotdot-slash"),
+        pytest.param("../../escape", id="dotdot-dotdot"),
+        pytest.param("a/b", id="slash"),
+        pytest.param(".", id="dot"),
+    ],
+)
+def test_path_like_names_never_escape_the_warehouse(fresh: Client, name: str) -> None:
+    """Table and namespace names that look like paths are either refused (4xx ErrorModel) or stored
+    with a location inside the warehouse; no directory appears outside the warehouse."""
+    wh = fresh.warehouse_dir.resolve()
+    data_dir = wh.parent
+
+    def dirs_outside() -> set[Path]:
+        found = {p for p in data_dir.parent.iterdir() if p.is_dir()}
+        found |= {p for p in data_dir.rglob("*") if p.is_dir() and not p.resolve().is_relative_to(wh)}
+        return found
+
+    # A first valid table, so that whatever the server creates lazily already exists.
+    fresh.create_namespace(["wh"])
+    fresh.create_table(["wh"], "baseline")
+    before = dirs_outside()
+    for levels, tname in ((["wh"], name), ([name], "t"), (["wh", name], "t")):
+        if levels != ["wh"]:
+            made = fresh.post("/namespaces", {"namespace": levels})
+            if made.status_code != 200:
+                assert 400 <= made.status_code < 500, made.text
+                assert_error(made, made.status_code, None)
+                continue
+        resp = fresh.post(f"{ns_path(levels)}/tables", create_table_body(tname))
+        if resp.status_code != 200:
+            assert 400 <= resp.status_code < 500, resp.text
+            assert_error(resp, resp.status_code, None)
+            continue
+        for location in (resp.json()["metadata"]["location"], resp.json()["metadata-location"]):
+            local = location.removeprefix("file://").removeprefix("file:")
+            for candidate in (local, unquote(local)):
+                assert Path(candidate).resolve().is_relative_to(wh), f"{location} escapes the warehouse {wh}"
+    assert dirs_outside() == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Body size limit
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    with GatewayProcess(tmp_path / "gateway", config={"max_body_bytes": 4096}) as gw:
+        yield gw
+
+
+def test_body_over_limit_is_413(small_gateway: GatewayProcess) -> None:
+    client = Client(small_gateway.url, small_gateway.warehouse_dir)
+    client.create_namespace(NS)
+    client.create_table(NS, TABLE)
+    before = client.state()
+    blob = "x" * 10_240
+
+    resp = client.post("/namespaces", {"namespace": ["big"], "properties": {"blob": blob}})
+    assert_error(resp, 413, None)
+    resp = client.post(f"{NS_PATH}/tables", create_table_body("big", properties={"blob": blob}))
+    assert_error(resp, 413, None)
+    resp = client.post(TABLE_PATH, commit_body([set_props(blob=blob)]))
+    assert_error(resp, 413, None)
+
+    # Without Content-Length (chunked transfer encoding) the limit still applies.
+    payload = ('{"namespace": ["big"], "properties": {"blob": "' + blob + '"}}').encode()
+    chunks = (payload[i : i + 1024] for i in range(0, len(payload), 1024))
+    resp = client.post("/namespaces", data=chunks)
+    assert_error(resp, 413, None)
+    assert_unchanged(client, before)
+
+    # A body under the limit is accepted: the limit, not the content, caused the 413s.
+    small = client.post("/namespaces", {"namespace": ["small"], "properties": {"blob": "x" * 2048}})
+    assert small.status_code == 200, small.text
+
+
+# --------------------------------------------------------------------------------------------------
+# Unknown warehouse
+# --------------------------------------------------------------------------------------------------
+
+
+def test_unknown_warehouse(seeded: Client) -> None:
+    before = seeded.state()
+    resp = requests.get(f"{seeded.base}/v1/config", params={"warehouse": "nope"}, timeout=TIMEOUT)
+    assert_error(resp, 404, "NoSuchWarehouseException")
+    for method, path, body in (
+        ("GET", "/v1/nope/namespaces", _NO_BODY),
+        ("POST", "/v1/nope/namespaces", {"namespace": ["created_in_nope"]}),
+        ("GET", f"/v1/nope{TABLE_PATH}", _NO_BODY),
+        ("POST", f"/v1/nope{NS_PATH}/tables", create_table_body("t2")),
+        ("POST", "/v1/nope/transactions/commit", tx_body((NS, TABLE, [], [set_props(k="v")]))),
+    ):
+        resp = seeded.request(method, path, body, absolute=True)
+        assert_error(resp, 404, "NoSuchWarehouseException")
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Not found
+# --------------------------------------------------------------------------------------------------
+
+MISSING_NS = ns_path(["missing"])
+
+NOT_FOUND = [
+    # namespaces
+    pytest.param("GET", MISSING_NS, _NO_BODY, "NoSuchNamespaceException", id="load-ns"),
+    pytest.param("DELETE", MISSING_NS, _NO_BODY, "NoSuchNamespaceException", id="drop-ns"),
+    pytest.param(
+        "POST",
+        f"{MISSING_NS}/properties",
+        {"updates": {"k": "v"}},
+        "NoSuchNamespaceException",
+        id="ns-properties",
+    ),
+    pytest.param("GET", f"{MISSING_NS}/tables", _NO_BODY, "NoSuchNamespaceException", id="list-tables"),
+    pytest.param("GET", f"{MISSING_NS}/views", _NO_BODY, "NoSuchNamespaceException", id="list-views"),
+    pytest.param(
+        "POST",
+        f"{MISSING_NS}/tables",
+        create_table_body("t"),
+        "NoSuchNamespaceException",
+        id="create-table-in-missing-ns",
+    ),
+    pytest.param(
+        "POST",
+        f"{MISSING_NS}/views",
+        create_view_body("v", ["missing"]),
+        "NoSuchNamespaceException",
+        id="create-view-in-missing-ns",
+    ),
+    pytest.param("GET", ns_path([*NS, "missing"]), _NO_BODY, "NoSuchNamespaceException", id="load-child-ns"),
+    # tables
+    pytest.param("GET", table_path(NS, "missing"), _NO_BODY, "NoSuchTableException", id="load-table"),
+    pytest.param("DELETE", table_path(NS, "missing"), _NO_BODY, "NoSuchTableException", id="drop-table"),
+    pytest.param(
+        "POST",
+        table_path(NS, "missing"),
+        commit_body([set_props(k="v")]),
+        "NoSuchTableException",
+        id="commit-table",
+    ),
+    pytest.param(
+        "POST",
+        "/transactions/commit",
+        tx_body((NS, "missing", [], [set_props(k="v")])),
+        "NoSuchTableException",
+        id="transaction-missing-table",
+    ),
+    pytest.param(
+        "POST",
+        "/transactions/commit",
+        tx_body((NS, TABLE, [], [set_props(k="v")]), (NS, "missing", [], [set_props(k="v")])),
+        "NoSuchTableException",
+        id="transaction-one-table-missing",
+    ),
+    pytest.param(
+        "POST",
+        "/tables/rename",
+        {"source": ident(NS, "missing"), "destination": ident(NS, "x")},
+        "NoSuchTableException",
+        id="rename-table-source-missing",
+    ),
+    pytest.param(
+        "POST",
+        "/tables/rename",
+        {"source": ident(NS, TABLE), "destination": ident(["missing"], "x")},
+        "NoSuchNamespaceException",
+        id="rename-table-target-ns-missing",
+    ),
+    pytest.param("GET", table_path(NS, VIEW), _NO_BODY, "NoSuchTableException", id="load-view-as-table"),
+    pytest.param("DELETE", table_path(NS, VIEW), _NO_BODY, "NoSuchTableException", id="drop-view-as-table"),
+    # views
+    pytest.param("GET", view_path(NS, "missing"), _NO_BODY, "NoSuchViewException", id="load-view"),
+    pytest.param("DELETE", view_path(NS, "missing"), _NO_BODY, "NoSuchViewException", id="drop-view"),
+    pytest.param(
+        "POST",
+        view_path(NS, "missing"),
+        {"requirements": [], "updates": [set_props(k="v")]},
+        "NoSuchViewException",
+        id="replace-view",
+    ),
+    pytest.param(
+        "POST",
+        "/views/rename",
+        {"source": ident(NS, "missing"), "destination": ident(NS, "x")},
+        "NoSuchViewException",
+        id="rename-view-source-missing",
+    ),
+    pytest.param(
+        "POST",
+        "/views/rename",
+        {"source": ident(NS, VIEW), "destination": ident(["missing"], "x")},
+        "NoSuchNamespaceException",
+        id="rename-view-target-ns-missing",
+    ),
+    pytest.param("GET", view_path(NS, TABLE), _NO_BODY, "NoSuchViewException", id="load-table-as-view"),
+    pytest.param("DELETE", view_path(NS, TABLE), _NO_BODY, "NoSuchViewException", id="drop-table-as-view"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "error_type"), NOT_FOUND)
+def test_not_found(seeded: Client, method: str, path: str, body: Any, error_type: str) -> None:
+    before = seeded.state()
+    assert_error(seeded.request(method, path, body), 404, error_type)
+    assert_unchanged(seeded, before)
+
+
+def test_not_found_list_namespaces_parent(seeded: Client) -> None:
+    resp = seeded.get("/namespaces", params={"parent": "missing"})
+    assert_error(resp, 404, "NoSuchNamespaceException")
+
+
+@pytest.mark.parametrize(
+    "path", [MISSING_NS, table_path(NS, "missing"), view_path(NS, "missing")], ids=["ns", "table", "view"]
+)
+def test_not_found_head(seeded: Client, path: str) -> None:
+    resp = seeded.request("HEAD", path)
+    assert resp.status_code == 404, resp.status_code
+
+
+# --------------------------------------------------------------------------------------------------
+# Already exists / not empty
+# --------------------------------------------------------------------------------------------------
+
+ALREADY_EXISTS = [
+    pytest.param("/namespaces", {"namespace": NS}, id="namespace"),
+    pytest.param(f"{NS_PATH}/tables", create_table_body(TABLE), id="table"),
+    pytest.param(f"{NS_PATH}/tables", create_table_body(VIEW), id="table-over-view"),
+    pytest.param(f"{NS_PATH}/tables", create_table_body(TABLE, **{"stage-create": True}), id="staged-table"),
+    pytest.param(f"{NS_PATH}/views", create_view_body(VIEW, NS), id="view"),
+    pytest.param(f"{NS_PATH}/views", create_view_body(TABLE, NS), id="view-over-table"),
+    pytest.param(
+        "/tables/rename",
+        {"source": ident(NS, TABLE), "destination": ident(NS, OTHER)},
+        id="rename-table-onto-table",
+    ),
+    pytest.param(
+        "/tables/rename",
+        {"source": ident(NS, TABLE), "destination": ident(NS, VIEW)},
+        id="rename-table-onto-view",
+    ),
+    pytest.param(
+        "/views/rename",
+        {"source": ident(NS, VIEW), "destination": ident(NS, OTHER_VIEW)},
+        id="rename-view-onto-view",
+    ),
+    pytest.param(
+        "/views/rename",
+        {"source": ident(NS, VIEW), "destination": ident(NS, TABLE)},
+        id="rename-view-onto-table",
+    ),
+    pytest.param(TABLE_PATH, commit_body([], [{"type": "assert-create"}]), id="assert-create-on-existing"),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), ALREADY_EXISTS)
+def test_already_exists(seeded: Client, path: str, body: Any) -> None:
+    before = seeded.state()
+    resp = seeded.post(path, body)
+    expected = "CommitFailedException" if path == TABLE_PATH else "AlreadyExistsException"
+    assert_error(resp, 409, expected)
+    assert_unchanged(seeded, before)
+
+
+@pytest.mark.parametrize("content", ["table", "view", "child-namespace"])
+def test_drop_non_empty_namespace(fresh: Client, content: str) -> None:
+    fresh.create_namespace(["full"])
+    if content == "table":
+        fresh.create_table(["full"], "t")
+    elif content == "view":
+        fresh.create_view(["full"], "v")
+    else:
+        fresh.create_namespace(["full", "child"])
+    before = fresh.state()
+    assert_error(fresh.delete(ns_path(["full"])), 409, "NamespaceNotEmptyException")
+    assert_unchanged(fresh, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Failed commit requirements
+# --------------------------------------------------------------------------------------------------
+
+
+def test_failed_requirements_without_snapshots(seeded: Client) -> None:
+    meta = seeded.load_table(NS, TABLE)["metadata"]
+    before = seeded.state()
+    failing = [
+        [{"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}],
+        [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 123456789}],
+        [{"type": "assert-current-schema-id", "current-schema-id": meta["current-schema-id"] + 7}],
+        [{"type": "assert-last-assigned-field-id", "last-assigned-field-id": meta["last-column-id"] + 7}],
+        [{"type": "assert-default-spec-id", "default-spec-id": meta["default-spec-id"] + 7}],
+        [
+            {"type": "assert-table-uuid", "uuid": meta["table-uuid"]},
+            {
+                "type": "assert-default-sort-order-id",
+                "default-sort-order-id": meta["default-sort-order-id"] + 7,
+            },
+        ],
+    ]
+    for reqs in failing:
+        resp = seeded.post(TABLE_PATH, commit_body([set_props(k="v")], reqs))
+        assert_error(resp, 409, "CommitFailedException")
+        # Atomic across tables: the valid change to the other table is not applied either.
+        resp = seeded.post(
+            "/transactions/commit", tx_body((NS, OTHER, [], [set_props(k="v")]), (NS, TABLE, reqs, []))
+        )
+        assert_error(resp, 409, "CommitFailedException")
+    assert_unchanged(seeded, before)
+
+
+def test_failed_requirements_with_snapshots(
+    fresh: Client, gateway: GatewayProcess, pyiceberg_catalog: Any
+) -> None:
+    fresh.create_namespace(NS)
+    fresh.create_table(NS, TABLE)
+    table = pyiceberg_catalog(gateway).load_table(f"{NS[0]}.{TABLE}")
+    arrow = pa.table({"id": pa.array([1, 2], pa.int64()), "data": pa.array(["a", "b"], pa.string())})
+    table.append(arrow)
+    first = table.refresh().current_snapshot()
+    assert first is not None
+    table.append(arrow)
+    second = table.refresh().current_snapshot()
+    assert second is not None
+    assert second.snapshot_id != first.snapshot_id
+
+    before = fresh.state()
+    failing = [
+        [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": first.snapshot_id}],
+        [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}],
+        [{"type": "assert-ref-snapshot-id", "ref": "no-such-branch", "snapshot-id": second.snapshot_id}],
+    ]
+    for reqs in failing:
+        resp = fresh.post(TABLE_PATH, commit_body([set_props(k="v")], reqs))
+        assert_error(resp, 409, "CommitFailedException")
+        resp = fresh.post("/transactions/commit", tx_body((NS, TABLE, reqs, [set_props(k="v")])))
+        assert_error(resp, 409, "CommitFailedException")
+    assert_unchanged(fresh, before)
+    # The right snapshot id passes: the requirement, not the request shape, was refused.
+    ok = [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": second.snapshot_id}]
+    resp = fresh.post(TABLE_PATH, commit_body([set_props(k="v")], ok))
+    assert resp.status_code == 200, resp.text
+
+
+# --------------------------------------------------------------------------------------------------
+# Locations outside the warehouse
+# --------------------------------------------------------------------------------------------------
+
+LOCATION_REFUSALS = (400, 403)
+LOCATION_TYPES = ("BadRequestException", "ForbiddenException")
+
+
+def outside_locations(client: Client, tag: str) -> list[tuple[str, Path | None]]:
+    """(location, local directory it would create) pairs, all outside the warehouse."""
+    wh = client.warehouse_dir.resolve()
+    elsewhere = Path("/tmp") / f"cedarberg-elsewhere-{tag}"
+    sibling = Path(str(wh) + "-evil") / tag
+    escape = wh.parent / f"escape-{tag}"
+    return [
+        (elsewhere.as_uri(), elsewhere),
+        (f"file:{elsewhere}", elsewhere),
+        (str(elsewhere), elsewhere),
+        (f"{wh.as_uri()}/../escape-{tag}", escape),
+        (f"{wh.as_uri()}/{NS[0]}/../../escape-{tag}", escape),
+        (sibling.as_uri(), sibling),
+        (f"s3://some-bucket/{tag}", None),
+    ]
+
+
+def assert_location_refused(resp: requests.Response) -> None:
+    assert resp.status_code in LOCATION_REFUSALS, f"{resp.status_code} {resp.text[:500]}"
+    assert_error(resp, resp.status_code, LOCATION_TYPES)
+
+
+def test_create_table_location_outside_warehouse(seeded: Client) -> None:
+    tag = uuid.uuid4().hex
+    before = seeded.state()
+    for location, local in outside_locations(seeded, tag):
+        for stage in (False, True):
+            body = create_table_body("elsewhere", location=location, **{"stage-create": stage})
+            assert_location_refused(seeded.post(f"{NS_PATH}/tables", body))
+            if local is not None:
+                assert not local.exists(), f"{local} was created for {location}"
+    assert_unchanged(seeded, before)
+
+
+def test_create_view_location_outside_warehouse(seeded: Client) -> None:
+    tag = uuid.uuid4().hex
+    before = seeded.state()
+    for location, local in outside_locations(seeded, tag):
+        assert_location_refused(
+            seeded.post(f"{NS_PATH}/views", create_view_body("elsewhere", NS, location=location))
+        )
+        if local is not None:
+            assert not local.exists(), f"{local} was created for {location}"
+    assert_unchanged(seeded, before)
+
+
+def test_set_location_outside_warehouse(seeded: Client) -> None:
+    tag = uuid.uuid4().hex
+    before = seeded.state()
+    for location, local in outside_locations(seeded, tag):
+        update = [{"action": "set-location", "location": location}]
+        assert_location_refused(seeded.post(TABLE_PATH, commit_body(update)))
+        assert_location_refused(seeded.post("/transactions/commit", tx_body((NS, TABLE, [], update))))
+        if local is not None:
+            assert not local.exists(), f"{local} was created for {location}"
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Namespace properties: key in both removals and updates
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["owner", "absent"])
+def test_namespace_properties_key_in_removals_and_updates(seeded: Client, key: str) -> None:
+    before = seeded.state()
+    body = {"removals": [key, "other"], "updates": {key: "bob", "unrelated": "x"}}
+    assert_error(seeded.post(f"{NS_PATH}/properties", body), 422, "UnprocessableEntityException")
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Not implemented endpoints
+# --------------------------------------------------------------------------------------------------
+
+NOT_IMPLEMENTED = [
+    pytest.param(
+        "POST",
+        f"{TABLE_PATH}/plan",
+        {},
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan",
+        id="plan",
+    ),
+    pytest.param(
+        "GET",
+        f"{TABLE_PATH}/plan/some-plan",
+        _NO_BODY,
+        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
+        id="fetch-plan",
+    ),
+    pytest.param(
+        "DELETE",
+        f"{TABLE_PATH}/plan/some-plan",
+        _NO_BODY,
+        "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
+        id="cancel-plan",
+    ),
+    pytest.param(
+        "POST",
+        f"{TABLE_PATH}/tasks",
+        {"plan-task": "x"},
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
+        id="tasks",
+    ),
+    pytest.param(
+        "GET",
+        f"{TABLE_PATH}/credentials",
+        _NO_BODY,
+        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+        id="credentials",
+    ),
+    pytest.param(
+        "POST",
+        f"{TABLE_PATH}/sign",
+        {"region": "us-east-1", "uri": "s3://b/k", "method": "GET", "headers": {}},
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
+        id="sign",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "endpoint"), NOT_IMPLEMENTED)
+def test_not_implemented(seeded: Client, method: str, path: str, body: Any, endpoint: str) -> None:
+    endpoints = seeded.config.get("endpoints")
+    assert isinstance(endpoints, list), seeded.config
+    assert endpoint not in endpoints
+    before = seeded.state()
+    assert_error(seeded.request(method, path, body), 501, "NotImplementedException")
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pagination parameters
+# --------------------------------------------------------------------------------------------------
+
+LISTINGS = [
+    pytest.param("/namespaces", id="namespaces"),
+    pytest.param(f"{NS_PATH}/tables", id="tables"),
+    pytest.param(f"{NS_PATH}/views", id="views"),
+]
+
+BAD_PAGING = [
+    pytest.param({"pageToken": "garbage!!"}, id="token-garbage"),
+    pytest.param({"pageToken": "eyJ4IjoxfQ"}, id="token-foreign-base64-json"),
+    pytest.param({"pageToken": "\x00"}, id="token-nul"),
+    pytest.param({"pageSize": "0"}, id="size-zero"),
+    pytest.param({"pageSize": "-1"}, id="size-negative"),
+    pytest.param({"pageSize": "abc"}, id="size-not-a-number"),
+    pytest.param({"pageSize": "1.5"}, id="size-fraction"),
+    pytest.param({"pageToken": "", "pageSize": "0"}, id="empty-token-size-zero"),
+]
+
+
+@pytest.mark.parametrize("path", LISTINGS)
+@pytest.mark.parametrize("params", BAD_PAGING)
+def test_bad_paging(seeded: Client, path: str, params: dict[str, str]) -> None:
+    assert_error(seeded.get(path, params=params), 400, "BadRequestException")
+    # Contrast: an empty pageToken starts a valid paginated listing.
+    ok = seeded.get(path, params={"pageToken": ""})
+    assert ok.status_code == 200, ok.text
+
+
+# --------------------------------------------------------------------------------------------------
+# Idempotency-Key format
+# --------------------------------------------------------------------------------------------------
+
+BAD_KEYS = [
+    pytest.param("not-a-uuid", id="words"),
+    pytest.param("0190b1c2d3e47a6bb7c8d9e0f1a2b3c4", id="no-hyphens"),
+    pytest.param("zzzzzzzz-zzzz-7zzz-zzzz-zzzzzzzzzzzz", id="not-hex"),
+    pytest.param("0190b1c2-d3e4-7a6b-b7c8-d9e0f1a2b3c4x", id="too-long"),
+    pytest.param("{0190b1c2-d3e4-7a6b-b7c8-d9e0f1a2b3c4}", id="braces"),
+]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_bad_idempotency_key(seeded: Client, key: str) -> None:
+    before = seeded.state()
+    headers = {"Idempotency-Key": key}
+    for method, path, body in (
+        ("POST", "/namespaces", {"namespace": ["idem"]}),
+        ("POST", f"{NS_PATH}/tables", create_table_body("idem")),
+        ("POST", TABLE_PATH, commit_body([set_props(k="v")])),
+        ("POST", "/transactions/commit", tx_body((NS, TABLE, [], [set_props(k="v")]))),
+        ("POST", f"{NS_PATH}/properties", {"updates": {"k": "v"}}),
+        ("DELETE", TABLE_PATH, _NO_BODY),
+        ("DELETE", ns_path(["ops"]), _NO_BODY),
+    ):
+        resp = seeded.request(method, path, body, headers=headers)
+        assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Unknown routes and wrong methods
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "absolute"),
+    [
+        pytest.param("GET", "/nope", True, id="root-level"),
+        pytest.param("GET", "/v1/nope/nope/nope", True, id="deep-v1"),
+        pytest.param("GET", "/v2/config", True, id="v2"),
+        pytest.param("GET", f"{TABLE_PATH}/nonsense", False, id="under-table"),
+        pytest.param("POST", "/frobnicate", False, id="under-prefix"),
+    ],
+)
+def test_unknown_route(seeded: Client, method: str, path: str, absolute: bool) -> None:
+    before = seeded.state()
+    body = {} if method == "POST" else _NO_BODY
+    assert_error(seeded.request(method, path, body, absolute=absolute), 404, None)
+    assert_unchanged(seeded, before)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "absolute"),
+    [
+        pytest.param("PUT", "/v1/config", True, id="put-config"),
+        pytest.param("DELETE", "/namespaces", False, id="delete-namespaces"),
+        pytest.param("PATCH", TABLE_PATH, False, id="patch-table"),
+        pytest.param("PUT", NS_PATH, False, id="put-namespace"),
+        pytest.param("GET", "/transactions/commit", False, id="get-transactions"),
+        pytest.param("GET", "/tables/rename", False, id="get-rename"),
+        pytest.param("DELETE", f"{NS_PATH}/properties", False, id="delete-properties"),
+    ],
+)
+def test_wrong_method(seeded: Client, method: str, path: str, absolute: bool) -> None:
+    before = seeded.state()
+    resp = seeded.request(method, path, {} if method in ("PUT", "PATCH") else _NO_BODY, absolute=absolute)
+    assert_error(resp, 405, None)
+    assert resp.headers.get("Allow"), "405 must carry an Allow header (RFC 9110 15.5.6)"
+    assert_unchanged(seeded, before)

@@ -1,0 +1,245 @@
+"""A private PostgreSQL 15 server for the tests.
+
+One server per test session, on a free loopback port, with its data directory and unix socket
+inside a temporary directory, trust authentication and durability switched off (it holds only
+throw-away test data). When the tests run as root, ``initdb`` and ``pg_ctl`` run as the
+``postgres`` system user, since PostgreSQL refuses to run as root.
+
+``create_database(name)`` gives a fresh database and its ``postgresql+asyncpg://`` URL.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.support.ports import free_port
+
+PG_BIN = Path(os.environ.get("PG_BIN_DIR", "/usr/lib/postgresql/15/bin"))
+SUPERUSER = "postgres"
+_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class PostgresError(RuntimeError):
+    """The test PostgreSQL server could not be started, used or stopped."""
+
+
+class PostgresServer:
+    """A throw-away PostgreSQL cluster listening on ``127.0.0.1:port``."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.base_dir: Path | None = None
+        self._counter = itertools.count(1)
+        self._running = False
+
+    # -- paths -------------------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        return self._base / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self._base
+
+    @property
+    def log_path(self) -> Path:
+        return self._base / "postgres.log"
+
+    @property
+    def _base(self) -> Path:
+        if self.base_dir is None:
+            raise PostgresError("the PostgreSQL server has not been started")
+        return self.base_dir
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the cluster and start the server; waits until it accepts connections."""
+        if self._running:
+            return
+        initdb = PG_BIN / "initdb"
+        if not initdb.exists():
+            raise PostgresError(f"{initdb} not found: install postgresql-15 (see .ci/run)")
+        # A short path: the unix socket path must stay under ~107 bytes.
+        self.base_dir = Path(tempfile.mkdtemp(prefix="cedarberg-pg-"))
+        if _as_root():
+            shutil.chown(self.base_dir, user=SUPERUSER)
+        self._run(
+            [
+                str(initdb),
+                "-D",
+                str(self.data_dir),
+                "-A",
+                "trust",
+                "-U",
+                SUPERUSER,
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ],
+        )
+        options = " ".join(
+            [
+                f"-p {self.port}",
+                "-c listen_addresses=127.0.0.1",
+                f"-k {self.socket_dir}",
+                "-c fsync=off",
+                "-c synchronous_commit=off",
+                "-c full_page_writes=off",
+                "-c max_connections=300",
+            ]
+        )
+        self._run(
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        )
+        self._running = True
+
+    def stop(self) -> None:
+        """Stop the server and delete its files. Safe to call more than once."""
+        if self.base_dir is None:
+            return
+        if self._running:
+            try:
+                self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"])
+            finally:
+                self._running = False
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+        self.base_dir = None
+
+    def __enter__(self) -> PostgresServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- databases ---------------------------------------------------------------------------
+
+    def url(self, database: str) -> str:
+        """The SQLAlchemy URL the gateway takes for ``database``."""
+        return f"postgresql+asyncpg://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str | None = None) -> str:
+        """Create an empty database (dropping any old one of that name); return its URL.
+
+        Without ``name`` a unique one is made up.
+        """
+        if name is None:
+            name = f"cedarberg_test_{next(self._counter)}"
+        name = name.lower()
+        if not _NAME_RE.match(name):
+            raise PostgresError(f"unsuitable database name {name!r}")
+        self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.psql(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run one SQL command through ``psql`` over TCP; return its unaligned output."""
+        if not self._running:
+            raise PostgresError("the PostgreSQL server is not running")
+        result = subprocess.run(
+            [
+                str(PG_BIN / "psql"),
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                SUPERUSER,
+                "-d",
+                database,
+                "-c",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise PostgresError(f"psql {sql!r} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _run(self, argv: list[str]) -> None:
+        if _as_root():
+            argv = ["runuser", "-u", SUPERUSER, "--", *argv]
+        result = subprocess.run(
+            argv,
+            cwd=self._base,  # readable by the postgres user, unlike /root
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if result.returncode != 0:
+            log = ""
+            if self.base_dir is not None and self.log_path.exists():
+                log = "\n--- server log ---\n" + self.log_path.read_text(errors="replace")[-4000:]
+            raise PostgresError(
+                f"{shlex.join(argv)} exited {result.returncode}:\n{result.stdout}{result.stderr}{log}"
+            )
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+_server: PostgresServer | None = None
+
+
+def get_server() -> PostgresServer:
+    """The session's server, started on first use and stopped when the interpreter exits
+    (the ``postgres_server`` fixture stops it earlier, at the end of the test session)."""
+    global _server  # noqa: PLW0603
+    if _server is None or _server.base_dir is None:
+        server = PostgresServer()
+        server.start()
+        atexit.register(server.stop)
+        _server = server
+    return _server
+
+
+def stop_server() -> None:
+    """Stop the session's server if one was started."""
+    global _server  # noqa: PLW0603
+    if _server is not None:
+        _server.stop()
+        _server = None
+
+
+def create_database(name: str | None = None) -> str:
+    """A fresh database on the session's server; returns its ``postgresql+asyncpg://`` URL."""
+    return get_server().create_database(name)
