@@ -25,8 +25,8 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from catalog import documents, fileio, locations, table_metadata
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import CommitFailedError, CommitStateUnknownError, NoSuchTableError
-from catalog.identifiers import Identifier
 from catalog.idempotency import Body, Recorder
+from catalog.identifiers import Identifier
 from catalog.requests import CommitTableRequest
 from catalog.store.sql import ObjectRow
 
@@ -52,7 +52,9 @@ def load_metadata(row: ObjectRow) -> TableMetadata:
     return TableMetadataUtil.parse_raw(row.metadata)
 
 
-def default_location(warehouse: Warehouse, ns_properties: dict[str, str], identifier: Identifier, uid: str) -> str:
+def default_location(
+    warehouse: Warehouse, ns_properties: dict[str, str], identifier: Identifier, uid: str
+) -> str:
     """`<namespace location or warehouse/ns/levels>/<table>-<uuid>`: unique, so a purge of one
     table can never delete another table's files."""
     base = ns_properties.get("location") or locations.join(warehouse.location, *identifier.namespace.levels)
@@ -83,7 +85,9 @@ def plan_change(
     new = table_metadata.apply_updates(base, change.updates, previous_file)
     if base is None and not new.location:
         new = new.model_copy(
-            update={"location": default_location(warehouse, ns_properties or {}, identifier, str(new.table_uuid))}
+            update={
+                "location": default_location(warehouse, ns_properties or {}, identifier, str(new.table_uuid))
+            }
         )
     table_metadata.check_locations(new, warehouse.location)
     version = fileio.parse_metadata_version(row.metadata_location) + 1 if row is not None else 0
@@ -113,7 +117,11 @@ async def _write_files(changes: Sequence[PlannedChange]) -> list[str]:
 
 
 async def _swap_all(
-    ctx: CatalogContext, warehouse: Warehouse, changes: Sequence[PlannedChange], rec: Recorder | None, body: Body
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    changes: Sequence[PlannedChange],
+    rec: Recorder | None,
+    body: Body,
 ) -> None:
     async with ctx.store.write() as tx:
         for change in changes:
@@ -164,7 +172,7 @@ async def commit(
         try:
             await _swap_all(ctx, warehouse, changes, rec, body)
         except CommitStateUnknownError:
-            log.error("commit outcome unknown; keeping %d new metadata file(s)", len(written))
+            log.exception("commit outcome unknown; keeping %d new metadata file(s)", len(written))
             raise
         except _LostRace:
             await asyncio.to_thread(fileio.delete_files, written)

@@ -36,8 +36,9 @@ def file_io(location: str) -> FileIO:
 
 
 def metadata_file_location(object_location: str, version: int) -> str:
-    """Where version `version` of an object's metadata goes: `<loc>/metadata/NNNNN-<uuid>.metadata.json`."""
-    return f"{locations.normalize(object_location).rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
+    """Where version `version` of an object's metadata goes: `<loc>/metadata/NNNNN-<uuid>.metadata.json`"""
+    root = locations.normalize(object_location).rstrip("/")
+    return f"{root}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
 
 
 def parse_metadata_version(metadata_location: str) -> int:
@@ -77,7 +78,7 @@ def read_file(location: str, max_bytes: int) -> bytes:
 
 def parse_table_metadata(content: bytes) -> TableMetadata:
     try:
-        return TableMetadataUtil.parse_raw(content)
+        return TableMetadataUtil.parse_raw(content.decode())
     except ValueError as err:
         raise InvalidRequestError(f"not valid Iceberg table metadata: {_first_line(err)}") from None
 

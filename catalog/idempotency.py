@@ -94,7 +94,9 @@ class Idempotency:
     async def _record_outside(self, recorder: Recorder, outcome: str, payload: object) -> None:
         try:
             async with self._store.write() as tx:
-                await tx.put_idempotency(recorder.key, recorder.operation, outcome, payload, recorder.expired_before)
+                await tx.put_idempotency(
+                    recorder.key, recorder.operation, outcome, payload, recorder.expired_before
+                )
         except DuplicateKeyError:
             pass  # a concurrent duplicate recorded first; both outcomes describe the same operation
 
@@ -105,7 +107,9 @@ class Idempotency:
         if record is None:
             return None
         if record.operation != operation:
-            raise errors.IdempotencyKeyReusedError("Idempotency-Key was already used for a different operation")
+            raise errors.IdempotencyKeyReusedError(
+                "Idempotency-Key was already used for a different operation"
+            )
         if record.outcome == "error":
             error_class = _FINAL_ERRORS.get(str(record.payload.get("class")), errors.InvalidRequestError)
             raise error_class(str(record.payload.get("message", "")))

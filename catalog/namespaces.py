@@ -5,8 +5,8 @@ from __future__ import annotations
 from catalog import documents, locations
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import NoSuchNamespaceError, UnprocessableError
-from catalog.identifiers import Namespace
 from catalog.idempotency import Body, Recorder
+from catalog.identifiers import Namespace
 from catalog.pagination import PageRequest, fetch_page
 from catalog.store.sql import StoreTx
 
@@ -32,7 +32,9 @@ class NamespaceService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
 
-    async def list(self, warehouse_name: str | None, parent: Namespace | None, page: PageRequest) -> bytes:
+    async def list_namespaces(
+        self, warehouse_name: str | None, parent: Namespace | None, page: PageRequest
+    ) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
             if parent is not None:
@@ -51,7 +53,11 @@ class NamespaceService:
         )
 
     async def create(
-        self, warehouse_name: str | None, namespace: Namespace, properties: dict[str, str], rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        namespace: Namespace,
+        properties: dict[str, str],
+        rec: Recorder | None,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         _check_location_property(warehouse, properties)
@@ -101,7 +107,9 @@ class NamespaceService:
             missing = [key for key in removals if key not in current]
             merged = {key: value for key, value in current.items() if key not in removals} | updates
             await tx.set_namespace_properties(warehouse.name, namespace.key, merged)
-            body = documents.dumps({"updated": sorted(updates), "removed": removed, "missing": missing or None})
+            body = documents.dumps(
+                {"updated": sorted(updates), "removed": removed, "missing": missing or None}
+            )
             if rec is not None:
                 await rec.record(tx, body)
         return body

@@ -57,7 +57,11 @@ def decode_token(token: str) -> str:
         data = orjson.loads(raw)
     except (binascii.Error, ValueError):
         raise InvalidRequestError("invalid pageToken") from None
-    if not isinstance(data, dict) or data.get("v") != _TOKEN_VERSION or not isinstance(data.get("after"), str):
+    if (
+        not isinstance(data, dict)
+        or data.get("v") != _TOKEN_VERSION
+        or not isinstance(data.get("after"), str)
+    ):
         raise InvalidRequestError("invalid pageToken")
     return str(data["after"])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 
+from pydantic import ValidationError
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
@@ -24,14 +25,18 @@ from pyiceberg.table.update import (
     TableUpdate,
     update_table_metadata,
 )
-from pydantic import ValidationError
 
 from catalog import locations
 from catalog.errors import CommitFailedError, InvalidRequestError
 from catalog.requests import CreateTableRequest
 
 # Table properties that point engines at other places to write; they must stay in the warehouse.
-LOCATION_PROPERTIES = ("write.data.path", "write.metadata.path", "write.object-storage.path", "write.folder-storage.path")
+LOCATION_PROPERTIES = (
+    "write.data.path",
+    "write.metadata.path",
+    "write.object-storage.path",
+    "write.folder-storage.path",
+)
 
 
 def _message(err: Exception) -> str:
@@ -63,7 +68,7 @@ def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata
 
 def empty_metadata() -> TableMetadata:
     """The base that create-by-commit (stage-create, then assert-create) updates are applied to."""
-    return TableMetadataV1.model_construct(last_column_id=-1, schema=Schema())
+    return TableMetadataV1.model_construct(last_column_id=-1, schema=Schema())  # type: ignore[call-arg]
 
 
 def validate_requirements(requirements: Iterable[TableRequirement], base: TableMetadata | None) -> None:
@@ -79,7 +84,9 @@ def is_create(requirements: Sequence[TableRequirement]) -> bool:
     return any(isinstance(requirement, AssertCreate) for requirement in requirements)
 
 
-def _tolerate_removed_statistics(base: TableMetadata, updates: Sequence[TableUpdate]) -> tuple[TableUpdate, ...]:
+def _tolerate_removed_statistics(
+    base: TableMetadata, updates: Sequence[TableUpdate]
+) -> tuple[TableUpdate, ...]:
     """Drop remove-(partition-)statistics updates whose statistics are already gone.
 
     pyiceberg's remove-snapshots also removes those snapshots' statistics, while Java's
@@ -92,9 +99,9 @@ def _tolerate_removed_statistics(base: TableMetadata, updates: Sequence[TableUpd
         if isinstance(update, RemoveSnapshotsUpdate):
             stats -= set(update.snapshot_ids)
             partition_stats -= set(update.snapshot_ids)
-        elif isinstance(update, RemoveStatisticsUpdate) and update.snapshot_id not in stats:
-            continue
-        elif isinstance(update, RemovePartitionStatisticsUpdate) and update.snapshot_id not in partition_stats:
+        elif (isinstance(update, RemoveStatisticsUpdate) and update.snapshot_id not in stats) or (
+            isinstance(update, RemovePartitionStatisticsUpdate) and update.snapshot_id not in partition_stats
+        ):
             continue
         kept.append(update)
     return tuple(kept)

@@ -11,11 +11,19 @@ from collections.abc import Sequence
 from pyiceberg.table.metadata import TableMetadata
 
 from catalog import documents, fileio, locations, table_metadata
-from catalog.commits import TABLE, PlannedChange, commit, commit_response, default_location, load_metadata, plan_change
+from catalog.commits import (
+    TABLE,
+    PlannedChange,
+    commit,
+    commit_response,
+    default_location,
+    load_metadata,
+    plan_change,
+)
 from catalog.context import CatalogContext, Warehouse
-from catalog.errors import AlreadyExistsError, InvalidRequestError, NoSuchTableError
-from catalog.identifiers import Identifier, Namespace
+from catalog.errors import AlreadyExistsError, InvalidRequestError, NoSuchTableError, NoSuchViewError
 from catalog.idempotency import Body, Recorder
+from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
 from catalog.pagination import PageRequest, fetch_page
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
@@ -37,7 +45,7 @@ class TableService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
 
-    async def list(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
+    async def list_all(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
             await require_namespace(tx, warehouse.name, namespace)
@@ -52,7 +60,11 @@ class TableService:
         )
 
     async def create(
-        self, warehouse_name: str | None, namespace: Namespace, request: CreateTableRequest, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        namespace: Namespace,
+        request: CreateTableRequest,
+        rec: Recorder | None,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
@@ -60,7 +72,9 @@ class TableService:
             ns_properties = await require_namespace(tx, warehouse.name, namespace)
             if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
                 raise AlreadyExistsError(f"Table already exists: {identifier}")
-        location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
+        location = request.location or default_location(
+            warehouse, ns_properties, identifier, uuid.uuid4().hex
+        )
         locations.require_within(location, warehouse.location, "table location")
         metadata = table_metadata.create_metadata(request, locations.normalize(location))
         table_metadata.check_locations(metadata, warehouse.location)
@@ -103,7 +117,11 @@ class TableService:
             await require_table(tx, warehouse.name, identifier)
 
     async def commit(
-        self, warehouse_name: str | None, identifier: Identifier, request: CommitTableRequest, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        identifier: Identifier,
+        request: CommitTableRequest,
+        rec: Recorder | None,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
 
@@ -128,7 +146,10 @@ class TableService:
         return body if body is not None else await current()
 
     async def commit_transaction(
-        self, warehouse_name: str | None, changes: Sequence[tuple[Identifier, CommitTableRequest]], rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        changes: Sequence[tuple[Identifier, CommitTableRequest]],
+        rec: Recorder | None,
     ) -> Body:
         """Apply every table change or none (one database transaction swaps all pointers)."""
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -138,21 +159,31 @@ class TableService:
             async with self._ctx.store.read() as tx:
                 for identifier, change in changes:
                     previous = planned.get(identifier)
-                    row = previous.base if previous else await tx.get_object(
-                        warehouse.name, identifier.namespace.key, identifier.name
+                    row = (
+                        previous.base
+                        if previous
+                        else await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
                     )
                     if row is not None and row.kind != TABLE:
                         raise AlreadyExistsError(f"A view with this name exists: {identifier}")
                     ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
                     step = plan_change(
-                        warehouse, identifier, row, ns_properties, change, previous.metadata if previous else None
+                        warehouse,
+                        identifier,
+                        row,
+                        ns_properties,
+                        change,
+                        previous.metadata if previous else None,
                     )
                     if step is not None:
                         if previous is not None:
                             # Several changes to one table in one transaction: one new file, based on
                             # the pointer read first.
                             step = PlannedChange(
-                                identifier, previous.base, step.metadata, previous.metadata_location,
+                                identifier,
+                                previous.base,
+                                step.metadata,
+                                previous.metadata_location,
                                 step.metadata_json,
                             )
                         planned[identifier] = step
@@ -177,11 +208,17 @@ class TableService:
         return None
 
     async def register(
-        self, warehouse_name: str | None, namespace: Namespace, request: RegisterTableRequest, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        namespace: Namespace,
+        request: RegisterTableRequest,
+        rec: Recorder | None,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        location = locations.require_within(request.metadata_location, warehouse.location, "metadata-location")
+        location = locations.require_within(
+            request.metadata_location, warehouse.location, "metadata-location"
+        )
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
         metadata = fileio.parse_table_metadata(content)
         table_metadata.check_locations(metadata, warehouse.location)
@@ -194,13 +231,25 @@ class TableService:
                 if not request.overwrite or existing.kind != TABLE:
                     raise AlreadyExistsError(f"Table already exists: {identifier}")
                 await tx.swap_object(
-                    warehouse.name, namespace.key, identifier.name, existing.metadata_location, location,
+                    warehouse.name,
+                    namespace.key,
+                    identifier.name,
+                    existing.metadata_location,
+                    location,
                     metadata_json.decode(),
                 )
             else:
                 await tx.insert_object(
-                    ObjectRow(warehouse.name, namespace.key, identifier.name, TABLE, str(metadata.table_uuid),
-                              location, metadata_json.decode(), 0)
+                    ObjectRow(
+                        warehouse.name,
+                        namespace.key,
+                        identifier.name,
+                        TABLE,
+                        str(metadata.table_uuid),
+                        location,
+                        metadata_json.decode(),
+                        0,
+                    )
                 )
             if rec is not None:
                 await rec.record(tx, body)
@@ -219,17 +268,23 @@ class TableService:
         async with self._ctx.store.write() as tx:
             await require_table(tx, warehouse.name, identifier)
             await tx.insert_metrics_report(
-                warehouse.name, identifier.namespace.key, identifier.name, report.report_type,
+                warehouse.name,
+                identifier.namespace.key,
+                identifier.name,
+                report.report_type,
                 report.model_dump(by_alias=True, mode="json"),
             )
 
 
 async def rename_object(
-    ctx: CatalogContext, warehouse: Warehouse, kind: str, source: Identifier, target: Identifier, rec: Recorder | None
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    kind: str,
+    source: Identifier,
+    target: Identifier,
+    rec: Recorder | None,
 ) -> None:
     """Rename a table or view, across namespaces too. Raises NoSuch*/AlreadyExists errors."""
-    from catalog.errors import NoSuchViewError  # local: only the error class differs by kind
-
     missing = NoSuchTableError if kind == TABLE else NoSuchViewError
     async with ctx.store.write() as tx:
         row = await tx.get_object(warehouse.name, source.namespace.key, source.name)

@@ -57,7 +57,8 @@ def validate_requirements(requirements: Sequence[AssertViewUUID], base: ViewMeta
     for requirement in requirements:
         if requirement.uuid != base.view_uuid:
             raise CommitFailedError(
-                f"Requirement failed: view UUID does not match: expected {requirement.uuid}, found {base.view_uuid}"
+                "Requirement failed: view UUID does not match: "
+                f"expected {requirement.uuid}, found {base.view_uuid}"
             )
 
 
@@ -133,4 +134,6 @@ def _set_current(meta: ViewMetadata, version_id: int, last_added_version: int | 
     if version_id == meta.current_version_id:
         return meta
     entry = ViewHistoryEntry(timestamp_ms=_now_ms(), version_id=version_id)
-    return meta.model_copy(update={"current_version_id": version_id, "version_log": [*meta.version_log, entry]})
+    return meta.model_copy(
+        update={"current_version_id": version_id, "version_log": [*meta.version_log, entry]}
+    )

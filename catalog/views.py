@@ -11,8 +11,8 @@ from catalog import documents, fileio, locations, view_metadata
 from catalog.commits import default_location
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError, NoSuchViewError
-from catalog.identifiers import Identifier, Namespace
 from catalog.idempotency import Body, Recorder
+from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
 from catalog.pagination import PageRequest, fetch_page
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
@@ -33,14 +33,16 @@ def _parse(content: bytes | str) -> ViewMetadata:
     try:
         return ViewMetadata.model_validate_json(content)
     except ValueError as err:
-        raise InvalidRequestError(f"not valid Iceberg view metadata: {str(err).splitlines()[0][:200]}") from None
+        raise InvalidRequestError(
+            f"not valid Iceberg view metadata: {str(err).splitlines()[0][:200]}"
+        ) from None
 
 
 class ViewService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
 
-    async def list(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
+    async def list_all(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
             await require_namespace(tx, warehouse.name, namespace)
@@ -55,13 +57,19 @@ class ViewService:
         )
 
     async def create(
-        self, warehouse_name: str | None, namespace: Namespace, request: CreateViewRequest, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        namespace: Namespace,
+        request: CreateViewRequest,
+        rec: Recorder | None,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
         async with self._ctx.store.read() as tx:
             ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
+        location = request.location or default_location(
+            warehouse, ns_properties, identifier, uuid.uuid4().hex
+        )
         location = locations.require_within(location, warehouse.location, "view location")
         metadata = view_metadata.new_view_metadata(
             location, request.view_schema, request.view_version, dict(request.properties)
@@ -84,8 +92,16 @@ class ViewService:
         try:
             async with self._ctx.store.write() as tx:
                 await tx.insert_object(
-                    ObjectRow(warehouse.name, identifier.namespace.key, identifier.name, VIEW,
-                              metadata.view_uuid, metadata_location, metadata_json.decode(), 0)
+                    ObjectRow(
+                        warehouse.name,
+                        identifier.namespace.key,
+                        identifier.name,
+                        VIEW,
+                        metadata.view_uuid,
+                        metadata_location,
+                        metadata_json.decode(),
+                        0,
+                    )
                 )
                 if rec is not None:
                     await rec.record(tx, body)
@@ -107,7 +123,11 @@ class ViewService:
             await require_view(tx, warehouse.name, identifier)
 
     async def replace(
-        self, warehouse_name: str | None, identifier: Identifier, request: CommitViewRequest, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        identifier: Identifier,
+        request: CommitViewRequest,
+        rec: Recorder | None,
     ) -> Body:
         """Compare-and-swap a view's metadata, like a table commit."""
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -126,8 +146,12 @@ class ViewService:
             try:
                 async with self._ctx.store.write() as tx:
                     swapped = await tx.swap_object(
-                        warehouse.name, identifier.namespace.key, identifier.name, row.metadata_location,
-                        metadata_location, metadata_json.decode(),
+                        warehouse.name,
+                        identifier.namespace.key,
+                        identifier.name,
+                        row.metadata_location,
+                        metadata_location,
+                        metadata_json.decode(),
                     )
                     if swapped and rec is not None:
                         await rec.record(tx, body)
@@ -155,11 +179,17 @@ class ViewService:
         return None
 
     async def register(
-        self, warehouse_name: str | None, namespace: Namespace, request: RegisterViewRequest, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        namespace: Namespace,
+        request: RegisterViewRequest,
+        rec: Recorder | None,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        location = locations.require_within(request.metadata_location, warehouse.location, "metadata-location")
+        location = locations.require_within(
+            request.metadata_location, warehouse.location, "metadata-location"
+        )
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
         metadata = _parse(content)
         locations.require_within(metadata.location, warehouse.location, "view location")

@@ -52,7 +52,9 @@ def lookup(error: BaseException) -> tuple[int, str] | None:
     return None
 
 
-def error_response(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def error_response(
+    status: int, error_type: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     body = orjson.dumps({"error": {"message": message, "type": error_type, "code": status}})
     return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from catalog import locations
 from catalog.errors import InvalidRequestError
@@ -58,7 +66,9 @@ class Settings(BaseModel):
         description="Named warehouses; default: one warehouse 'default' under data_dir/warehouse.",
     )
     default_warehouse: str = Field("default", description="Warehouse served when a client names none.")
-    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=1024**3, description="Largest accepted request body.")
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, le=1024**3, description="Largest accepted request body."
+    )
     idempotency_key_lifetime_seconds: int = Field(
         1800, ge=60, le=7 * 24 * 3600, description="How long an Idempotency-Key is remembered and replayed."
     )
@@ -79,8 +89,14 @@ class Settings(BaseModel):
     @classmethod
     def _valid_names(cls, value: dict[str, WarehouseSettings]) -> dict[str, WarehouseSettings]:
         for name in value:
-            if not name or name in RESERVED_WAREHOUSE_NAMES or not name.replace("-", "").replace("_", "").isalnum():
-                raise ValueError(f"invalid warehouse name {name!r} (letters, digits, '-' and '_'; not reserved)")
+            if (
+                not name
+                or name in RESERVED_WAREHOUSE_NAMES
+                or not name.replace("-", "").replace("_", "").isalnum()
+            ):
+                raise ValueError(
+                    f"invalid warehouse name {name!r} (letters, digits, '-' and '_'; not reserved)"
+                )
         return value
 
     @model_validator(mode="after")
@@ -125,9 +141,7 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_settings(
-    config_file: Path | None, environ: Mapping[str, str], flags: Mapping[str, Any]
-) -> Settings:
+def load_settings(config_file: Path | None, environ: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
     """Build the settings from file, environment and flags (in rising precedence).
 
     Raises SettingsError naming the first bad setting.

@@ -89,5 +89,5 @@ while True:
 PYEOF
 echo "==> gateway ready"
 
-"$PY" "$ROOT/scripts/demo_spark.py" --uri "$URL"
+"$PY" "$ROOT/scripts/demo_spark.py" --uri "$URL" --scratch-dir "$DEMO_DIR/spark"
 echo "==> demo OK"

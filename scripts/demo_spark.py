@@ -26,7 +26,7 @@ ROWS = [
 
 
 def runtime_jar() -> Path:
-    import snowpark_connect_deps_iceberg  # noqa: PLC0415
+    import snowpark_connect_deps_iceberg
 
     for jar in map(Path, snowpark_connect_deps_iceberg.list_jars()):
         if jar.name.startswith("iceberg-spark-runtime-3.5_2.12-"):
@@ -38,13 +38,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--uri", default="http://127.0.0.1:8181", help="gateway base URL")
     parser.add_argument("--catalog", default="cedarberg", help="Spark catalog name")
+    parser.add_argument("--scratch-dir", default=".demo/spark", help="Spark's own scratch files")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep the driver on loopback
-    from pyspark.sql import SparkSession  # noqa: PLC0415
-    from pyspark.sql import functions as F  # noqa: PLC0415
-    from pyspark.sql.types import (  # noqa: PLC0415
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
         DoubleType,
         LongType,
         StringType,
@@ -66,6 +67,8 @@ def main() -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(Path(args.scratch_dir) / "spark-warehouse"))
+        .config("spark.local.dir", str(Path(args.scratch_dir) / "tmp"))
         .config("spark.jars", str(runtime_jar()))
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config(f"spark.sql.catalog.{cat}", "org.apache.iceberg.spark.SparkCatalog")

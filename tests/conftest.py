@@ -125,12 +125,17 @@ def session_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
 
 
 @pytest.fixture(scope="session")
-def spark(session_gateway: GatewayProcess) -> Iterator[SparkSession]:
+def spark(
+    session_gateway: GatewayProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SparkSession]:
     """A local SparkSession; catalog ``cat`` is the REST catalog at ``session_gateway``.
 
     Catalog caching is off so that Spark sees commits made by other clients at once.
     """
-    session = spark_session({"cat": {"uri": session_gateway.url, "cache-enabled": "false"}})
+    session = spark_session(
+        {"cat": {"uri": session_gateway.url, "cache-enabled": "false"}},
+        local_dir=tmp_path_factory.mktemp("spark"),
+    )
     yield session
     session.stop()
 

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, and_, delete, event, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -84,14 +82,22 @@ class StoreTx:
         self._conn = conn
 
     # -- namespaces -------------------------------------------------------------------------
-    async def get_namespace(self, warehouse: str, name: str, for_update: bool = False) -> dict[str, str] | None:
-        query = select(namespaces.c.properties).where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
+    async def get_namespace(
+        self, warehouse: str, name: str, for_update: bool = False
+    ) -> dict[str, str] | None:
+        query = select(namespaces.c.properties).where(
+            namespaces.c.warehouse == warehouse, namespaces.c.name == name
+        )
         row = (await self._conn.execute(query.with_for_update() if for_update else query)).first()
         return None if row is None else dict(orjson.loads(row.properties))
 
-    async def list_namespaces(self, warehouse: str, parent: str | None, after: str | None, limit: int) -> list[str]:
+    async def list_namespaces(
+        self, warehouse: str, parent: str | None, after: str | None, limit: int
+    ) -> list[str]:
         query = select(namespaces.c.name).where(namespaces.c.warehouse == warehouse)
-        query = query.where(namespaces.c.parent.is_(None) if parent is None else namespaces.c.parent == parent)
+        query = query.where(
+            namespaces.c.parent.is_(None) if parent is None else namespaces.c.parent == parent
+        )
         if after is not None:
             query = query.where(namespaces.c.name > after)
         rows = await self._conn.execute(query.order_by(namespaces.c.name).limit(limit))
@@ -125,14 +131,14 @@ class StoreTx:
     async def delete_namespace(self, warehouse: str, name: str) -> bool:
         """Delete an empty namespace; False if absent. Raises NamespaceNotEmptyError."""
         children = await self._conn.execute(
-            select(func.count()).select_from(namespaces).where(
-                namespaces.c.warehouse == warehouse, namespaces.c.parent == name
-            )
+            select(func.count())
+            .select_from(namespaces)
+            .where(namespaces.c.warehouse == warehouse, namespaces.c.parent == name)
         )
         objects = await self._conn.execute(
-            select(func.count()).select_from(catalog_objects).where(
-                catalog_objects.c.warehouse == warehouse, catalog_objects.c.namespace == name
-            )
+            select(func.count())
+            .select_from(catalog_objects)
+            .where(catalog_objects.c.warehouse == warehouse, catalog_objects.c.namespace == name)
         )
         if children.scalar_one() or objects.scalar_one():
             raise NamespaceNotEmptyError("namespace is not empty")
@@ -173,9 +179,9 @@ class StoreTx:
     async def object_locations(self, warehouse: str) -> list[tuple[str, str, str]]:
         """(namespace, name, metadata_location) of every object in a warehouse."""
         rows = await self._conn.execute(
-            select(catalog_objects.c.namespace, catalog_objects.c.name, catalog_objects.c.metadata_location).where(
-                catalog_objects.c.warehouse == warehouse
-            )
+            select(
+                catalog_objects.c.namespace, catalog_objects.c.name, catalog_objects.c.metadata_location
+            ).where(catalog_objects.c.warehouse == warehouse)
         )
         return [(row.namespace, row.name, row.metadata_location) for row in rows]
 
@@ -290,7 +296,9 @@ class StoreTx:
             raise DuplicateKeyError(key) from None
 
     async def purge_idempotency(self, before: float) -> int:
-        result = await self._conn.execute(delete(idempotency_records).where(idempotency_records.c.created_at < before))
+        result = await self._conn.execute(
+            delete(idempotency_records).where(idempotency_records.c.created_at < before)
+        )
         return int(result.rowcount)
 
     # -- metrics ----------------------------------------------------------------------------
@@ -310,7 +318,9 @@ class StoreTx:
 
     async def count_metrics_reports(self, warehouse: str, namespace: str, name: str) -> int:
         result = await self._conn.execute(
-            select(func.count()).select_from(metrics_reports).where(
+            select(func.count())
+            .select_from(metrics_reports)
+            .where(
                 metrics_reports.c.warehouse == warehouse,
                 metrics_reports.c.namespace == namespace,
                 metrics_reports.c.name == name,
@@ -320,6 +330,10 @@ class StoreTx:
 
 
 def _run_migrations(connection: Connection) -> None:
+    # Imported here: Alembic is needed once at start-up and is slow to import.
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
@@ -416,8 +430,7 @@ class Store:
     async def read(self) -> AsyncIterator[StoreTx]:
         """A read-only transaction."""
         try:
-            async with self._engine.connect() as conn:
-                async with conn.begin():
-                    yield StoreTx(conn)
+            async with self._engine.connect() as conn, conn.begin():
+                yield StoreTx(conn)
         except (DBAPIError, OSError) as err:
             raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err

@@ -18,7 +18,9 @@ async def list_namespaces(request: web.Request) -> web.Response:
     parent = request.query.get("parent")
     # An empty parent is treated as absent, as the spec asks for backward compatibility.
     parent_ns = Namespace.parse(parent) if parent else None
-    return http.json_response(await svc.namespaces.list(http.prefix(request), parent_ns, svc.page(request)))
+    return http.json_response(
+        await svc.namespaces.list_namespaces(http.prefix(request), parent_ns, svc.page(request))
+    )
 
 
 async def create_namespace(request: web.Request) -> web.Response:
@@ -26,12 +28,15 @@ async def create_namespace(request: web.Request) -> web.Response:
     namespace = Namespace.of(body.namespace)
     svc = services(request)
     return await mutate(
-        request, lambda rec: svc.namespaces.create(http.prefix(request), namespace, dict(body.properties), rec)
+        request,
+        lambda rec: svc.namespaces.create(http.prefix(request), namespace, dict(body.properties), rec),
     )
 
 
 async def load_namespace(request: web.Request) -> web.Response:
-    return http.json_response(await services(request).namespaces.load(http.prefix(request), http.namespace(request)))
+    return http.json_response(
+        await services(request).namespaces.load(http.prefix(request), http.namespace(request))
+    )
 
 
 async def namespace_exists(request: web.Request) -> web.Response:

@@ -23,7 +23,7 @@ def _identifier(model: req.TableIdentifierModel) -> Identifier:
 async def list_tables(request: web.Request) -> web.Response:
     svc = services(request)
     return http.json_response(
-        await svc.tables.list(http.prefix(request), http.namespace(request), svc.page(request))
+        await svc.tables.list_all(http.prefix(request), http.namespace(request), svc.page(request))
     )
 
 
@@ -99,12 +99,17 @@ async def commit_transaction(request: web.Request) -> web.Response:
             raise InvalidRequestError("every table change in a transaction needs an identifier")
         changes.append((_identifier(change.identifier), change))
     svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.commit_transaction(http.prefix(request), changes, rec))
+    return await mutate(
+        request, lambda rec: svc.tables.commit_transaction(http.prefix(request), changes, rec)
+    )
 
 
 async def not_implemented(request: web.Request) -> web.Response:
-    raise NotImplementedOperation(f"{request.method} {request.match_info.route.resource.canonical}"
-                                  if request.match_info.route.resource else request.path)
+    raise NotImplementedOperation(
+        f"{request.method} {request.match_info.route.resource.canonical}"
+        if request.match_info.route.resource
+        else request.path
+    )
 
 
 ROUTES = [

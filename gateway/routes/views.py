@@ -18,7 +18,7 @@ VIEW = VIEWS + "/{view}"
 async def list_views(request: web.Request) -> web.Response:
     svc = services(request)
     return http.json_response(
-        await svc.views.list(http.prefix(request), http.namespace(request), svc.page(request))
+        await svc.views.list_all(http.prefix(request), http.namespace(request), svc.page(request))
     )
 
 
@@ -42,7 +42,10 @@ async def view_exists(request: web.Request) -> web.Response:
 async def replace_view(request: web.Request) -> web.Response:
     identifier = http.view(request)
     body = req.parse(req.CommitViewRequest, await http.json_body(request))
-    if body.identifier is not None and Identifier.of(body.identifier.namespace, body.identifier.name) != identifier:
+    if (
+        body.identifier is not None
+        and Identifier.of(body.identifier.namespace, body.identifier.name) != identifier
+    ):
         raise InvalidRequestError("identifier in the body does not match the path")
     svc = services(request)
     return await mutate(request, lambda rec: svc.views.replace(http.prefix(request), identifier, body, rec))

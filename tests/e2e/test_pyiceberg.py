@@ -577,14 +577,28 @@ def test_delete_rows(cat: RestCatalog) -> None:
 
 
 def test_stale_commit_is_rejected(cat: RestCatalog) -> None:
-    table = make_table(cat, "db.stale")
+    # pyiceberg 0.12 retries conflicting appends itself unless told not to.
+    table = make_table(cat, "db.stale", properties={"commit.retry.num-retries": "0"})
     other = cat.load_table("db.stale")
     table.append(rows([1]))
     with pytest.raises(CommitFailedException):
         other.append(rows([2]))
+    assert read_ids(cat.load_table("db.stale")) == [1]
     other.refresh()
     other.append(rows([2]))
     assert read_ids(cat.load_table("db.stale")) == [1, 2]
+
+
+def test_conflicting_append_is_retried_by_pyiceberg(cat: RestCatalog) -> None:
+    table = make_table(cat, "db.retry", properties={"commit.retry.min-wait-ms": "10"})
+    other = cat.load_table("db.retry")
+    table.append(rows([1]))
+    other.append(rows([2]))  # 409 first, then pyiceberg refreshes and commits again
+    loaded = cat.load_table("db.retry")
+    assert read_ids(loaded) == [1, 2]
+    first, second = loaded.snapshots()
+    assert second.parent_snapshot_id == first.snapshot_id
+    assert second.sequence_number == first.sequence_number + 1
 
 
 # -- evolution -----------------------------------------------------------------------------------

@@ -489,14 +489,15 @@ def test_rename_table_across_namespaces(spark: SparkSession, rest: Rest) -> None
     uuid_before = rest.table(ns1, "t")["table-uuid"]
 
     with pytest.raises(Exception, match=r"(?i)already exists") as excinfo:
-        spark.sql(f"ALTER TABLE cat.{ns1}.t RENAME TO cat.{ns2}.taken")
+        spark.sql(f"ALTER TABLE cat.{ns1}.t RENAME TO {ns2}.taken")
     print(exception_text(excinfo))
     with pytest.raises(Exception, match=r"(?i)namespace|not found|does not exist") as excinfo:
-        spark.sql(f"ALTER TABLE cat.{ns1}.t RENAME TO cat.{unique('missing')}.t")
+        spark.sql(f"ALTER TABLE cat.{ns1}.t RENAME TO {unique('missing')}.t")
     print(exception_text(excinfo))
     assert rest.table_status(ns1, "t") == 200
 
-    spark.sql(f"ALTER TABLE cat.{ns1}.t RENAME TO cat.{ns2}.t2")
+    # Spark 3.5 hands the new name to the catalog as it is written: it names no catalog.
+    spark.sql(f"ALTER TABLE cat.{ns1}.t RENAME TO {ns2}.t2")
     assert rows(spark, f"SHOW TABLES IN cat.{ns1}") == []
     assert {r[1] for r in rows(spark, f"SHOW TABLES IN cat.{ns2}")} == {"taken", "t2"}
     assert rest.table_status(ns1, "t") == 404

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ def make_catalog(gateway: GatewayProcess | str, name: str = "cedarberg", **props
     ``props`` are catalog properties (``warehouse``, ``token``, ``credential``, ...);
     keyword-friendly spellings with ``_`` instead of ``-`` or ``.`` are not translated.
     """
-    from pyiceberg.catalog.rest import RestCatalog  # noqa: PLC0415
+    from pyiceberg.catalog.rest import RestCatalog
 
     uri = gateway if isinstance(gateway, str) else gateway.url
     properties = {"uri": uri, **{k: str(v) for k, v in props.items()}}
@@ -41,7 +42,7 @@ def make_catalog(gateway: GatewayProcess | str, name: str = "cedarberg", **props
 
 def iceberg_spark_runtime_jar() -> Path:
     """The Iceberg Spark 3.5 / Scala 2.12 runtime jar shipped by snowpark-connect-deps-iceberg."""
-    import snowpark_connect_deps_iceberg  # noqa: PLC0415
+    import snowpark_connect_deps_iceberg
 
     jars = [Path(j) for j in snowpark_connect_deps_iceberg.list_jars()]
     for jar in jars:
@@ -55,17 +56,20 @@ def spark_session(
     *,
     conf: Mapping[str, str] | None = None,
     app_name: str = "cedarberg-tests",
+    local_dir: Path | None = None,
 ) -> SparkSession:
     """Start (or reuse) the local SparkSession with one REST catalog per ``catalogs`` entry.
 
     ``catalogs`` maps a catalog name to its properties, e.g.
     ``{"cat": {"uri": "http://127.0.0.1:8181"}}``; ``type=rest`` is implied. Only one
-    SparkContext can exist per process: the caller should share the session.
+    SparkContext can exist per process: the caller should share the session. ``local_dir``
+    holds Spark's own scratch files (its session warehouse), which otherwise land in the cwd.
     """
+    scratch = Path(local_dir) if local_dir else Path(tempfile.mkdtemp(prefix="cedarberg-spark-"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # keep the driver on loopback
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession  # noqa: PLC0415
+    from pyspark.sql import SparkSession
 
     builder = (
         SparkSession.builder.master("local[2]")
@@ -79,6 +83,8 @@ def spark_session(
         .config("spark.jars", str(iceberg_spark_runtime_jar()))
         .config("spark.sql.extensions", ICEBERG_SPARK_EXTENSIONS)
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
+        .config("spark.local.dir", str(scratch / "tmp"))
     )
     for catalog, props in catalogs.items():
         prefix = f"spark.sql.catalog.{catalog}"
@@ -98,7 +104,7 @@ def spark_session(
 
 def duckdb_extension_path(name: str) -> Path:
     """Path of the ``name`` extension binary installed by the ``duckdb-extension-NAME`` package."""
-    import duckdb  # noqa: PLC0415
+    import duckdb
 
     spec = importlib.util.find_spec(f"duckdb_extension_{name}")
     if spec is None or not spec.submodule_search_locations:
@@ -113,7 +119,7 @@ def duckdb_extension_path(name: str) -> Path:
 def duckdb_connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with httpfs, avro and iceberg loaded from local files
     (no extension is ever downloaded)."""
-    import duckdb  # noqa: PLC0415
+    import duckdb
 
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     for name in DUCKDB_EXTENSIONS:

@@ -1,0 +1,46 @@
+"""Architecture invariants: import direction and the middleware order."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / package).rglob("*.py"):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_catalog_and_kms_know_nothing_of_http_or_gateway() -> None:
+    for package in ("catalog", "kms"):
+        for module, names in _imports(package).items():
+            bad = {n for n in names if n.split(".")[0] in {"aiohttp", "gateway", "cedarpy"}}
+            assert not bad, f"{module} imports {bad}"
+
+
+def test_kms_never_imports_catalog() -> None:
+    for module, names in _imports("kms").items():
+        assert not {n for n in names if n.split(".")[0] == "catalog"}, module
+
+
+def test_middleware_order_is_one_constant() -> None:
+    from gateway.middleware import MIDDLEWARES, request_id_and_errors
+
+    assert MIDDLEWARES == (request_id_and_errors,)
+
+
+def test_endpoints_advertise_exactly_the_registered_operations() -> None:
+    from gateway.app import ALL_ROUTES
+
+    advertised = {route.endpoint for route in ALL_ROUTES if route.advertised}
+    assert "POST /v1/{prefix}/transactions/commit" in advertised
+    assert not any("/plan" in e or "/credentials" in e or "/sign" in e for e in advertised)
+    assert len(advertised) == len([r for r in ALL_ROUTES if r.advertised])
