@@ -107,9 +107,7 @@ class NamespaceService:
             missing = [key for key in removals if key not in current]
             merged = {key: value for key, value in current.items() if key not in removals} | updates
             await tx.set_namespace_properties(warehouse.name, namespace.key, merged)
-            body = documents.dumps(
-                {"updated": sorted(updates), "removed": removed, "missing": missing or None}
-            )
+            body = documents.dumps({"updated": sorted(updates), "removed": removed, "missing": missing})
             if rec is not None:
                 await rec.record(tx, body)
         return body

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.view.metadata import ViewVersion
 
+from catalog import wire
 from catalog.errors import InvalidRequestError
 
 M = TypeVar("M", bound=BaseModel)
@@ -41,6 +42,14 @@ class TableIdentifierModel(_Request):
 
 
 class CreateTableRequest(_Request):
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_wire(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            wire.check_struct(data.get("schema"))
+            wire.check_optional_bool(data, "stage-create")
+        return data
+
     name: str
     location: str | None = None
     table_schema: Schema = Field(alias="schema")
@@ -51,12 +60,28 @@ class CreateTableRequest(_Request):
 
 
 class RegisterTableRequest(_Request):
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_wire(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            wire.check_optional_bool(data, "overwrite")
+        return data
+
     name: str
     metadata_location: str = Field(alias="metadata-location")
     overwrite: bool = False
 
 
-class CommitTableRequest(_Request):
+class _StrictUpdates(_Request):
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_wire(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            wire.check_updates(data.get("updates"))
+        return data
+
+
+class CommitTableRequest(_StrictUpdates):
     identifier: TableIdentifierModel | None = None
     requirements: tuple[TableRequirement, ...] = ()
     updates: tuple[TableUpdate, ...] = ()
@@ -72,6 +97,13 @@ class RenameRequest(_Request):
 
 
 class CreateViewRequest(_Request):
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_wire(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            wire.check_struct(data.get("schema"))
+        return data
+
     name: str
     location: str | None = None
     view_schema: Schema = Field(alias="schema")
@@ -148,7 +180,7 @@ class AssertViewUUID(_Request):
     uuid: str
 
 
-class CommitViewRequest(_Request):
+class CommitViewRequest(_StrictUpdates):
     identifier: TableIdentifierModel | None = None
     requirements: tuple[Annotated[AssertViewUUID, Field(discriminator="type")], ...] = ()
     updates: tuple[ViewUpdate, ...] = ()
@@ -167,7 +199,10 @@ def parse(model: type[M], data: Any) -> M:
         return model.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InvalidRequestError(f"invalid request: {where}: {first['msg']}") from None
-    except ValueError as err:
+        message = str(first["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(part) for part in first["loc"])
+        raise InvalidRequestError(
+            f"invalid request: {where}: {message}" if where else f"invalid request: {message}"
+        ) from None
+    except ValueError as err:  # pragma: no cover - pydantic wraps validator errors
         raise InvalidRequestError(f"invalid request: {str(err).splitlines()[0][:200]}") from None

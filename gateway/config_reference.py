@@ -21,23 +21,25 @@ An invalid value stops the gateway with one line naming the setting.
 def _rows(model: type[BaseModel], toml_prefix: str, env_prefix: str) -> list[str]:
     rows = []
     for name, field in model.model_fields.items():
-        value = None if field.is_required() else field.get_default(call_default_factory=True)
-        default = "(required)" if field.is_required() else str(value) if isinstance(value, Path) else repr(value)
-        rows.append(
-            f"| `{toml_prefix}{name}` | `{env_prefix}{name.upper()}` | `{default}` | {field.description or ''} |"
-        )
+        if field.is_required():
+            default = "(required)"
+        else:
+            value = field.get_default(call_default_factory=True)
+            default = str(value) if isinstance(value, Path) else repr(value)
+        key, env = f"{toml_prefix}{name}", f"{env_prefix}{name.upper()}"
+        rows.append(f"| `{key}` | `{env}` | `{default}` | {field.description or ''} |")
     return rows
 
 
 def render() -> str:
-    lines = [HEADER, "## Top level", "", "| TOML key | Environment | Default | Meaning |", "|---|---|---|---|"]
+    table_head = ["| TOML key | Environment | Default | Meaning |", "|---|---|---|---|"]
+    lines = [HEADER, "## Top level", "", *table_head]
     lines += _rows(Settings, "", ENV_PREFIX)
     lines += [
         "",
         "## `[warehouses.NAME]`",
         "",
-        "| TOML key | Environment | Default | Meaning |",
-        "|---|---|---|---|",
+        *table_head,
     ]
     lines += _rows(WarehouseSettings, "warehouses.NAME.", f"{ENV_PREFIX}WAREHOUSES__NAME__")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 
 from aiohttp import web
@@ -12,6 +13,7 @@ from gateway import errors
 from gateway.routes.route import Handler
 
 log = logging.getLogger("cedarberg.request")
+access_log = logging.getLogger("cedarberg.access")
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
@@ -24,6 +26,7 @@ async def request_id_and_errors(request: web.Request, handler: Handler) -> web.S
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _CLIENT_REQUEST_ID.match(offered) else uuid.uuid4().hex
     request[REQUEST_ID] = request_id
+    started = time.perf_counter()
     try:
         response = await handler(request)
     except errors.NotImplementedOperation as err:
@@ -47,6 +50,14 @@ async def request_id_and_errors(request: web.Request, handler: Handler) -> web.S
                 log.warning("%s %s failed: %s (request %s)", request.method, request.path, err, request_id)
             response = errors.error_response(status, error_type, str(err))
     response.headers[REQUEST_ID_HEADER] = request_id
+    access_log.info(
+        "%s %s %d %.1fms rid=%s",
+        request.method,
+        request.rel_url.raw_path,
+        response.status,
+        (time.perf_counter() - started) * 1000,
+        request_id,
+    )
     return response
 
 

@@ -68,7 +68,6 @@ def main() -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(Path(args.scratch_dir) / "spark-warehouse"))
-        .config("spark.local.dir", str(Path(args.scratch_dir) / "tmp"))
         .config("spark.jars", str(runtime_jar()))
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config(f"spark.sql.catalog.{cat}", "org.apache.iceberg.spark.SparkCatalog")

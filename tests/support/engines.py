@@ -84,7 +84,6 @@ def spark_session(
         .config("spark.sql.extensions", ICEBERG_SPARK_EXTENSIONS)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
-        .config("spark.local.dir", str(scratch / "tmp"))
     )
     for catalog, props in catalogs.items():
         prefix = f"spark.sql.catalog.{catalog}"

@@ -1,0 +1,95 @@
+"""Strict checks of wire JSON where pyiceberg's models would coerce or default.
+
+pyiceberg parses leniently (a missing `required` becomes false, "yes" becomes true, property values
+are stringified). A catalog must not guess what a client meant, so request documents are checked
+against the spec's required fields and JSON types before they are parsed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class WireError(ValueError):
+    """The JSON does not have the shape the spec requires."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(condition: bool, where: str, what: str) -> None:
+    if not condition:
+        raise WireError(f"{where}: {what}")
+
+
+def check_type(value: Any, where: str) -> None:
+    """A field type: a primitive name, or a struct, list or map object."""
+    if isinstance(value, str):
+        return
+    _require(isinstance(value, dict), where, "type must be a string or an object")
+    kind = value.get("type")
+    if kind == "struct":
+        check_struct(value, where)
+    elif kind == "list":
+        _require(_is_int(value.get("element-id")), where, "list needs an integer element-id")
+        _require(
+            isinstance(value.get("element-required"), bool), where, "list needs a boolean element-required"
+        )
+        check_type(value.get("element"), f"{where}.element")
+    elif kind == "map":
+        for key in ("key-id", "value-id"):
+            _require(_is_int(value.get(key)), where, f"map needs an integer {key}")
+        _require(isinstance(value.get("value-required"), bool), where, "map needs a boolean value-required")
+        check_type(value.get("key"), f"{where}.key")
+        check_type(value.get("value"), f"{where}.value")
+    else:
+        raise WireError(f"{where}: unknown nested type {kind!r}")
+
+
+def check_struct(value: Any, where: str = "schema") -> None:
+    """A struct (or schema): every field has an integer id, a name, a type and a boolean required."""
+    _require(isinstance(value, dict) and value.get("type") == "struct", where, "must be a struct object")
+    fields = value.get("fields")
+    _require(isinstance(fields, list), where, "fields must be a list")
+    for index, field in enumerate(fields):
+        at = f"{where}.fields.{index}"
+        _require(isinstance(field, dict), at, "must be an object")
+        _require(_is_int(field.get("id")), at, "id must be an integer")
+        _require(isinstance(field.get("name"), str), at, "name must be a string")
+        _require(isinstance(field.get("required"), bool), at, "required must be a boolean")
+        _require("type" in field, at, "type is required")
+        check_type(field["type"], f"{at}.type")
+
+
+def check_optional_bool(document: dict[str, Any], key: str) -> None:
+    if key in document:
+        _require(isinstance(document[key], bool), key, "must be a boolean")
+
+
+def check_string_map(value: Any, where: str) -> None:
+    _require(isinstance(value, dict), where, "must be an object")
+    for key, item in value.items():
+        _require(isinstance(item, str), f"{where}.{key}", "must be a string")
+
+
+def check_updates(updates: Any) -> None:
+    """Strict shapes of the table and view updates that pyiceberg would coerce."""
+    if not isinstance(updates, list):
+        return  # the model reports the wrong type
+    for index, update in enumerate(updates):
+        if not isinstance(update, dict):
+            continue
+        at = f"updates.{index}"
+        action = update.get("action")
+        if action == "set-properties":
+            check_string_map(update.get("updates"), f"{at}.updates")
+        elif action == "remove-properties":
+            removals = update.get("removals")
+            _require(
+                isinstance(removals, list) and all(isinstance(r, str) for r in removals),
+                at,
+                "removals must be a list of strings",
+            )
+        elif action == "add-schema":
+            check_struct(update.get("schema"), f"{at}.schema")
