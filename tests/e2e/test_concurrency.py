@@ -26,6 +26,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from tests.support.engines import make_catalog
+from tests.support.gateway import GatewayProcess
 
 WRITERS = 16
 APPENDS_PER_WRITER = 3
@@ -109,25 +110,60 @@ def run_writer(gateway: Any, writer: int, start: threading.Barrier, deadline: fl
         catalog.close()
 
 
-def test_sixteen_concurrent_writers(store_gateway: Any) -> None:
-    catalog = make_catalog(store_gateway)
-    catalog.create_namespace("conc")
-    # pyiceberg 0.12 would retry conflicts itself; the writers here do it, so every 409 is seen.
-    catalog.create_table(IDENTIFIER, schema=SCHEMA, properties={"commit.retry.num-retries": "0"})
-
+def run_writers(gateways: list[Any]) -> tuple[Outcome, float]:
+    """Start WRITERS writers at once, writer ``w`` talking to ``gateways[w % len(gateways)]``."""
     out = Outcome()
     start = threading.Barrier(WRITERS)
     began = time.monotonic()
     deadline = began + DEADLINE_SECONDS
     with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        futures = [pool.submit(run_writer, store_gateway, w, start, deadline, out) for w in range(WRITERS)]
+        futures = [
+            pool.submit(run_writer, gateways[w % len(gateways)], w, start, deadline, out)
+            for w in range(WRITERS)
+        ]
         errors = [f.exception() for f in futures]
     elapsed = time.monotonic() - began
     unexpected = [e for e in errors if e is not None]
     assert not unexpected, f"writers failed with unexpected errors: {unexpected!r}"
     assert not out.gave_up, f"appends gave up: {out.gave_up} ({out.conflicts} conflicts, {elapsed:.1f}s)"
     assert len(out.successes) == WRITERS * APPENDS_PER_WRITER
+    return out, elapsed
 
+
+def create_table(gateway: Any) -> None:
+    catalog = make_catalog(gateway)
+    catalog.create_namespace("conc")
+    # pyiceberg 0.12 would retry conflicts itself; the writers here do it, so every 409 is seen.
+    catalog.create_table(IDENTIFIER, schema=SCHEMA, properties={"commit.retry.num-retries": "0"})
+    catalog.close()
+
+
+def test_sixteen_concurrent_writers(store_gateway: Any) -> None:
+    create_table(store_gateway)
+    out, _elapsed = run_writers([store_gateway])
+    check_table(store_gateway, out)
+
+
+def test_sixteen_writers_through_two_gateways_on_one_postgres(postgres_url: str, tmp_path: Path) -> None:
+    """Two gateway processes share one PostgreSQL registry (and data dir): the compare-and-swap
+    must hold across processes, not just inside one."""
+    data_dir = tmp_path / "shared"
+    first = GatewayProcess(data_dir, store_url=postgres_url, log_path=tmp_path / "gw1.log")
+    second = GatewayProcess(data_dir, store_url=postgres_url, log_path=tmp_path / "gw2.log")
+    with first, second:
+        try:
+            create_table(first)
+            out, _elapsed = run_writers([first, second])
+            check_table(first, out)
+            check_table(second, out)
+        except BaseException:
+            for gw in (first, second):
+                print(f"--- {gw.log_path} (tail) ---\n{gw.log_text()[-4000:]}")
+            raise
+
+
+def check_table(gateway: Any, out: Outcome) -> None:
+    catalog = make_catalog(gateway)
     table = catalog.load_table(IDENTIFIER)
     snapshots = {s.snapshot_id: s for s in table.snapshots()}
 

@@ -904,22 +904,35 @@ def test_views_over_http_load_replace_rename_register(cat: RestCatalog, rest: Re
     assert_error(rename(("vdb2", "w"), ("vdb", "tbl")), 409, "AlreadyExistsException")
 
     current_location = rest.get(rest.view_url("vdb2", "w")).json()["metadata-location"]
+    dropped = rest.delete(rest.view_url("vdb2", "w"))
+    assert dropped.status_code == 204
+    assert_error(rest.delete(rest.view_url("vdb2", "w")), 404, "NoSuchViewException")
+    assert local_path(current_location).is_file()  # dropping a view keeps its metadata
+
     registered = rest.post(
         rest.url("namespaces/vdb2/register-view"), {"name": "copy", "metadata-location": current_location}
     )
     assert registered.status_code == 200, registered.text
+    assert registered.json()["metadata-location"] == current_location
     assert registered.json()["metadata"]["view-uuid"] == metadata["view-uuid"]
     assert registered.json()["metadata"]["current-version-id"] == 2
     assert cat.view_exists("vdb2.copy")
-    assert sorted(cat.list_views("vdb2")) == [("vdb2", "copy"), ("vdb2", "w")]
+    assert cat.list_views("vdb2") == [("vdb2", "copy")]
     again = rest.post(
         rest.url("namespaces/vdb2/register-view"), {"name": "copy", "metadata-location": current_location}
     )
     assert_error(again, 409, "AlreadyExistsException")
+    missing_ns = rest.post(
+        rest.url("namespaces/nosuch/register-view"), {"name": "x", "metadata-location": current_location}
+    )
+    assert_error(missing_ns, 404, "NoSuchNamespaceException")
 
-    dropped = rest.delete(rest.view_url("vdb2", "w"))
-    assert dropped.status_code == 204
-    assert_error(rest.delete(rest.view_url("vdb2", "w")), 404, "NoSuchViewException")
+    replaced_again = rest.post(
+        rest.view_url("vdb2", "copy"),
+        {"requirements": [], "updates": [{"action": "set-properties", "updates": {"after": "register"}}]},
+    )
+    assert replaced_again.status_code == 200, replaced_again.text
+    assert cat.load_view("vdb2.copy").metadata.properties["after"] == "register"
 
 
 # -- pagination ----------------------------------------------------------------------------------

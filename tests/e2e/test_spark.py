@@ -10,9 +10,11 @@ still fails.
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.spark
 
 HTTP_TIMEOUT = 15
 FAR_FUTURE = "TIMESTAMP '2100-01-01 00:00:00'"
+SERVER_ERROR = re.compile(r"^.*cedarberg\.access \S+ \S+ 5\d\d .*$", re.MULTILINE)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -161,11 +164,16 @@ def rest(session_gateway: GatewayProcess) -> Rest:
 
 @pytest.fixture(autouse=True)
 def _gateway_log(session_gateway: GatewayProcess) -> Iterator[None]:
-    """On failure, pytest shows what the gateway logged while the test ran."""
+    """Shows what the gateway logged while the test ran, and fails on any 5xx answer: Spark hides
+    some failed requests (metrics reports) and turns a 5xx on commit into "state unknown"."""
     start = len(session_gateway.log_text())
     print(f"gateway log: {session_gateway.log_path}")
     yield
-    print(session_gateway.log_text()[start:][-8000:])
+    logged = session_gateway.log_text()[start:]
+    print(logged[-8000:])
+    server_errors = SERVER_ERROR.findall(logged)
+    if server_errors:
+        pytest.fail(f"the gateway answered 5xx: {server_errors}")
 
 
 # -- namespaces and partitioned tables -----------------------------------------------------------
@@ -657,6 +665,56 @@ def test_drop_table_purge_deletes_files(
     assert files_under(doomed_dir) == set()
     assert files_under(kept_dir) == kept_files
     assert rows(spark, f"SELECT count(*) FROM cat.{ns}.kept") == [(3,)]
+
+
+def test_drop_without_purge_then_register(spark: SparkSession, rest: Rest) -> None:
+    ns = new_namespace(spark, "register")
+    table = f"cat.{ns}.t"
+    spark.sql(f"CREATE TABLE {table} (id INT) USING iceberg")
+    spark.sql(f"INSERT INTO {table} VALUES (1), (2), (3)")
+    before = rest.table(ns, "t")
+    location = local_path(before["location"])
+    table_files = files_under(location)
+
+    spark.sql(f"DROP TABLE {table}")
+    assert rest.table_status(ns, "t") == 404
+    assert files_under(location) == table_files  # no PURGE: data and metadata stay
+
+    registered = spark.sql(
+        f"CALL cat.system.register_table(table => '{ns}.revived', "
+        f"metadata_file => '{before['metadata-location']}')"
+    ).collect()[0]
+    assert registered["current_snapshot_id"] == before["current-snapshot-id"]
+    assert registered["total_records_count"] == 3
+    revived = rest.table(ns, "revived")
+    assert revived["table-uuid"] == before["table-uuid"]
+    assert rows(spark, f"SELECT id FROM cat.{ns}.revived ORDER BY id") == [(1,), (2,), (3,)]
+    spark.sql(f"INSERT INTO cat.{ns}.revived VALUES (4)")
+    assert rows(spark, f"SELECT count(*) FROM cat.{ns}.revived") == [(4,)]
+
+
+def test_concurrent_appends_all_land(spark: SparkSession, rest: Rest) -> None:
+    """Writers racing on one table: every commit lands, on one linear history."""
+    ns = new_namespace(spark, "race")
+    table = f"cat.{ns}.t"
+    spark.sql(f"CREATE TABLE {table} (writer INT, n INT) USING iceberg")
+
+    def write(writer: int) -> None:
+        for n in range(2):
+            spark.sql(f"INSERT INTO {table} VALUES ({writer}, {n})")
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(write, range(3)))
+
+    assert sorted(rows(spark, f"SELECT * FROM {table}")) == [(w, n) for w in range(3) for n in range(2)]
+    metadata = rest.table(ns, "t")
+    log = [e["snapshot-id"] for e in metadata["snapshot-log"]]
+    assert len(log) == len(set(log)) == 6
+    assert log[-1] == metadata["current-snapshot-id"]
+    parents = {s["snapshot-id"]: s.get("parent-snapshot-id") for s in metadata["snapshots"]}
+    assert [parents[snapshot] for snapshot in log] == [None, *log[:-1]]
+    sequence = {s["snapshot-id"]: s["sequence-number"] for s in metadata["snapshots"]}
+    assert [sequence[snapshot] for snapshot in log] == [1, 2, 3, 4, 5, 6]
 
 
 # -- procedures ----------------------------------------------------------------------------------
