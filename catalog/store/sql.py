@@ -194,7 +194,9 @@ class StoreTx:
                 raise NoSuchNamespaceError("namespace does not exist") from None
             if "uuid" in str(err.orig).lower():
                 # Two pointers to one table's metadata would let their histories diverge.
-                raise AlreadyExistsError(f"a table or view with UUID {row.uuid} is already registered") from None
+                raise AlreadyExistsError(
+                    f"a table or view with UUID {row.uuid} is registered already"
+                ) from None
             raise AlreadyExistsError("a table or view with this name already exists") from None
 
     async def swap_object(
