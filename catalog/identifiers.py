@@ -14,6 +14,7 @@ from catalog.errors import InvalidRequestError
 SEPARATOR = "\x1f"
 MAX_LEVEL_LENGTH = 255
 MAX_DEPTH = 16
+MAX_NAMESPACE_LENGTH = 1024  # the registry's column width for a joined namespace
 
 
 def _check_level(level: object, what: str) -> str:
@@ -39,7 +40,10 @@ class Namespace:
             raise InvalidRequestError("namespace must be a non-empty list of strings")
         if len(levels) > MAX_DEPTH:
             raise InvalidRequestError(f"namespace is deeper than {MAX_DEPTH} levels")
-        return cls(tuple(_check_level(level, "namespace level") for level in levels))
+        namespace = cls(tuple(_check_level(level, "namespace level") for level in levels))
+        if len(namespace.key) > MAX_NAMESPACE_LENGTH:
+            raise InvalidRequestError(f"namespace is longer than {MAX_NAMESPACE_LENGTH} characters")
+        return namespace
 
     @classmethod
     def parse(cls, encoded: str) -> Namespace:

@@ -14,7 +14,19 @@ def test_namespace_round_trips_through_its_key() -> None:
 
 @pytest.mark.parametrize(
     "levels",
-    [[], [""], ["a", ""], ["a\x00"], ["a\nb"], [f"a{SEPARATOR}b"], "abc", [1], ["x" * 256], ["a"] * 17],
+    [
+        [],
+        [""],
+        ["a", ""],
+        ["a\x00"],
+        ["a\nb"],
+        [f"a{SEPARATOR}b"],
+        "abc",
+        [1],
+        ["x" * 256],
+        ["a"] * 17,
+        ["x" * 250] * 5,
+    ],
 )
 def test_bad_namespaces_are_refused(levels: object) -> None:
     with pytest.raises(InvalidRequestError):
