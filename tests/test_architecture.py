@@ -34,7 +34,7 @@ def test_kms_never_imports_catalog() -> None:
 def test_middleware_order_is_one_constant() -> None:
     from gateway.middleware import MIDDLEWARES, request_id_and_errors
 
-    assert MIDDLEWARES == (request_id_and_errors,)
+    assert (request_id_and_errors,) == MIDDLEWARES
 
 
 def test_endpoints_advertise_exactly_the_registered_operations() -> None:
