@@ -12,12 +12,14 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import (
     AssertCreate,
+    AssignUUIDUpdate,
     RemovePartitionStatisticsUpdate,
     RemoveSnapshotsUpdate,
     RemoveStatisticsUpdate,
@@ -62,7 +64,7 @@ def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata
             properties=dict(request.properties),
             table_uuid=uuid.uuid4(),
         )
-    except (ValueError, ValidationError) as err:
+    except (ValueError, ValidationError, IcebergValidationError) as err:
         raise InvalidRequestError(f"invalid table definition: {_message(err)}") from None
 
 
@@ -112,17 +114,45 @@ def apply_updates(
 ) -> TableMetadata:
     """Apply updates to `base` (None: build a new table from them). Raises InvalidRequestError."""
     start = base if base is not None else empty_metadata()
+    if base is not None:
+        _refuse_uuid_change(base, updates)
     try:
-        return update_table_metadata(
+        new = update_table_metadata(
             base_metadata=start,
             updates=_tolerate_removed_statistics(start, updates),
             enforce_validation=base is None,
             metadata_location=base_location,
         )
+        _check_added_sort_orders(start, new)
     except CommitFailedException as err:
         raise CommitFailedError(_message(err)) from None
-    except (ValueError, ValidationError, KeyError, AttributeError, NotImplementedError) as err:
+    except (
+        ValueError,
+        ValidationError,
+        IcebergValidationError,
+        KeyError,
+        AttributeError,
+        NotImplementedError,
+    ) as err:
         raise InvalidRequestError(f"cannot apply updates: {_message(err)}") from None
+    return new
+
+
+def _refuse_uuid_change(base: TableMetadata, updates: Sequence[TableUpdate]) -> None:
+    """A table's UUID is its identity (requirements and encryption bind to it): never reassigned."""
+    for update in updates:
+        if isinstance(update, AssignUUIDUpdate) and update.uuid != base.table_uuid:
+            raise InvalidRequestError("cannot reassign the UUID of an existing table")
+
+
+def _check_added_sort_orders(base: TableMetadata, new: TableMetadata) -> None:
+    """Every sort order added must bind to the current schema; pyiceberg checks only the default
+    one, and Java engines refuse to load a table whose sort orders do not bind."""
+    known = {order.order_id for order in base.sort_orders}
+    schema = new.schema()
+    for order in new.sort_orders:
+        if order.order_id not in known:
+            order.check_compatible(schema)
 
 
 def filter_to_refs(metadata: TableMetadata) -> TableMetadata:

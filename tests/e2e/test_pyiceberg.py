@@ -1014,12 +1014,25 @@ def test_pagination_of_nested_namespaces_tables_and_views(cat: RestCatalog, rest
     assert {(("p",), t) for t in tables} <= set(listed)
     assert set(listed) <= {(("p",), t) for t in [*tables, "t00x", "t99"]}
 
+    # Dropping an item not yet listed (and one already listed) loses nothing else.
+    tables = [*tables, "t00x", "t99"]
+
+    def drop_between(page_no: int) -> None:
+        if page_no == 1:
+            cat.drop_table("p.t00")  # on the page just read
+            cat.drop_table("p.t20")  # on a page still to come
+
+    pages = collect_pages(rest, rest.url("namespaces/p/tables"), "identifiers", 10, drop_between)
+    listed = [i["name"] for page in pages for i in page]
+    assert len(listed) == len(set(listed))
+    assert sorted(listed) == sorted(t for t in tables if t != "t20")
+
     view_pages = collect_pages(rest, rest.url("namespaces/p/views"), "identifiers", 2)
     views = [i["name"] for page in view_pages for i in page]
     assert sorted(views) == ["v0", "v1", "v2"]
 
     paged_client = make_catalog(rest.base_url, **{"page-size": "4"})
-    assert len(paged_client.list_tables("p")) == 27
+    assert len(paged_client.list_tables("p")) == 25
     assert len(paged_client.list_views("p")) == 3
 
 
@@ -1253,3 +1266,34 @@ def test_idempotent_multi_table_commit(cat: RestCatalog, rest: Rest) -> None:
     after = cat.load_table("db.m1")
     assert after.metadata_location == location
     assert len(after.metadata.metadata_log) == 1
+
+
+def test_idempotent_table_create_rename_and_drop(cat: RestCatalog, rest: Rest) -> None:
+    cat.create_namespace("db")
+    schema = {
+        "type": "struct",
+        "schema-id": 0,
+        "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+    }
+    create_key = uuid7()
+    created = [
+        rest.post(rest.url("namespaces/db/tables"), {"name": "t", "schema": schema}, headers={"Idempotency-Key": create_key})
+        for _ in range(2)
+    ]
+    assert [r.status_code for r in created] == [200, 200], created[1].text
+    assert created[1].json()["metadata-location"] == created[0].json()["metadata-location"]
+    assert created[1].json()["metadata"]["table-uuid"] == created[0].json()["metadata"]["table-uuid"]
+    assert cat.list_tables("db") == [("db", "t")]
+    table_dir = local_path(created[0].json()["metadata"]["location"]) / "metadata"
+    assert len([p for p in table_dir.iterdir() if ".metadata.json" in p.name]) == 1
+
+    rename_key = uuid7()
+    body = {"source": {"namespace": ["db"], "name": "t"}, "destination": {"namespace": ["db"], "name": "u"}}
+    renamed = [rest.post(rest.url("tables/rename"), body, headers={"Idempotency-Key": rename_key}) for _ in range(2)]
+    assert [r.status_code for r in renamed] == [204, 204], renamed[1].text
+    assert cat.list_tables("db") == [("db", "u")]
+
+    drop_key = uuid7()
+    dropped = [rest.delete(rest.table_url("db", "u"), headers={"Idempotency-Key": drop_key}) for _ in range(2)]
+    assert [r.status_code for r in dropped] == [204, 204], dropped[1].text
+    assert cat.list_tables("db") == []

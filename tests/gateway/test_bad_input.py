@@ -683,6 +683,28 @@ def test_path_like_names_never_escape_the_warehouse(fresh: Client, name: str) ->
     assert dirs_outside() == before
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        pytest.param("/namespaces", {"namespace": ["n" * 10_000]}, id="namespace-level-10k"),
+        pytest.param(
+            "/namespaces", {"namespace": [f"l{i}" for i in range(1000)]}, id="namespace-1000-levels"
+        ),
+        pytest.param(f"{NS_PATH}/tables", create_table_body("t" * 10_000), id="table-name-10k"),
+        pytest.param(f"{NS_PATH}/views", create_view_body("v" * 10_000, NS), id="view-name-10k"),
+        pytest.param(
+            "/tables/rename",
+            {"source": ident(NS, TABLE), "destination": ident(NS, "t" * 10_000)},
+            id="rename-to-10k",
+        ),
+    ],
+)
+def test_overlong_identifiers(seeded: Client, path: str, body: Any) -> None:
+    before = seeded.state()
+    assert_error(seeded.post(path, body), 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
 # --------------------------------------------------------------------------------------------------
 # Body size limit
 # --------------------------------------------------------------------------------------------------
@@ -988,6 +1010,118 @@ def test_failed_requirements_with_snapshots(
     assert resp.status_code == 200, resp.text
 
 
+SEMANTICALLY_INVALID = [
+    pytest.param([{"action": "set-current-schema", "schema-id": 99}], id="set-current-schema-unknown"),
+    pytest.param([{"action": "set-default-spec", "spec-id": 99}], id="set-default-spec-unknown"),
+    pytest.param(
+        [{"action": "set-default-sort-order", "sort-order-id": 99}], id="set-default-sort-order-unknown"
+    ),
+    pytest.param(
+        [{"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 424242}],
+        id="set-ref-unknown-snapshot",
+    ),
+    pytest.param([{"action": "upgrade-format-version", "format-version": 1}], id="downgrade-format-version"),
+    pytest.param([{"action": "upgrade-format-version", "format-version": 99}], id="unknown-format-version"),
+    pytest.param(
+        [
+            {
+                "action": "add-spec",
+                "spec": {"fields": [{"source-id": 99, "transform": "identity", "name": "p"}]},
+            }
+        ],
+        id="add-spec-unknown-source",
+    ),
+    pytest.param(
+        [
+            {
+                "action": "add-sort-order",
+                "sort-order": {
+                    "order-id": 1,
+                    "fields": [
+                        {
+                            "source-id": 99,
+                            "transform": "identity",
+                            "direction": "asc",
+                            "null-order": "nulls-first",
+                        }
+                    ],
+                },
+            }
+        ],
+        id="add-sort-order-unknown-source",
+    ),
+    pytest.param([{"action": "assign-uuid", "uuid": str(uuid.uuid4())}], id="reassign-uuid"),
+]
+
+
+@pytest.mark.parametrize("updates", SEMANTICALLY_INVALID)
+def test_semantically_invalid_updates(seeded: Client, updates: list[Any]) -> None:
+    """Well-formed updates that cannot apply to the table are refused with 400; nothing is written."""
+    before = seeded.state()
+    assert_error(seeded.post(TABLE_PATH, commit_body(updates)), 400, "BadRequestException")
+    assert_error(
+        seeded.post(
+            "/transactions/commit", tx_body((NS, OTHER, [], [set_props(k="v")]), (NS, TABLE, [], updates))
+        ),
+        400,
+        "BadRequestException",
+    )
+    assert_unchanged(seeded, before)
+
+
+@pytest.mark.parametrize(
+    ("body", "id_"),
+    [
+        ({"partition-spec": {"fields": [{"source-id": 99, "transform": "identity", "name": "p"}]}}, "spec"),
+        (
+            {
+                "write-order": {
+                    "order-id": 1,
+                    "fields": [
+                        {
+                            "source-id": 99,
+                            "transform": "identity",
+                            "direction": "asc",
+                            "null-order": "nulls-first",
+                        }
+                    ],
+                }
+            },
+            "sort-order",
+        ),
+        (
+            {"partition-spec": {"fields": [{"source-id": 1, "transform": "frobnicate", "name": "p"}]}},
+            "transform",
+        ),
+        ({"properties": {"format-version": "99"}}, "format-version"),
+    ],
+    ids=["spec-unknown-source", "sort-order-unknown-source", "spec-unknown-transform", "format-version-99"],
+)
+def test_semantically_invalid_create_table(seeded: Client, body: dict[str, Any], id_: str) -> None:
+    before = seeded.state()
+    resp = seeded.post(f"{NS_PATH}/tables", create_table_body(f"invalid_{id_.replace('-', '_')}", **body))
+    assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
+def test_view_failed_requirement_and_invalid_updates(seeded: Client) -> None:
+    """A wrong assert-view-uuid is 409 CommitFailedException; updates that cannot apply to the view
+    are 400; the view is unchanged either way."""
+    before = seeded.state()
+    wrong_uuid = [{"type": "assert-view-uuid", "uuid": str(uuid.uuid4())}]
+    resp = seeded.post(VIEW_PATH, {"requirements": wrong_uuid, "updates": [set_props(k="v")]})
+    assert_error(resp, 409, "CommitFailedException")
+    for updates in (
+        [{"action": "set-current-view-version", "view-version-id": 99}],
+        [{"action": "assign-uuid", "uuid": str(uuid.uuid4())}],
+        [{"action": "upgrade-format-version", "format-version": 99}],
+        [{"action": "set-properties", "updates": {"k": 1}}],
+    ):
+        resp = seeded.post(VIEW_PATH, {"requirements": [], "updates": updates})
+        assert_error(resp, 400, "BadRequestException")
+    assert_unchanged(seeded, before)
+
+
 # --------------------------------------------------------------------------------------------------
 # Locations outside the warehouse
 # --------------------------------------------------------------------------------------------------
@@ -1051,6 +1185,47 @@ def test_set_location_outside_warehouse(seeded: Client) -> None:
         assert_location_refused(seeded.post("/transactions/commit", tx_body((NS, TABLE, [], update))))
         if local is not None:
             assert not local.exists(), f"{local} was created for {location}"
+    assert_unchanged(seeded, before)
+
+
+def test_register_foreign_or_missing_metadata(seeded: Client, tmp_path: Path) -> None:
+    """Registering a metadata file outside the warehouse, a non-metadata file or a missing one is a
+    4xx ErrorModel (never a 500), and registers nothing."""
+    foreign = tmp_path / "foreign.metadata.json"
+    foreign.write_text("{}")
+    wh = seeded.warehouse_dir.resolve()
+    before = seeded.state()
+    for location in (
+        "file:///etc/passwd",
+        foreign.as_uri(),
+        f"{wh.as_uri()}/{NS[0]}/missing/metadata/00000-{uuid.uuid4()}.metadata.json",
+        f"{wh.as_uri()}/../catalog.db",
+        "",
+    ):
+        resp = seeded.post(f"{NS_PATH}/register", {"name": "registered", "metadata-location": location})
+        assert 400 <= resp.status_code < 500, f"{location}: {resp.status_code} {resp.text[:300]}"
+        assert_error(resp, resp.status_code, None)
+    assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad query parameters
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params"),
+    [
+        pytest.param("GET", TABLE_PATH, {"snapshots": "bogus"}, id="load-snapshots-bogus"),
+        pytest.param("DELETE", TABLE_PATH, {"purgeRequested": "maybe"}, id="drop-purge-maybe"),
+        pytest.param("DELETE", TABLE_PATH, {"purgeRequested": "2"}, id="drop-purge-2"),
+        pytest.param("GET", "/namespaces", {"parent": "bi" + SEP}, id="list-parent-trailing-separator"),
+        pytest.param("GET", "/namespaces", {"parent": "b\x00i"}, id="list-parent-nul"),
+    ],
+)
+def test_bad_query_parameters(seeded: Client, method: str, path: str, params: dict[str, str]) -> None:
+    before = seeded.state()
+    assert_error(seeded.request(method, path, params=params), 400, "BadRequestException")
     assert_unchanged(seeded, before)
 
 
