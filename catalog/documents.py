@@ -18,8 +18,12 @@ def dumps(document: Any) -> bytes:
 
 
 def model_json(model: BaseModel) -> bytes:
-    """Spec JSON of a pyiceberg model (aliases, no nulls)."""
-    return model.model_dump_json(by_alias=True, exclude_none=True).encode()
+    """Spec JSON of a pyiceberg model (aliases, no nulls).
+
+    Called through BaseModel because pyiceberg 0.12's v3 table metadata refuses to serialise
+    itself (its own writer lacks v3 support); the catalog only relays what engines committed.
+    """
+    return BaseModel.model_dump_json(model, by_alias=True, exclude_none=True).encode()
 
 
 def load_result(metadata_location: str | None, metadata_json: bytes) -> bytes:

@@ -7,6 +7,7 @@ refuse, and enforces the gateway's location rule.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -15,7 +16,14 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
-from pyiceberg.table.metadata import TableMetadata, TableMetadataV1, new_table_metadata
+from pyiceberg.table.metadata import (
+    TableMetadata,
+    TableMetadataUtil,
+    TableMetadataV1,
+    TableMetadataV3,
+    new_table_metadata,
+)
+from pyiceberg.table.snapshots import MetadataLogEntry
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import (
     AssertCreate,
@@ -25,12 +33,15 @@ from pyiceberg.table.update import (
     RemoveStatisticsUpdate,
     TableRequirement,
     TableUpdate,
+    UpgradeFormatVersionUpdate,
     update_table_metadata,
 )
 
 from catalog import locations
 from catalog.errors import CommitFailedError, InvalidRequestError
 from catalog.requests import CreateTableRequest
+
+V3 = 3
 
 # Table properties that point engines at other places to write; they must stay in the warehouse.
 LOCATION_PROPERTIES = (
@@ -56,13 +67,15 @@ def check_locations(metadata: TableMetadata, allowed_root: str) -> None:
 def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata:
     """Metadata of a new table with fresh field, spec and sort-order ids (clients send their own)."""
     try:
-        return new_table_metadata(
-            schema=request.table_schema,
-            partition_spec=request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
-            sort_order=request.write_order or UNSORTED_SORT_ORDER,
-            location=location,
-            properties=dict(request.properties),
-            table_uuid=uuid.uuid4(),
+        return _with_row_lineage(
+            new_table_metadata(
+                schema=request.table_schema,
+                partition_spec=request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+                sort_order=request.write_order or UNSORTED_SORT_ORDER,
+                location=location,
+                properties=dict(request.properties),
+                table_uuid=uuid.uuid4(),
+            )
         )
     except (ValueError, ValidationError, IcebergValidationError) as err:
         raise InvalidRequestError(f"invalid table definition: {_message(err)}") from None
@@ -109,6 +122,36 @@ def _tolerate_removed_statistics(
     return tuple(kept)
 
 
+def _with_row_lineage(metadata: TableMetadata) -> TableMetadata:
+    """v3 tables track row lineage from row id 0; pyiceberg leaves `next-row-id` unset, which
+    would stop it from ever advancing."""
+    if isinstance(metadata, TableMetadataV3) and metadata.next_row_id is None:
+        return metadata.model_copy(update={"next_row_id": 0})
+    return metadata
+
+
+def _upgrade_to_v3(
+    base: TableMetadata, updates: Sequence[TableUpdate]
+) -> tuple[TableMetadata, tuple[TableUpdate, ...]]:
+    """Take an upgrade to format v3 out of `updates` and apply it to `base`.
+
+    pyiceberg 0.12 models v3 metadata but refuses to upgrade to it; the upgrade itself is only a
+    version bump plus the start of row lineage.
+    """
+    wants_v3 = any(isinstance(u, UpgradeFormatVersionUpdate) and u.format_version == V3 for u in updates)
+    if not wants_v3 or base.format_version >= V3:
+        return base, tuple(updates)
+    if base.format_version == 1:
+        base = update_table_metadata(base, (UpgradeFormatVersionUpdate(format_version=2),))
+    upgraded = TableMetadataUtil._construct_without_validation(  # pyiceberg's own v2->v3 path
+        base.model_copy(update={"format_version": V3, "next_row_id": 0})
+    )
+    rest = tuple(
+        u for u in updates if not (isinstance(u, UpgradeFormatVersionUpdate) and u.format_version == V3)
+    )
+    return upgraded, rest
+
+
 def apply_updates(
     base: TableMetadata | None, updates: Sequence[TableUpdate], base_location: str | None
 ) -> TableMetadata:
@@ -117,12 +160,23 @@ def apply_updates(
     if base is not None:
         _refuse_uuid_change(base, updates)
     try:
+        upgraded, updates = _upgrade_to_v3(start, updates)
         new = update_table_metadata(
-            base_metadata=start,
-            updates=_tolerate_removed_statistics(start, updates),
+            base_metadata=upgraded,
+            updates=_tolerate_removed_statistics(upgraded, updates),
             enforce_validation=base is None,
             metadata_location=base_location,
         )
+        if upgraded is not start and new.metadata_log == upgraded.metadata_log and base_location:
+            # The upgrade was the only change: log the previous file as any other commit would.
+            entry = MetadataLogEntry(metadata_file=base_location, timestamp_ms=start.last_updated_ms)
+            new = new.model_copy(
+                update={
+                    "metadata_log": [*new.metadata_log, entry],
+                    "last_updated_ms": int(time.time() * 1000),
+                }
+            )
+        new = _with_row_lineage(new)
         _check_added_sort_orders(start, new)
     except CommitFailedException as err:
         raise CommitFailedError(_message(err)) from None

@@ -1277,7 +1277,11 @@ def test_idempotent_table_create_rename_and_drop(cat: RestCatalog, rest: Rest) -
     }
     create_key = uuid7()
     created = [
-        rest.post(rest.url("namespaces/db/tables"), {"name": "t", "schema": schema}, headers={"Idempotency-Key": create_key})
+        rest.post(
+            rest.url("namespaces/db/tables"),
+            {"name": "t", "schema": schema},
+            headers={"Idempotency-Key": create_key},
+        )
         for _ in range(2)
     ]
     assert [r.status_code for r in created] == [200, 200], created[1].text
@@ -1289,11 +1293,15 @@ def test_idempotent_table_create_rename_and_drop(cat: RestCatalog, rest: Rest) -
 
     rename_key = uuid7()
     body = {"source": {"namespace": ["db"], "name": "t"}, "destination": {"namespace": ["db"], "name": "u"}}
-    renamed = [rest.post(rest.url("tables/rename"), body, headers={"Idempotency-Key": rename_key}) for _ in range(2)]
+    renamed = [
+        rest.post(rest.url("tables/rename"), body, headers={"Idempotency-Key": rename_key}) for _ in range(2)
+    ]
     assert [r.status_code for r in renamed] == [204, 204], renamed[1].text
     assert cat.list_tables("db") == [("db", "u")]
 
     drop_key = uuid7()
-    dropped = [rest.delete(rest.table_url("db", "u"), headers={"Idempotency-Key": drop_key}) for _ in range(2)]
+    dropped = [
+        rest.delete(rest.table_url("db", "u"), headers={"Idempotency-Key": drop_key}) for _ in range(2)
+    ]
     assert [r.status_code for r in dropped] == [204, 204], dropped[1].text
     assert cat.list_tables("db") == []
