@@ -27,12 +27,11 @@ from catalog.context import CatalogContext, Warehouse
 from catalog.errors import CommitFailedError, CommitStateUnknownError, NoSuchTableError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier
+from catalog.objects import TABLE
 from catalog.requests import CommitTableRequest
 from catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
-
-TABLE = "table"
 
 
 class _LostRace(Exception):

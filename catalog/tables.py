@@ -12,7 +12,6 @@ from pyiceberg.table.metadata import TableMetadata
 
 from catalog import documents, fileio, locations, table_metadata
 from catalog.commits import (
-    TABLE,
     PlannedChange,
     commit,
     commit_response,
@@ -21,24 +20,18 @@ from catalog.commits import (
     plan_change,
 )
 from catalog.context import CatalogContext, Warehouse
-from catalog.errors import AlreadyExistsError, InvalidRequestError, NoSuchTableError, NoSuchViewError
+from catalog.errors import AlreadyExistsError, InvalidRequestError, NoSuchTableError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
-from catalog.pagination import PageRequest, fetch_page
+from catalog.objects import TABLE, list_objects, rename_object, require_object
+from catalog.pagination import PageRequest
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
-from catalog.store.sql import ObjectRow, StoreTx
+from catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_MODES = ("all", "refs")
-
-
-async def require_table(tx: StoreTx, warehouse: str, identifier: Identifier) -> ObjectRow:
-    row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
-    if row is None or row.kind != TABLE:
-        raise NoSuchTableError(f"Table does not exist: {identifier}")
-    return row
 
 
 class TableService:
@@ -46,18 +39,7 @@ class TableService:
         self._ctx = ctx
 
     async def list_all(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
-        warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            await require_namespace(tx, warehouse.name, namespace)
-            result = await fetch_page(
-                page, lambda after, limit: tx.list_objects(warehouse.name, namespace.key, TABLE, after, limit)
-            )
-        return documents.dumps(
-            {
-                "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],
-                "next-page-token": result.next_token,
-            }
-        )
+        return await list_objects(self._ctx, warehouse_name, namespace, TABLE, page)
 
     async def create(
         self,
@@ -99,7 +81,7 @@ class TableService:
             raise InvalidRequestError("snapshots must be 'all' or 'refs'")
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
-            row = await require_table(tx, warehouse.name, identifier)
+            row = await require_object(tx, warehouse.name, identifier, TABLE)
         tag = documents.etag(row.metadata_location, snapshots)
         if if_none_match is not None and (
             if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))
@@ -114,7 +96,7 @@ class TableService:
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
-            await require_table(tx, warehouse.name, identifier)
+            await require_object(tx, warehouse.name, identifier, TABLE)
 
     async def commit(
         self,
@@ -136,7 +118,7 @@ class TableService:
 
         async def current() -> bytes:
             async with self._ctx.store.read() as tx:
-                row = await require_table(tx, warehouse.name, identifier)
+                row = await require_object(tx, warehouse.name, identifier, TABLE)
             return documents.load_result(row.metadata_location, row.metadata.encode())
 
         body = await commit(
@@ -197,7 +179,7 @@ class TableService:
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.write() as tx:
-            row = await require_table(tx, warehouse.name, identifier)
+            row = await require_object(tx, warehouse.name, identifier, TABLE)
             if not await tx.delete_object(warehouse.name, identifier.namespace.key, identifier.name, TABLE):
                 raise NoSuchTableError(f"Table does not exist: {identifier}")
             others = [loc for *_, loc in await tx.object_locations(warehouse.name)] if purge else []
@@ -266,7 +248,7 @@ class TableService:
     ) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.write() as tx:
-            await require_table(tx, warehouse.name, identifier)
+            await require_object(tx, warehouse.name, identifier, TABLE)
             await tx.insert_metrics_report(
                 warehouse.name,
                 identifier.namespace.key,
@@ -274,30 +256,6 @@ class TableService:
                 report.report_type,
                 report.model_dump(by_alias=True, mode="json"),
             )
-
-
-async def rename_object(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    kind: str,
-    source: Identifier,
-    target: Identifier,
-    rec: Recorder | None,
-) -> None:
-    """Rename a table or view, across namespaces too. Raises NoSuch*/AlreadyExists errors."""
-    missing = NoSuchTableError if kind == TABLE else NoSuchViewError
-    async with ctx.store.write() as tx:
-        row = await tx.get_object(warehouse.name, source.namespace.key, source.name)
-        if row is None or row.kind != kind:
-            raise missing(f"{kind.capitalize()} does not exist: {source}")
-        await require_namespace(tx, warehouse.name, target.namespace)
-        if await tx.get_object(warehouse.name, target.namespace.key, target.name) is not None:
-            raise AlreadyExistsError(f"Table or view already exists: {target}")
-        await tx.rename_object(
-            warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
-        )
-        if rec is not None:
-            await rec.record(tx, None)
 
 
 def _purge(warehouse: Warehouse, metadata: TableMetadata, metadata_location: str, others: list[str]) -> None:

@@ -14,19 +14,10 @@ from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequest
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
-from catalog.pagination import PageRequest, fetch_page
+from catalog.objects import VIEW, list_objects, rename_object, require_object
+from catalog.pagination import PageRequest
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from catalog.store.sql import ObjectRow, StoreTx
-from catalog.tables import rename_object
-
-VIEW = "view"
-
-
-async def require_view(tx: StoreTx, warehouse: str, identifier: Identifier) -> ObjectRow:
-    row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
-    if row is None or row.kind != VIEW:
-        raise NoSuchViewError(f"View does not exist: {identifier}")
-    return row
+from catalog.store.sql import ObjectRow
 
 
 def _parse(content: bytes | str) -> ViewMetadata:
@@ -43,18 +34,7 @@ class ViewService:
         self._ctx = ctx
 
     async def list_all(self, warehouse_name: str | None, namespace: Namespace, page: PageRequest) -> bytes:
-        warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            await require_namespace(tx, warehouse.name, namespace)
-            result = await fetch_page(
-                page, lambda after, limit: tx.list_objects(warehouse.name, namespace.key, VIEW, after, limit)
-            )
-        return documents.dumps(
-            {
-                "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],
-                "next-page-token": result.next_token,
-            }
-        )
+        return await list_objects(self._ctx, warehouse_name, namespace, VIEW, page)
 
     async def create(
         self,
@@ -114,13 +94,13 @@ class ViewService:
     async def load(self, warehouse_name: str | None, identifier: Identifier) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
-            row = await require_view(tx, warehouse.name, identifier)
+            row = await require_object(tx, warehouse.name, identifier, VIEW)
         return documents.load_result(row.metadata_location, row.metadata.encode())
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
-            await require_view(tx, warehouse.name, identifier)
+            await require_object(tx, warehouse.name, identifier, VIEW)
 
     async def replace(
         self,
@@ -133,7 +113,7 @@ class ViewService:
         warehouse = self._ctx.warehouse(warehouse_name)
         for _attempt in range(self._ctx.limits.commit_retries):
             async with self._ctx.store.read() as tx:
-                row = await require_view(tx, warehouse.name, identifier)
+                row = await require_object(tx, warehouse.name, identifier, VIEW)
             base = _parse(row.metadata)
             view_metadata.validate_requirements(request.requirements, base)
             new = view_metadata.apply_updates(base, request.updates)

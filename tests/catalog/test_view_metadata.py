@@ -1,5 +1,7 @@
 """View updates applied by the catalog (pyiceberg has no server-side view logic)."""
 
+import json
+
 import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
@@ -23,6 +25,11 @@ def _version(sql: str, schema_id: int = 0) -> ViewVersion:
     )
 
 
+def _wire(model: Schema | ViewVersion) -> object:
+    """The model as a client sends it: JSON."""
+    return json.loads(model.model_dump_json())
+
+
 def _commit(
     updates: list[dict[str, object]], requirements: list[dict[str, object]] | None = None
 ) -> req.CommitViewRequest:
@@ -36,10 +43,10 @@ def test_replace_adds_schema_and_version_and_logs_the_switch() -> None:
     )
     change = _commit(
         [
-            {"action": "add-schema", "schema": new_schema.model_dump(by_alias=True)},
+            {"action": "add-schema", "schema": _wire(new_schema)},
             {
                 "action": "add-view-version",
-                "view-version": _version("select 2", -1).model_dump(by_alias=True),
+                "view-version": _wire(_version("select 2", -1)),
             },
             {"action": "set-current-view-version", "view-version-id": -1},
         ]
@@ -56,7 +63,10 @@ def test_re_adding_an_identical_version_reuses_it() -> None:
     base = view_metadata.new_view_metadata("file:///w/v", SCHEMA, _version("select 1"), {})
     change = _commit(
         [
-            {"action": "add-view-version", "view-version": _version("select 1").model_dump(by_alias=True)},
+            {
+                "action": "add-view-version",
+                "view-version": json.loads(_version("select 1").model_dump_json()),
+            },
             {"action": "set-current-view-version", "view-version-id": -1},
         ]
     )

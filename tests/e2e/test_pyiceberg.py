@@ -82,7 +82,7 @@ def uuid7() -> str:
     millis = time.time_ns() // 1_000_000
     value = (millis & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
-    value |= int.from_bytes(os.urandom(2), "big") & 0x0FFF << 64
+    value |= (int.from_bytes(os.urandom(2), "big") & 0x0FFF) << 64
     value |= 0b10 << 62
     value |= int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     return str(uuid.UUID(int=value))

@@ -1,0 +1,63 @@
+"""What tables and views share: lookup by kind, listing and renaming."""
+
+from __future__ import annotations
+
+from catalog import documents
+from catalog.context import CatalogContext, Warehouse
+from catalog.errors import AlreadyExistsError, NoSuchTableError, NoSuchViewError, NotFoundError
+from catalog.idempotency import Recorder
+from catalog.identifiers import Identifier, Namespace
+from catalog.namespaces import require_namespace
+from catalog.pagination import PageRequest, fetch_page
+from catalog.store.sql import ObjectRow, StoreTx
+
+TABLE = "table"
+VIEW = "view"
+_MISSING: dict[str, type[NotFoundError]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
+
+
+async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
+    """The stored table or view. Raises NoSuchTableError / NoSuchViewError."""
+    row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
+    if row is None or row.kind != kind:
+        raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
+    return row
+
+
+async def list_objects(
+    ctx: CatalogContext, warehouse_name: str | None, namespace: Namespace, kind: str, page: PageRequest
+) -> bytes:
+    """A ListTablesResponse document for the tables or views of a namespace."""
+    warehouse = ctx.warehouse(warehouse_name)
+    async with ctx.store.read() as tx:
+        await require_namespace(tx, warehouse.name, namespace)
+        result = await fetch_page(
+            page, lambda after, limit: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
+        )
+    return documents.dumps(
+        {
+            "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],
+            "next-page-token": result.next_token,
+        }
+    )
+
+
+async def rename_object(
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    kind: str,
+    source: Identifier,
+    target: Identifier,
+    rec: Recorder | None,
+) -> None:
+    """Rename a table or view, across namespaces too. Raises NoSuch*/AlreadyExists errors."""
+    async with ctx.store.write() as tx:
+        await require_object(tx, warehouse.name, source, kind)
+        await require_namespace(tx, warehouse.name, target.namespace)
+        if await tx.get_object(warehouse.name, target.namespace.key, target.name) is not None:
+            raise AlreadyExistsError(f"Table or view already exists: {target}")
+        await tx.rename_object(
+            warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
+        )
+        if rec is not None:
+            await rec.record(tx, None)
