@@ -444,6 +444,7 @@ WRONG_TYPES = [
     # transactions
     pytest.param("/transactions/commit", {"table-changes": {}}, id="tx-changes-an-object"),
     pytest.param("/transactions/commit", {}, id="tx-changes-missing"),
+    pytest.param("/transactions/commit", {"table-changes": []}, id="tx-changes-empty"),
     pytest.param(
         "/transactions/commit",
         {"table-changes": [commit_body([set_props(k="v")])]},
@@ -1227,6 +1228,31 @@ def test_bad_query_parameters(seeded: Client, method: str, path: str, params: di
     before = seeded.state()
     assert_error(seeded.request(method, path, params=params), 400, "BadRequestException")
     assert_unchanged(seeded, before)
+
+
+def test_namespace_location_outside_warehouse(fresh: Client) -> None:
+    """A namespace ``location`` property outside the warehouse is refused, or at least never leads a
+    table outside it: creating a table there is refused or lands inside the warehouse."""
+    tag = uuid.uuid4().hex
+    wh = fresh.warehouse_dir.resolve()
+    for location, local in outside_locations(fresh, tag):
+        levels = [f"ns_{uuid.uuid4().hex[:8]}"]
+        made = fresh.post("/namespaces", {"namespace": levels, "properties": {"location": location}})
+        if made.status_code != 200:
+            assert 400 <= made.status_code < 500, made.text
+            assert_error(made, made.status_code, None)
+            continue
+        resp = fresh.post(f"{ns_path(levels)}/tables", create_table_body("t"))
+        if resp.status_code != 200:
+            assert 400 <= resp.status_code < 500, resp.text
+            assert_error(resp, resp.status_code, None)
+        else:
+            table_location = resp.json()["metadata"]["location"]
+            path = Path(table_location.removeprefix("file://").removeprefix("file:"))
+            assert table_location.startswith("file:"), table_location
+            assert path.resolve().is_relative_to(wh), f"{table_location} is outside {wh}"
+        if local is not None:
+            assert not local.exists(), f"{local} was created for namespace location {location}"
 
 
 # --------------------------------------------------------------------------------------------------
