@@ -360,8 +360,10 @@ def _prepare_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get("cedarberg_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if mode else "BEGIN")
+        # Writers take the lock up front; readers use WAL snapshots per statement and need no
+        # transaction at all (each BEGIN/COMMIT would cost two more hops to the driver thread).
+        if conn.get_execution_options().get("cedarberg_write", False):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 class Store:

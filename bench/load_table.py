@@ -1,0 +1,75 @@
+"""Server CPU per loadTable: start a gateway, create a table with a few snapshots, then issue a
+bounded number of loadTable requests over keep-alive connections and divide the gateway process's
+CPU time (user + system, from /proc) by the request count.
+
+    .venv/bin/python bench/load_table.py [--requests 3000] [--concurrency 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.engines import make_catalog  # noqa: E402
+from tests.support.gateway import GatewayProcess  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+async def hammer(url: str, total: int, concurrency: int) -> float:
+    async with aiohttp.ClientSession() as session:
+        remaining = total
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                async with session.get(url) as response:
+                    assert response.status == 200, response.status
+                    await response.read()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, GatewayProcess(Path(tmp) / "gw") as gateway:
+        catalog = make_catalog(gateway)
+        catalog.create_namespace("bench")
+        table = catalog.create_table("bench.t", pa.schema([("id", pa.int64()), ("s", pa.string())]))
+        for i in range(5):
+            table.append(pa.table({"id": [i], "s": [str(i)]}))
+        url = f"{gateway.url}/v1/namespaces/bench/tables/t"
+        asyncio.run(hammer(url, 200, args.concurrency))  # warm-up
+        assert gateway.process is not None
+        before = cpu_seconds(gateway.process.pid)
+        elapsed = asyncio.run(hammer(url, args.requests, args.concurrency))
+        used = cpu_seconds(gateway.process.pid) - before
+        print(
+            f"loadTable: {args.requests} requests, {args.requests / elapsed:.0f} req/s, "
+            f"server CPU {used / args.requests * 1e6:.0f} us/request"
+        )
+
+
+if __name__ == "__main__":
+    main()
