@@ -20,8 +20,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.engines import make_catalog  # noqa: E402
-from tests.support.gateway import GatewayProcess  # noqa: E402
+from tests.support.engines import make_catalog
+from tests.support.gateway import GatewayProcess
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
