@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator
 
@@ -13,26 +14,44 @@ from aiohttp import web
 from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.idempotency import Idempotency
 from catalog.store.sql import Store
+from gateway.authz.operations import check_route_table
 from gateway.middleware import MIDDLEWARES
-from gateway.routes import config, namespaces, tables, views
+from gateway.pipeline import ROUTE_TABLE
+from gateway.routes import admin, config, namespaces, oauth, tables, views
 from gateway.routes.route import Route
+from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
 from gateway.settings import Settings
 
 log = logging.getLogger("cedarberg")
 
-ALL_ROUTES: tuple[Route, ...] = (*config.ROUTES, *namespaces.ROUTES, *tables.ROUTES, *views.ROUTES)
+ALL_ROUTES: tuple[Route, ...] = (
+    *config.ROUTES,
+    *oauth.ROUTES,
+    *namespaces.ROUTES,
+    *tables.ROUTES,
+    *views.ROUTES,
+    *admin.ROUTES,
+)
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 
 def _register(app: web.Application, routes: tuple[Route, ...]) -> None:
+    """Register every route with its operation. A route whose operation has no entry in the
+    authorization table cannot be registered (check_route_table raises)."""
+    check_route_table(route.operation for route in routes)
+    table: dict[tuple[str, str], Route] = {}
     # Un-prefixed routes first: they serve the default warehouse, and matching them first keeps
     # "/v1/namespaces/..." from being read as a warehouse called "namespaces" (a reserved name).
     for route in routes:
         if "{prefix}" in route.path:
-            app.router.add_route(route.method, route.path.replace("/{prefix}", ""), route.handler)
+            path = route.path.replace("/{prefix}", "")
+            app.router.add_route(route.method, path, route.handler)
+            table[(route.method, path)] = route
     for route in routes:
         app.router.add_route(route.method, route.path, route.handler)
+        table[(route.method, route.path)] = route
+    app[ROUTE_TABLE] = table
 
 
 async def _sweep_idempotency(store: Store, lifetime: int) -> None:
@@ -70,6 +89,18 @@ def create_app(settings: Settings) -> web.Application:
             await sweeper
         await store.close()
 
+    async def security_services(app: web.Application) -> AsyncIterator[None]:
+        security = await Security.open(settings)
+        app[SECURITY] = security
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(security.reload_policies()))
+        yield
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGHUP)
+        await security.close()
+
     app.cleanup_ctx.append(catalog_resources)
+    app.cleanup_ctx.append(security_services)
     _register(app, ALL_ROUTES)
     return app

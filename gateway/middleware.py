@@ -9,7 +9,9 @@ import uuid
 
 from aiohttp import web
 
-from gateway import errors
+from gateway import errors, pipeline
+from gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from gateway.ratelimit import RateLimitUnavailableError
 from gateway.routes.route import Handler
 
 log = logging.getLogger("cedarberg.request")
@@ -17,7 +19,7 @@ access_log = logging.getLogger("cedarberg.access")
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
-REQUEST_ID = "cedarberg.request_id"
+REQUEST_ID = pipeline.REQUEST_ID
 
 
 @web.middleware
@@ -31,6 +33,21 @@ async def request_id_and_errors(request: web.Request, handler: Handler) -> web.S
         response = await handler(request)
     except errors.NotImplementedOperation as err:
         response = errors.error_response(501, "NotImplementedException", str(err))
+    except CredentialExpiredError:
+        response = errors.error_response(419, "AuthenticationTimeoutException", "Credentials have timed out")
+    except AuthenticationError:
+        # Why a credential failed is logged by the authenticator, never told to the client.
+        response = errors.error_response(
+            401, "NotAuthorizedException", "Not authorized", {"WWW-Authenticate": 'Bearer realm="cedarberg"'}
+        )
+    except pipeline.RateLimitedError as err:
+        response = errors.error_response(
+            429, "TooManyRequestsException", str(err), {"Retry-After": err.retry.header_value}
+        )
+    except RateLimitUnavailableError:
+        response = errors.error_response(503, "ServiceUnavailableException", "rate limiting is unavailable")
+    except pipeline.ForbiddenError as err:
+        response = errors.error_response(403, "ForbiddenException", str(err))
     except web.HTTPException as err:
         if err.status < 400:
             raise
@@ -61,4 +78,9 @@ async def request_id_and_errors(request: web.Request, handler: Handler) -> web.S
     return response
 
 
-MIDDLEWARES = (request_id_and_errors,)
+MIDDLEWARES = (
+    request_id_and_errors,
+    pipeline.limit_by_address,
+    pipeline.authenticate,
+    pipeline.authorize,
+)

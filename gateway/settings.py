@@ -25,6 +25,13 @@ from pydantic import (
 
 from catalog import locations
 from catalog.errors import InvalidRequestError
+from gateway.audit import AuditSettings
+from gateway.authn.api_keys import ApiKeySettings
+from gateway.authn.oidc import OidcSettings
+from gateway.authn.tokens import TokenSettings
+from gateway.authz.settings import AuthzSettings
+from gateway.ratelimit import RateLimitSettings
+from gateway.tls import TlsSettings
 
 ENV_PREFIX = "CEDARBERG_"
 RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})
@@ -46,6 +53,16 @@ class WarehouseSettings(BaseModel):
             return locations.normalize(value)
         except InvalidRequestError as err:
             raise ValueError(str(err)) from err
+
+
+class AnonymousSettings(BaseModel):
+    """An explicit principal for requests without credentials. Off unless configured: for local
+    development and tests of catalog behaviour only; Cedar still decides what it may do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    principal: str = Field(description="Principal id given to unauthenticated requests.")
+    groups: tuple[str, ...] = Field((), description="Groups of that principal.")
 
 
 class Settings(BaseModel):
@@ -75,6 +92,16 @@ class Settings(BaseModel):
     default_page_size: int = Field(100, ge=1, le=10_000, description="Page size when a client sends none.")
     max_page_size: int = Field(1000, ge=1, le=10_000, description="Upper bound on pageSize.")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="Log level.")
+    tls: TlsSettings = Field(default_factory=TlsSettings, description="TLS of the listening socket.")
+    rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings, description="Rate limits.")
+    audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit log destination.")
+    authz: AuthzSettings = Field(default_factory=AuthzSettings, description="Cedar policies.")
+    api_keys: ApiKeySettings = Field(default_factory=ApiKeySettings, description="API key verification.")
+    tokens: TokenSettings = Field(default_factory=TokenSettings, description="Gateway-issued access tokens.")
+    oidc: OidcSettings = Field(default_factory=OidcSettings, description="Trusted OIDC issuers.")
+    anonymous: AnonymousSettings | None = Field(
+        None, description="UNSAFE outside development: a principal for requests without credentials."
+    )
 
     @field_validator("store_url")
     @classmethod

@@ -25,6 +25,7 @@ from tests.support import postgres
 from tests.support.engines import duckdb_attach, duckdb_connect, spark_session
 from tests.support.engines import make_catalog as _make_catalog
 from tests.support.gateway import GatewayProcess
+from tests.support.tls import TestPki, make_pki
 
 if TYPE_CHECKING:
     import duckdb
@@ -127,16 +128,25 @@ def session_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
 
 
 @pytest.fixture(scope="session")
+def session_pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
+    """One CA and server certificate per test session; the ``spark`` JVM trusts this CA, so TLS
+    gateways that Spark talks to must serve this certificate."""
+    return make_pki(tmp_path_factory.mktemp("session-pki"))
+
+
+@pytest.fixture(scope="session")
 def spark(
-    session_gateway: GatewayProcess, tmp_path_factory: pytest.TempPathFactory
+    session_gateway: GatewayProcess, session_pki: TestPki, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SparkSession]:
     """A local SparkSession; catalog ``cat`` is the REST catalog at ``session_gateway``.
 
-    Catalog caching is off so that Spark sees commits made by other clients at once.
+    Catalog caching is off so that Spark sees commits made by other clients at once. The driver
+    JVM trusts ``session_pki``'s CA (a truststore can only be set when the session starts).
     """
     session = spark_session(
         {"cat": {"uri": session_gateway.url, "cache-enabled": "false"}},
         local_dir=tmp_path_factory.mktemp("spark"),
+        extra_java_options=session_pki.java_options(),
     )
     yield session
     session.stop()

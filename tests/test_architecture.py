@@ -32,9 +32,35 @@ def test_kms_never_imports_catalog() -> None:
 
 
 def test_middleware_order_is_one_constant() -> None:
+    from gateway import pipeline
     from gateway.middleware import MIDDLEWARES, request_id_and_errors
 
-    assert (request_id_and_errors,) == MIDDLEWARES
+    assert (
+        request_id_and_errors,
+        pipeline.limit_by_address,
+        pipeline.authenticate,
+        pipeline.authorize,
+    ) == MIDDLEWARES
+
+
+def test_only_gateway_authz_imports_cedarpy() -> None:
+    for package in ("gateway", "catalog", "kms"):
+        for module, names in _imports(package).items():
+            if "cedarpy" in {n.split(".")[0] for n in names}:
+                assert module.startswith("gateway/authz/"), module
+
+
+def test_every_registered_route_is_in_the_authorization_table() -> None:
+    from gateway.app import create_app
+    from gateway.authz.operations import OPERATIONS
+    from gateway.pipeline import ROUTE_TABLE
+    from gateway.settings import Settings
+
+    app = create_app(Settings())
+    registered = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
+    table = app[ROUTE_TABLE]
+    assert registered == set(table)
+    assert all(route.operation in OPERATIONS for route in table.values())
 
 
 def test_endpoints_advertise_exactly_the_registered_operations() -> None:

@@ -91,6 +91,17 @@ class StoreTx:
         row = (await self._conn.execute(query.with_for_update() if for_update else query)).first()
         return None if row is None else dict(orjson.loads(row.properties))
 
+    async def namespace_properties(self, warehouse: str, names: list[str]) -> dict[str, dict[str, str]]:
+        """Properties of the named namespaces that exist (one query, for a namespace chain)."""
+        if not names:
+            return {}
+        rows = await self._conn.execute(
+            select(namespaces.c.name, namespaces.c.properties).where(
+                namespaces.c.warehouse == warehouse, namespaces.c.name.in_(names)
+            )
+        )
+        return {row.name: dict(orjson.loads(row.properties)) for row in rows}
+
     async def list_namespaces(
         self, warehouse: str, parent: str | None, after: str | None, limit: int
     ) -> list[str]:

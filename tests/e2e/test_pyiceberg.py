@@ -40,6 +40,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewVersion
 
 from tests.support.engines import make_catalog
+from tests.support.gateway import GatewayProcess
 
 HTTP_TIMEOUT = 30
 
@@ -91,8 +92,9 @@ def uuid7() -> str:
 class Rest:
     """Plain HTTP against the gateway, for what pyiceberg 0.12 has no public API for."""
 
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
+    def __init__(self, gateway: GatewayProcess) -> None:
+        self.gateway = gateway
+        base_url = gateway.url
         self.session = requests.Session()
         config = self.session.get(f"{base_url}/v1/config", timeout=HTTP_TIMEOUT)
         assert config.status_code == 200, config.text
@@ -150,7 +152,7 @@ def cat(store_gateway: Any) -> Iterator[RestCatalog]:
 
 @pytest.fixture
 def rest(store_gateway: Any) -> Iterator[Rest]:
-    client = Rest(store_gateway.url)
+    client = Rest(store_gateway)
     yield client
     client.close()
 
@@ -454,6 +456,12 @@ def test_register_table_from_existing_metadata_file(cat: RestCatalog, rest: Rest
     with pytest.raises(TableAlreadyExistsError):
         cat.register_table("db.orig", metadata_location)
 
+    # overwrite=true points the existing table back at the older metadata file.
+    restored = cat.register_table("db.orig", metadata_location, overwrite=True)
+    assert restored.metadata_location == metadata_location
+    assert cat.load_table("db.orig").metadata_location == metadata_location
+    assert read_ids(cat.load_table("db.orig")) == [1, 2, 3]
+
     missing = rest.post(
         rest.url("namespaces/nosuch/register"), {"name": "x", "metadata-location": metadata_location}
     )
@@ -520,6 +528,28 @@ def test_create_table_transaction_with_data(cat: RestCatalog) -> None:
     table = cat.load_table("db.ctas")
     assert read_ids(table) == [7, 8, 9]
     assert len(table.snapshots()) == 1
+
+
+def test_names_with_special_characters(cat: RestCatalog, rest: Rest) -> None:
+    namespace = ("spaced name", "ünï-çødé", "per%cent/slash")
+    for depth in range(1, len(namespace) + 1):
+        cat.create_namespace(namespace[:depth])
+    identifier = (*namespace, "my table+1")
+    table = cat.create_table(identifier, schema=SCHEMA)
+    table.append(rows([1]))
+
+    # pyiceberg 0.12 percent-encodes `parent` twice, so list children over HTTP (encoded once, as Java does).
+    children = rest.get(rest.url("namespaces"), params={"parent": "\x1f".join(namespace[:2])})
+    assert children.status_code == 200, children.text
+    assert children.json()["namespaces"] == [list(namespace)]
+    assert cat.list_tables(namespace) == [identifier]
+    assert cat.table_exists(identifier)
+    assert read_ids(cat.load_table(identifier)) == [1]
+    listed = rest.get(rest.url(f"namespaces/{rest.ns(namespace)}/tables"))
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["identifiers"] == [{"namespace": list(namespace), "name": "my table+1"}]
+    cat.drop_table(identifier)
+    assert not cat.table_exists(identifier)
 
 
 # -- data: append, overwrite, delete ------------------------------------------------------------
@@ -956,7 +986,7 @@ def collect_pages(rest: Rest, url: str, key: str, page_size: int, between: Any =
     raise AssertionError("pagination did not end")
 
 
-def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest) -> None:
+def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest, store_gateway: Any) -> None:
     names = [f"ns{i:02d}" for i in range(25)]
     for name in names:
         cat.create_namespace(name)
@@ -972,7 +1002,7 @@ def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest) -> None:
     assert sorted(tuple(n) for n in unpaged.json()["namespaces"]) == [(n,) for n in names]
     assert unpaged.json().get("next-page-token") is None
 
-    paged_client = make_catalog(rest.base_url, **{"page-size": "7"})
+    paged_client = make_catalog(store_gateway, **{"page-size": "7"})
     assert sorted(paged_client.list_namespaces()) == [(n,) for n in names]
 
     def insert_between(page_no: int) -> None:
@@ -988,7 +1018,9 @@ def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest) -> None:
     assert set(listed) <= {(n,) for n in [*names, "ns00a", "ns99", "aaa"]}
 
 
-def test_pagination_of_nested_namespaces_tables_and_views(cat: RestCatalog, rest: Rest) -> None:
+def test_pagination_of_nested_namespaces_tables_and_views(
+    cat: RestCatalog, rest: Rest, store_gateway: Any
+) -> None:
     cat.create_namespace("p")
     for i in range(12):
         cat.create_namespace(("p", f"c{i:02d}"))
@@ -1031,7 +1063,7 @@ def test_pagination_of_nested_namespaces_tables_and_views(cat: RestCatalog, rest
     views = [i["name"] for page in view_pages for i in page]
     assert sorted(views) == ["v0", "v1", "v2"]
 
-    paged_client = make_catalog(rest.base_url, **{"page-size": "4"})
+    paged_client = make_catalog(store_gateway, **{"page-size": "4"})
     assert len(paged_client.list_tables("p")) == 25
     assert len(paged_client.list_views("p")) == 3
 
@@ -1085,7 +1117,7 @@ def test_etag_and_if_none_match(cat: RestCatalog, rest: Rest) -> None:
     assert rest.get(url, headers={"If-None-Match": new_etag}).status_code == 200
 
 
-def test_load_table_snapshots_refs_vs_all(cat: RestCatalog, rest: Rest) -> None:
+def test_load_table_snapshots_refs_vs_all(cat: RestCatalog, rest: Rest, store_gateway: Any) -> None:
     table = make_table(cat, "db.snaps")
     for i in range(3):
         table.append(rows([i]))
@@ -1106,7 +1138,7 @@ def test_load_table_snapshots_refs_vs_all(cat: RestCatalog, rest: Rest) -> None:
     bad = rest.get(url, params={"snapshots": "some"})
     assert_error(bad, 400, "BadRequestException")
 
-    refs_client = make_catalog(rest.base_url, **{"snapshot-loading-mode": "refs"})
+    refs_client = make_catalog(store_gateway, **{"snapshot-loading-mode": "refs"})
     light = refs_client.load_table("db.snaps")
     assert {s.snapshot_id for s in light.snapshots()} == {s1, s3}
     assert read_ids(light) == [0, 1, 2]

@@ -33,6 +33,9 @@ def make_catalog(gateway: GatewayProcess | str, name: str = "cedarberg", **props
     from pyiceberg.catalog.rest import RestCatalog
 
     uri = gateway if isinstance(gateway, str) else gateway.url
+    if not isinstance(gateway, str) and gateway.anonymous and not {"token", "credential"} & set(props):
+        # pyiceberg 0.12 sends "Authorization: Bearer None" when it has no token.
+        props = {**props, "token": gateway.admin_key}
     properties = {"uri": uri, **{k: str(v) for k, v in props.items()}}
     return RestCatalog(name, **properties)
 
@@ -57,6 +60,7 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     app_name: str = "cedarberg-tests",
     local_dir: Path | None = None,
+    extra_java_options: str | None = None,
 ) -> SparkSession:
     """Start (or reuse) the local SparkSession with one REST catalog per ``catalogs`` entry.
 
@@ -64,6 +68,8 @@ def spark_session(
     ``{"cat": {"uri": "http://127.0.0.1:8181"}}``; ``type=rest`` is implied. Only one
     SparkContext can exist per process: the caller should share the session. ``local_dir``
     holds Spark's own scratch files (its session warehouse), which otherwise land in the cwd.
+    ``extra_java_options`` go to ``spark.driver.extraJavaOptions`` (the driver JVM's flags, fixed
+    when the session starts), e.g. a truststore: ``TestPki.java_options()``.
     """
     scratch = Path(local_dir) if local_dir else Path(tempfile.mkdtemp(prefix="cedarberg-spark-"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -85,6 +91,8 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
     )
+    if extra_java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", extra_java_options)
     for catalog, props in catalogs.items():
         prefix = f"spark.sql.catalog.{catalog}"
         builder = builder.config(prefix, "org.apache.iceberg.spark.SparkCatalog")

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -30,6 +31,20 @@ STOP_TIMEOUT = 10.0
 _ADDRESS_IN_USE = re.compile(r"address already in use|errno 98", re.IGNORECASE)
 
 
+# What a catalog-behaviour test gateway adds to its configuration: requests without credentials
+# act as an admin, and limits are far above what the suites send from one loopback address.
+TEST_DEFAULTS: dict[str, Any] = {
+    "anonymous": {"principal": "test-admin", "groups": ["admins"]},
+    "rate_limits": {
+        "per_address": "1000000/minute",
+        "read": "1000000/minute",
+        "write": "1000000/minute",
+        "admin": "1000000/minute",
+        "token": "1000000/minute",
+    },
+}
+
+
 class GatewayError(RuntimeError):
     """The gateway process could not be started or did not become ready."""
 
@@ -42,6 +57,11 @@ class GatewayProcess:
     line; ``env`` adds to (or, with ``None`` values, removes from) the inherited environment,
     from which ``CEDARBERG_*`` variables are always removed.
     Restarting after ``stop()`` reuses the same port, data directory and log file.
+
+    For a gateway serving TLS (configured through ``config``/``extra_args``), pass ``ca_cert``:
+    ``url`` becomes ``https://...`` and the readiness probe trusts that CA. ``probe_headers``
+    (e.g. an ``Authorization`` header) are sent with the readiness probe, for a gateway that
+    refuses unauthenticated requests.
     """
 
     def __init__(
@@ -55,10 +75,16 @@ class GatewayProcess:
         env: Mapping[str, str | None] | None = None,
         log_path: Path | str | None = None,
         ready_timeout: float = READY_TIMEOUT,
+        anonymous: bool = True,
+        ca_cert: Path | str | None = None,
+        probe_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.store_url = store_url
-        self.config = dict(config) if config is not None else None
+        # Catalog-behaviour suites run as an explicit anonymous admin (authentication and Cedar
+        # still run on every request); security suites pass `anonymous=False`.
+        merged = {**(TEST_DEFAULTS if anonymous else {}), **(config or {})}
+        self.config: dict[str, Any] | None = merged or None
         self.extra_args = tuple(extra_args)
         self._fixed_port = port is not None
         self.port = port if port is not None else free_port()
@@ -66,8 +92,32 @@ class GatewayProcess:
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"{self.data_dir.name}.log"
         self.config_path = self.data_dir.parent / f"{self.data_dir.name}.toml"
         self.ready_timeout = ready_timeout
+        self.ca_cert = Path(ca_cert) if ca_cert is not None else None
+        self.probe_headers = dict(probe_headers or {})
         self.process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
+        self.anonymous = anonymous
+        self._admin_key: str | None = None
+
+    # -- credentials -------------------------------------------------------------------------
+
+    @property
+    def admin_key(self) -> str:
+        """An API key of group ``admins``, issued once through the admin API by the anonymous
+        test admin (clients that always send a bearer header, like pyiceberg, need a real one)."""
+        if self._admin_key is None:
+            if not self.anonymous:
+                raise GatewayError("admin_key needs a gateway with the anonymous test admin")
+            body = json.dumps({"principal": "test-admin-key", "kind": "service", "groups": ["admins"]})
+            request = urllib.request.Request(
+                f"{self.url}/admin/v1/api-keys",
+                data=body.encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                self._admin_key = str(json.loads(answer.read())["key"])
+        return self._admin_key
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -76,9 +126,14 @@ class GatewayProcess:
         return "127.0.0.1"
 
     @property
+    def scheme(self) -> str:
+        """``https`` when a ``ca_cert`` was given (the gateway serves TLS), else ``http``."""
+        return "https" if self.ca_cert is not None else "http"
+
+    @property
     def url(self) -> str:
         """Base URL, e.g. ``http://127.0.0.1:PORT`` (no trailing slash)."""
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def warehouse_dir(self) -> Path:
@@ -141,12 +196,14 @@ class GatewayProcess:
     def wait_ready(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout if timeout is not None else self.ready_timeout)
         probe = f"{self.url}/v1/config"
+        request = urllib.request.Request(probe, headers=self.probe_headers)
+        context = ssl.create_default_context(cafile=str(self.ca_cert)) if self.ca_cert is not None else None
         while True:
             if not self.is_running():
                 code = self.process.returncode if self.process else None
                 raise GatewayError(f"gateway exited with {code} before it was ready\n{self._tail()}")
             try:
-                with urllib.request.urlopen(probe, timeout=2) as response:
+                with urllib.request.urlopen(request, timeout=2, context=context) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):

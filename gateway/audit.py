@@ -1,0 +1,459 @@
+"""The audit log: one JSON line per authorization decision and per mutation.
+
+Public API::
+
+    audit = AuditLog.open(AuditSettings(destination="stdout" | "/var/log/cedarberg/audit.jsonl"))
+    audit.record_decision(request_id=..., principal=..., action=..., resource=..., decision="allow",
+                          policy_ids=[...], policy_version=...)
+    audit.record_mutation(request_id=..., principal=..., action=..., resource=..., outcome="success")
+    audit.flush()  /  await audit.aflush()      # wait until everything recorded so far is written
+    audit.reopen()                              # after log rotation (e.g. on SIGHUP)
+    audit.close()
+    scrub(value) -> value                       # the scrubber, also for other logs:
+    SecretScrubbingFilter()                     # a logging.Filter that scrubs every record
+
+Every line has the same keys, in this order (``null`` where a key does not apply): ``time``
+(ISO-8601 UTC, milliseconds, ``Z``), ``event`` (``decision`` | ``mutation``), ``request_id``,
+``principal``, ``principal_kind``, ``auth_method``, ``client_address``, ``action``, ``resource``,
+``decision`` (``allow`` | ``deny``), ``policy_ids`` (determining policies), ``policy_version``,
+``outcome`` (mutations: ``success`` | ``failure`` | ``unknown``), ``status`` (HTTP status), ``detail``.
+
+Invariants:
+
+- **Recording never blocks the event loop on I/O.** `record_*` scrubs and serialises (orjson, a few
+  µs) and hands the line to a writer thread through a bounded queue; the thread writes whatever
+  has queued up in one ``write`` and flushes after each batch. Records are never dropped: if the
+  writer falls ``queue_size`` lines behind, recording waits for it (back-pressure) rather than
+  losing audit records. A write error is logged (``cedarberg.audit``) and makes `healthy` false.
+- **No secret reaches the log**, even when passed by mistake: every string is scrubbed before it
+  is serialised (see `scrub`): bearer/basic credentials, ``cbk_`` API keys, JWT/JWE-looking
+  strings, PEM private keys, ``secret=...``/``"token": "..."`` pairs and values of mapping keys
+  that name secrets are replaced by ``[REDACTED]``. Free-form fields (``request_id``,
+  ``client_address``, ``detail``) are further scrubbed of long random-looking strings (32+
+  characters of base64 alphabet mixing upper case, lower case and digits); the structured fields
+  (principal, action, resource, policies) are not, so long table names stay readable. Record API
+  key ids without the ``cbk_`` prefix: anything after ``cbk_`` is treated as a key. Strings are
+  cut to 2,048 characters, and JSON escaping keeps every record on one line.
+- The file is opened for append with mode 0600 (created with its parent directories).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import queue
+import re
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any, Final
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.authn.principal import Principal
+
+__all__ = [
+    "AuditLog",
+    "AuditSettings",
+    "Decision",
+    "Outcome",
+    "SecretScrubbingFilter",
+    "scrub",
+]
+
+log = logging.getLogger("cedarberg.audit")
+
+REDACTED: Final = "[REDACTED]"
+MAX_STRING: Final = 2048
+_MAX_DEPTH: Final = 8
+
+
+class Decision(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    UNKNOWN = "unknown"  # e.g. a commit whose result could not be confirmed
+
+
+class AuditSettings(BaseModel):
+    """Where audit records go."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    destination: str = Field(
+        "stdout", min_length=1, description='"stdout", or the path of a file that JSON lines are appended to.'
+    )
+    queue_size: int = Field(
+        10_000, ge=1, le=1_000_000, description="Records that may wait for the writer before recording waits."
+    )
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, value: str) -> str:
+        if value != "stdout" and not Path(value).is_absolute():
+            raise ValueError('audit destination must be "stdout" or an absolute file path')
+        return value
+
+
+# -- the scrubber ------------------------------------------------------------------------------
+
+_B64 = r"A-Za-z0-9_\-+/="
+_PATTERNS: Final[list[tuple[re.Pattern[str], str]]] = [
+    # PEM private keys (also a truncated one that lost its END line).
+    (
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S
+        ),
+        "[REDACTED PRIVATE KEY]",
+    ),
+    # Credentials after an HTTP auth scheme: "Authorization: Bearer <x>", "Basic <b64>".
+    (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:\-]{4,}"), r"\1\2" + REDACTED),
+    # Cedarberg API keys, whole (id and secret part alike).
+    (re.compile(r"cbk_[A-Za-z0-9._~+/=\-]*"), "cbk_" + REDACTED),
+    # JWS / JWE compact serialisations: a base64url JSON header ('{"' or '{ ') and dot-separated parts.
+    (re.compile(r"ey[JA][A-Za-z0-9_\-]{6,}\.[A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]*)*"), REDACTED),
+    # key=value (query strings, form bodies) and "key": "value" (JSON text) with a secret-naming key.
+    (
+        re.compile(
+            r"(?i)\b((?:client_|access_|refresh_|id_)?(?:secret|password|passwd|pwd|token|"
+            r"api[_\-]?key|credential|authorization|private[_\-]?key|cookie)s?)"
+            r"(\s*=\s*|\"\s*:\s*\"?|'\s*:\s*'?)([^\s\"'&,;}]+)"
+        ),
+        r"\1\2" + REDACTED,
+    ),
+]
+_RANDOM_RUN: Final = re.compile(rf"[{_B64}]{{32,}}")
+_SECRET_KEY: Final = re.compile(
+    r"(?i)(secret|passw|pwd|token|authorization|api[_\-]?key|credential|private[_\-]?key|cookie|signature)"
+)
+
+
+def _looks_random(match: re.Match[str]) -> str:
+    run = match.group(0)
+    if any(c.isupper() for c in run) and any(c.islower() for c in run) and any(c.isdigit() for c in run):
+        return REDACTED
+    return run
+
+
+def scrub_text(text: str, free_form: bool = True, max_length: int | None = MAX_STRING) -> str:
+    """``text`` with every secret-looking part replaced by ``[REDACTED]``, cut to ``max_length``
+    characters (None: no cut). ``free_form`` also removes long random-looking runs (see the
+    module docstring)."""
+    if max_length is not None and len(text) > max_length * 2:
+        text = text[: max_length * 2]  # bound the regex work; cut again below
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    if free_form:
+        text = _RANDOM_RUN.sub(_looks_random, text)
+    if max_length is not None and len(text) > max_length:
+        text = text[:max_length] + "...[truncated]"
+    return text
+
+
+def scrub(value: Any, free_form: bool = True, _depth: int = 0) -> Any:
+    """A copy of ``value`` (str, number, bool, None, or mappings/sequences of them) in which every
+    string is scrubbed and every mapping value under a secret-naming key (``password``, ``token``,
+    ``client_secret``, ``authorization``, ...) is ``[REDACTED]``. Other objects become their
+    scrubbed ``str``."""
+    if isinstance(value, str):
+        return scrub_text(value, free_form)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if _depth >= _MAX_DEPTH:
+        return "[nested too deep]"
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = scrub_text(str(key), free_form)
+            out[name] = REDACTED if _SECRET_KEY.search(str(key)) else scrub(item, free_form, _depth + 1)
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        return [scrub(item, free_form, _depth + 1) for item in value]
+    return scrub_text(str(value), free_form)
+
+
+class SecretScrubbingFilter(logging.Filter):
+    """Scrubs the message and arguments of every log record passing through it (install it on
+    the handlers, so records from every logger are covered)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a broken format string: keep what there is
+            message = str(record.msg)
+        record.msg = scrub_text(message, max_length=None)
+        record.args = None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            # Render the traceback now so that handlers print the scrubbed text, not the raw one.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub_text(record.exc_text, max_length=None)
+            record.exc_info = None
+        if record.stack_info:
+            record.stack_info = scrub_text(record.stack_info, max_length=None)
+        return True
+
+
+# -- the log -----------------------------------------------------------------------------------
+
+_STOP: Final = object()
+_REOPEN: Final = object()
+
+
+def _write_all(stream: IO[bytes], data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a raw (unbuffered) write may be partial
+        written = stream.write(view)
+        if not written:
+            raise OSError("audit log write made no progress")
+        view = view[written:]
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class AuditLog:
+    """Writes audit records as JSON lines from a background thread. Thread-safe."""
+
+    def __init__(self, settings: AuditSettings) -> None:
+        self._settings = settings
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=settings.queue_size)
+        self._stream: IO[bytes] | None = None
+        self._text_stream: IO[str] | None = None
+        self._healthy = True
+        self._closed = False
+        self._lock = threading.Lock()
+        self._open_stream()
+        self._thread = threading.Thread(target=self._run, name="cedarberg-audit", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(cls, settings: AuditSettings) -> AuditLog:
+        """Open the destination and start the writer. Raises `OSError` if the file cannot be
+        opened (so a bad path stops start-up instead of losing the audit trail)."""
+        return cls(settings)
+
+    @property
+    def settings(self) -> AuditSettings:
+        return self._settings
+
+    @property
+    def healthy(self) -> bool:
+        """False once a write has failed (for readiness checks)."""
+        return self._healthy
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def record_decision(
+        self,
+        *,
+        request_id: str | None,
+        principal: Principal | None,
+        action: str,
+        resource: str,
+        decision: Decision | str,
+        policy_ids: Iterable[str] = (),
+        policy_version: str | None,
+        client_address: str | None = None,
+        detail: Mapping[str, Any] | str | None = None,
+    ) -> None:
+        """Record one authorization decision (``detail``: e.g. evaluation errors)."""
+        self._record(
+            "decision",
+            request_id=request_id,
+            principal=principal,
+            client_address=client_address,
+            action=action,
+            resource=resource,
+            decision=Decision(decision).value,
+            policy_ids=list(policy_ids),
+            policy_version=policy_version,
+            outcome=None,
+            status=None,
+            detail=detail,
+        )
+
+    def record_mutation(
+        self,
+        *,
+        request_id: str | None,
+        principal: Principal | None,
+        action: str,
+        resource: str,
+        outcome: Outcome | str,
+        status: int | None = None,
+        decision: Decision | str = Decision.ALLOW,
+        policy_ids: Iterable[str] = (),
+        policy_version: str | None = None,
+        client_address: str | None = None,
+        detail: Mapping[str, Any] | str | None = None,
+    ) -> None:
+        """Record one mutation (create, commit, drop, key issued...) and how it ended."""
+        self._record(
+            "mutation",
+            request_id=request_id,
+            principal=principal,
+            client_address=client_address,
+            action=action,
+            resource=resource,
+            decision=Decision(decision).value,
+            policy_ids=list(policy_ids),
+            policy_version=policy_version,
+            outcome=Outcome(outcome).value,
+            status=status,
+            detail=detail,
+        )
+
+    def _record(
+        self,
+        event: str,
+        *,
+        request_id: str | None,
+        principal: Principal | None,
+        client_address: str | None,
+        action: str,
+        resource: str,
+        decision: str,
+        policy_ids: list[str],
+        policy_version: str | None,
+        outcome: str | None,
+        status: int | None,
+        detail: Mapping[str, Any] | str | None,
+    ) -> None:
+        if self._closed:
+            raise RuntimeError("audit log is closed")
+        record = {
+            "time": _utc_now(),
+            "event": event,
+            "request_id": scrub(request_id),
+            "principal": scrub(principal.id, free_form=False) if principal else None,
+            "principal_kind": principal.kind.value if principal else None,
+            "auth_method": principal.auth_method.value if principal else None,
+            "client_address": scrub(client_address),
+            "action": scrub(action, free_form=False),
+            "resource": scrub(resource, free_form=False),
+            "decision": decision,
+            "policy_ids": scrub(policy_ids, free_form=False),
+            "policy_version": scrub(policy_version, free_form=False),
+            "outcome": outcome,
+            "status": status,
+            "detail": scrub(detail),
+        }
+        self._queue.put(orjson.dumps(record) + b"\n")
+
+    # -- flushing and life cycle -------------------------------------------------------------
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every record made before this call is written; False on timeout."""
+        if not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    async def aflush(self) -> bool:
+        """`flush` without blocking the event loop."""
+        return await asyncio.to_thread(self.flush)
+
+    def reopen(self) -> None:
+        """Close and reopen the file destination (after log rotation); no-op for stdout."""
+        self._queue.put(_REOPEN)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is queued, stop the writer and close the file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        self._close_stream()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _open_stream(self) -> None:
+        if self._settings.destination == "stdout":
+            buffer = getattr(sys.stdout, "buffer", None)
+            if buffer is not None:
+                self._stream = buffer
+            else:
+                self._text_stream = sys.stdout
+            return
+        path = Path(self._settings.destination)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        # Unbuffered: the writer thread batches lines itself, one write() per batch.
+        self._stream = os.fdopen(fd, "ab", buffering=0)
+
+    def _close_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None and self._settings.destination != "stdout":
+            try:
+                stream.close()
+            except OSError:
+                self._healthy = False
+                log.exception("audit log %s could not be closed", self._settings.destination)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            if self._stream is not None:
+                _write_all(self._stream, data)
+                self._stream.flush()
+            elif self._text_stream is not None:
+                self._text_stream.write(data.decode())
+                self._text_stream.flush()
+        except (OSError, ValueError):
+            self._healthy = False
+            log.exception("audit log write to %s failed", self._settings.destination)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            lines: list[bytes] = []
+            stop = False
+            for item in batch:
+                if isinstance(item, bytes):
+                    lines.append(item)
+                    continue
+                if lines:  # keep order: what came before a marker is written before it acts
+                    self._write(b"".join(lines))
+                    lines = []
+                if isinstance(item, threading.Event):
+                    item.set()
+                elif item is _REOPEN:
+                    self._reopen_now()
+                elif item is _STOP:
+                    stop = True
+            if lines:
+                self._write(b"".join(lines))
+            if stop:
+                return
+
+    def _reopen_now(self) -> None:
+        if self._settings.destination == "stdout":
+            return
+        try:
+            self._close_stream()
+            self._open_stream()
+            self._healthy = True
+        except OSError:
+            self._healthy = False
+            log.exception("audit log %s could not be reopened", self._settings.destination)

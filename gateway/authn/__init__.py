@@ -1,0 +1,1 @@
+"""Authentication: every way a request can prove who sent it, each producing a `Principal`."""

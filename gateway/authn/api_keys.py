@@ -1,0 +1,354 @@
+"""API keys: authentication (`ApiKeyAuthenticator.authenticate`) and management (create, list,
+get, rotate, revoke) for the admin API and the CLI.
+
+Format `cbk_<id>_<secret>` (see `gateway.authn.key_format`); records in the `api_keys` table (see
+`gateway.authn.key_store`); hasher, cache and lockout in `gateway.authn.key_guards`.
+
+Public API::
+
+    store = await open_key_store(url)                       # or KeyStore(engine); await store.migrate()
+    keys = ApiKeyAuthenticator(store, ApiKeySettings())
+    principal = await keys.authenticate("cbk_...")          # raises AuthenticationError
+    principal = await keys.authenticate_parts(key_id, secret)   # OAuth2 client id / secret
+    principal = await keys.active_principal(key_id)         # no secret, no hash (token refresh)
+    record, plaintext = await keys.create_key(principal, kind, groups, expires_at, description)
+    records = await keys.list_keys(principal=None, after=None, limit=100)
+    record = await keys.get_key(key_id)                     # raises NoSuchApiKeyError
+    record, plaintext = await keys.rotate_key(key_id)       # same id, new secret
+    record = await keys.revoke_key(key_id)                  # idempotent
+    keys.hash_count                                         # Argon2 operations run so far
+
+Verification order in `authenticate`, cheapest first; each step rejects without doing the next:
+1. strict parse (length, charset, canonical base64): malformed keys cost no lookup and no hash;
+2. the verified-key cache: a key that verified before within the TTL costs no lookup and no hash;
+3. lockout of the key id: a locked-out id costs no lookup and no hash;
+4. one primary-key lookup: an unknown, revoked or expired key costs no hash;
+5. Argon2id verification, once per distinct presented key even when many requests carrying it
+   arrive together (they share one verification).
+Every failure raises the same `AuthenticationError`; the reason is logged at INFO with the key id
+only (never the secret or the whole key).
+
+Rotation keeps the key id and replaces the secret: the old secret stops working at once in this
+process (its cache entries are evicted) and, in other gateway processes, when their cache entries
+expire (`cache_ttl_seconds`). Revocation behaves the same. Expiry is enforced on every request,
+cached or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import unicodedata
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from catalog.errors import StorageUnavailableError
+from gateway.authn.errors import AuthenticationError
+from gateway.authn.key_format import MalformedKeyError, ParsedKey, generate_key, parse_api_key, parse_parts
+from gateway.authn.key_guards import CacheEntry, Lockout, SecretHasher, VerifiedCache
+from gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+
+log = logging.getLogger("cedarberg.authn.api_keys")
+
+MAX_GROUPS = 64
+MAX_NAME_LENGTH = 256
+MAX_DESCRIPTION_LENGTH = 1024
+MAX_LIST_LIMIT = 1000
+
+
+class ApiKeySettings(BaseModel):
+    """Limits of API key verification. Defaults suit a small deployment on a few cores."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hash_concurrency: int = Field(
+        2, ge=1, le=64, description="Argon2id hashes run at once (each uses 64 MiB and one core)."
+    )
+    cache_size: int = Field(10_000, ge=0, le=1_000_000, description="Verified keys kept in memory.")
+    cache_ttl_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long a verified key is trusted without re-checking the store; also the "
+        "longest a revocation or rotation in another gateway process takes to reach this one.",
+    )
+    lockout_threshold: int = Field(
+        5, ge=1, le=1000, description="Failed verifications of one key id that trigger a lockout."
+    )
+    failure_window_seconds: float = Field(
+        300.0, gt=0, le=86_400, description="Window in which failures of one key id are counted."
+    )
+    lockout_seconds: float = Field(
+        300.0, gt=0, le=86_400, description="How long a locked-out key id is refused without hashing."
+    )
+    lockout_tracked_ids: int = Field(
+        10_000, ge=1, le=1_000_000, description="Key ids whose failures are tracked at once."
+    )
+
+
+class ApiKeyError(Exception):
+    """Base of the management errors."""
+
+
+class NoSuchApiKeyError(ApiKeyError):
+    pass
+
+
+class ApiKeyRevokedError(ApiKeyError):
+    """The key is revoked and cannot be rotated."""
+
+
+class InvalidApiKeyRequestError(ApiKeyError, ValueError):
+    """A management request with an invalid principal, kind, group, expiry or description."""
+
+
+def _clean_name(value: str, what: str) -> str:
+    if not value or len(value) > MAX_NAME_LENGTH or value != value.strip():
+        raise InvalidApiKeyRequestError(f"{what} must be 1-{MAX_NAME_LENGTH} characters, not padded")
+    if any(unicodedata.category(ch).startswith("C") for ch in value):
+        raise InvalidApiKeyRequestError(f"{what} must not contain control characters")
+    return value
+
+
+def _principal(record: ApiKeyRecord) -> Principal:
+    return Principal(
+        id=record.principal,
+        kind=record.kind,
+        groups=frozenset(record.groups),
+        auth_method=AuthMethod.API_KEY,
+        attributes={"api_key_id": record.key_id},
+    )
+
+
+class ApiKeyAuthenticator:
+    """Verifies API keys and manages them. One instance per process (it holds the cache)."""
+
+    def __init__(self, store: KeyStore, settings: ApiKeySettings | None = None) -> None:
+        self._store = store
+        self._settings = settings or ApiKeySettings()
+        self._hasher = SecretHasher(self._settings.hash_concurrency)
+        self._cache = VerifiedCache(self._settings.cache_size, self._settings.cache_ttl_seconds)
+        self._lockout = Lockout(
+            self._settings.lockout_threshold,
+            self._settings.failure_window_seconds,
+            self._settings.lockout_seconds,
+            self._settings.lockout_tracked_ids,
+        )
+        self._inflight: dict[bytes, asyncio.Task[Principal]] = {}
+        # Bumped by every revoke and rotate (see `_forget`).
+        self._epoch = 0
+
+    @property
+    def settings(self) -> ApiKeySettings:
+        return self._settings
+
+    @property
+    def hash_count(self) -> int:
+        """Argon2id hash and verify operations this instance has run (a metric)."""
+        return self._hasher.hash_count
+
+    @property
+    def cached_keys(self) -> int:
+        return len(self._cache)
+
+    # -- authentication -----------------------------------------------------------------------
+    async def authenticate(self, presented: str) -> Principal:
+        """The principal a presented API key proves. Raises AuthenticationError."""
+        try:
+            key = parse_api_key(presented)
+        except MalformedKeyError:
+            log.info("api key rejected: malformed")
+            raise AuthenticationError from None
+        return await self._authenticate(key)
+
+    async def authenticate_parts(self, key_id: str, secret: str) -> Principal:
+        """As `authenticate`, for a key given as its id and secret (OAuth2 client credentials)."""
+        try:
+            key = parse_parts(key_id, secret)
+        except MalformedKeyError:
+            log.info("api key rejected: malformed")
+            raise AuthenticationError from None
+        return await self._authenticate(key)
+
+    async def active_principal(self, key_id: str) -> Principal:
+        """The principal of a key that is still usable, without its secret and without hashing.
+
+        For refreshing a token that was issued for this key. Raises AuthenticationError if the key
+        is unknown, revoked or expired.
+        """
+        stored = await self._store.get(key_id)
+        if stored is None or not stored.record.is_active(datetime.now(UTC)):
+            log.info("api key %s rejected: unknown, revoked or expired", key_id)
+            raise AuthenticationError
+        return _principal(stored.record)
+
+    async def _authenticate(self, key: ParsedKey) -> Principal:
+        digest = self._cache.digest(key.presented)
+        entry = self._cache.get(digest, time.monotonic(), time.time())
+        if entry is not None:
+            return entry.principal
+        if self._lockout.is_locked(key.key_id, time.monotonic()):
+            log.info("api key %s rejected: locked out after repeated failures", key.key_id)
+            raise AuthenticationError
+        task = self._inflight.get(digest)
+        if task is None:
+            task = asyncio.ensure_future(self._verify(key, digest))
+            self._inflight[digest] = task
+            task.add_done_callback(lambda done: self._verification_done(digest, done))
+        # shield: one caller giving up (client disconnect) must not cancel the others' check.
+        return await asyncio.shield(task)
+
+    def _verification_done(self, digest: bytes, task: asyncio.Task[Principal]) -> None:
+        self._inflight.pop(digest, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have gone away
+
+    async def _verify(self, key: ParsedKey, digest: bytes) -> Principal:
+        epoch = self._epoch
+        stored = await self._store.get(key.key_id)
+        if stored is None:
+            log.info("api key rejected: unknown id")
+            raise AuthenticationError
+        record = stored.record
+        if record.revoked_at is not None:
+            log.info("api key %s rejected: revoked", key.key_id)
+            raise AuthenticationError
+        if record.is_expired(datetime.now(UTC)):
+            log.info("api key %s rejected: expired", key.key_id)
+            raise AuthenticationError
+        if not self._lockout.begin(key.key_id, time.monotonic()):
+            log.info("api key %s rejected: locked out after repeated failures", key.key_id)
+            raise AuthenticationError
+        ok = False
+        try:
+            ok = await self._hasher.verify(stored.secret_hash, key.secret)
+        finally:
+            self._lockout.finish(key.key_id, ok, time.monotonic())
+        if not ok:
+            log.info("api key %s rejected: wrong secret", key.key_id)
+            raise AuthenticationError
+        principal = _principal(record)
+        if epoch == self._epoch:
+            expires = None if record.expires_at is None else record.expires_at.timestamp()
+            self._cache.put(digest, CacheEntry(principal, key.key_id, expires, time.monotonic()))
+        if self._hasher.needs_rehash(stored.secret_hash):
+            await self._upgrade_hash(key, stored.secret_hash)
+        return principal
+
+    async def _upgrade_hash(self, key: ParsedKey, old_hash: str) -> None:
+        # Best effort: the key verified; a store hiccup here must not fail the request.
+        try:
+            await self._store.upgrade_hash(key.key_id, old_hash, await self._hasher.hash(key.secret))
+        except StorageUnavailableError:
+            log.warning("api key %s: could not store a rehashed secret", key.key_id)
+
+    def _forget(self, key_id: str) -> None:
+        """Drop cached verifications of a key after its row changed.
+
+        Called right after the write, with no await in between: a verification still running
+        read the row before the write and finishes after this; the epoch bump keeps it from
+        caching its stale result, and what it cached earlier is evicted here.
+        """
+        self._epoch += 1
+        self._cache.evict_key(key_id)
+
+    # -- management ---------------------------------------------------------------------------
+    async def create_key(
+        self,
+        principal: str,
+        kind: PrincipalKind,
+        groups: Iterable[str] = (),
+        expires_at: datetime | None = None,
+        description: str = "",
+    ) -> tuple[ApiKeyRecord, str]:
+        """Create a key; returns its record and the plaintext key, which is never shown again.
+
+        Raises InvalidApiKeyRequestError (bad name, kind, group, description, or an expiry that
+        is naive or in the past), StorageUnavailableError.
+        """
+        now = datetime.now(UTC)
+        principal = _clean_name(principal, "principal")
+        if kind not in (PrincipalKind.USER, PrincipalKind.SERVICE):
+            raise InvalidApiKeyRequestError("kind must be user or service")
+        if isinstance(groups, str):
+            raise InvalidApiKeyRequestError("groups must be a list of names, not one string")
+        group_set = sorted({_clean_name(g, "group") for g in groups})
+        if len(group_set) > MAX_GROUPS:
+            raise InvalidApiKeyRequestError(f"at most {MAX_GROUPS} groups")
+        if expires_at is not None:
+            if expires_at.tzinfo is None:
+                raise InvalidApiKeyRequestError("expires_at must carry a time zone")
+            expires_at = expires_at.astimezone(UTC)
+            if expires_at <= now:
+                raise InvalidApiKeyRequestError("expires_at must be in the future")
+        if len(description) > MAX_DESCRIPTION_LENGTH:
+            raise InvalidApiKeyRequestError(f"description must be at most {MAX_DESCRIPTION_LENGTH} chars")
+        for _attempt in range(3):
+            key = generate_key()
+            record = ApiKeyRecord(
+                key_id=key.key_id,
+                principal=principal,
+                kind=kind,
+                groups=tuple(group_set),
+                created_at=now,
+                expires_at=expires_at,
+                revoked_at=None,
+                rotated_at=None,
+                description=description,
+            )
+            secret_hash = await self._hasher.hash(key.secret)
+            try:
+                await self._store.insert(record, secret_hash)
+            except KeyIdTakenError:
+                continue
+            log.info("api key %s created for %s", key.key_id, principal)
+            return record, key.presented
+        raise RuntimeError("could not allocate an unused key id")  # 80 random bits: unreachable
+
+    async def list_keys(
+        self, *, principal: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[ApiKeyRecord]:
+        """Records ordered by id (never secrets or hashes) after the id `after`; `limit` is capped at 1000."""
+        return await self._store.list_records(
+            principal=principal, after=after, limit=max(1, min(limit, MAX_LIST_LIMIT))
+        )
+
+    async def get_key(self, key_id: str) -> ApiKeyRecord:
+        """Raises NoSuchApiKeyError."""
+        stored = await self._store.get(key_id)
+        if stored is None:
+            raise NoSuchApiKeyError(key_id)
+        return stored.record
+
+    async def rotate_key(self, key_id: str) -> tuple[ApiKeyRecord, str]:
+        """Give a key a new secret, keeping its id, principal, groups and expiry.
+
+        Returns the updated record and the new plaintext key. The old secret stops working.
+        Raises NoSuchApiKeyError, ApiKeyRevokedError.
+        """
+        stored = await self._store.get(key_id)
+        if stored is None:
+            raise NoSuchApiKeyError(key_id)
+        if stored.record.revoked_at is not None:
+            raise ApiKeyRevokedError(key_id)
+        key = ParsedKey(key_id, generate_key().secret)
+        secret_hash = await self._hasher.hash(key.secret)
+        rotated = await self._store.replace_secret(key_id, secret_hash, datetime.now(UTC))
+        self._forget(key_id)
+        if not rotated:
+            raise ApiKeyRevokedError(key_id)
+        log.info("api key %s rotated", key_id)
+        return await self.get_key(key_id), key.presented
+
+    async def revoke_key(self, key_id: str) -> ApiKeyRecord:
+        """Revoke a key (idempotent) and forget its cached verifications. Raises NoSuchApiKeyError."""
+        revoked = await self._store.revoke(key_id, datetime.now(UTC))
+        self._forget(key_id)
+        record = await self.get_key(key_id)
+        if revoked:
+            log.info("api key %s revoked", key_id)
+        return record

@@ -1,0 +1,24 @@
+"""Errors every authenticator raises when a credential is not accepted.
+
+    AuthenticationError          any credential that does not prove an identity (401)
+    └── CredentialExpiredError   a gateway token that was valid but has expired (419 where the
+                                 Iceberg spec allows it)
+
+The message of these errors is always the same generic text: why a credential failed is logged by
+the authenticator (at INFO, without key or token material) and never reaches the client.
+"""
+
+from __future__ import annotations
+
+GENERIC_MESSAGE = "Not authenticated"
+
+
+class AuthenticationError(Exception):
+    """The presented credential does not authenticate anyone. The message is always generic."""
+
+    def __init__(self) -> None:
+        super().__init__(GENERIC_MESSAGE)
+
+
+class CredentialExpiredError(AuthenticationError):
+    """A well-formed, correctly signed credential whose lifetime is over."""

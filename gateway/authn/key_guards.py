@@ -1,0 +1,190 @@
+"""What keeps API key verification cheap and un-abusable: the Argon2id hasher, the verified-key
+cache and the per-key-id lockout. In-memory, per process; used by `gateway.authn.api_keys`.
+
+- `SecretHasher`: Argon2id with argon2-cffi's default (RFC 9106 low-memory) parameters, run in a
+  worker thread behind a semaphore, so hashing never blocks the event loop and at most
+  `concurrency` hashes run at once. `hash_count` counts every hash and verify actually run.
+- `VerifiedCache`: presented keys that verified, keyed by HMAC-SHA256 of the whole key under a
+  random per-process key. A hit proves the caller presented exactly a key that verified before,
+  without Argon2 and without keeping the key itself in memory. Bounded (LRU) with a TTL; entries of
+  one key id are evicted together on revoke or rotate.
+- `Lockout`: failed verifications per key id. After `threshold` failures within `window` seconds
+  (counting verifications still in flight, so a burst of concurrent guesses cannot overshoot), the
+  id is locked out for `duration` seconds: no lookup and no hash happen for it until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from gateway.authn.principal import Principal
+
+
+class SecretHasher:
+    """Argon2id hashing off the event loop with bounded concurrency."""
+
+    def __init__(self, concurrency: int) -> None:
+        self._hasher = PasswordHasher()  # argon2id, library defaults
+        self._slots = asyncio.Semaphore(concurrency)
+        self.hash_count = 0
+
+    async def hash(self, secret: str) -> str:
+        async with self._slots:
+            self.hash_count += 1
+            return await asyncio.to_thread(self._hasher.hash, secret)
+
+    async def verify(self, encoded: str, secret: str) -> bool:
+        """True if `secret` matches `encoded`; False on mismatch or an unreadable hash.
+
+        argon2 recomputes the hash and compares it in constant time.
+        """
+        async with self._slots:
+            self.hash_count += 1
+            try:
+                return await asyncio.to_thread(self._hasher.verify, encoded, secret)
+            except (VerificationError, InvalidHashError):
+                return False
+
+    def needs_rehash(self, encoded: str) -> bool:
+        """True if `encoded` was made with parameters other than the current defaults."""
+        try:
+            return self._hasher.check_needs_rehash(encoded)
+        except InvalidHashError:
+            return False
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    principal: Principal
+    key_id: str
+    expires_at: float | None  # wall-clock epoch seconds of the key's expiry
+    cached_at: float  # monotonic
+
+
+class VerifiedCache:
+    """LRU + TTL map from a keyed digest of a presented key to the principal it proved."""
+
+    def __init__(self, max_entries: int, ttl_seconds: float) -> None:
+        self._max = max_entries
+        self._ttl = ttl_seconds
+        self._digest_key = secrets.token_bytes(32)
+        self._entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
+        self._by_key_id: dict[str, set[bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def digest(self, presented: str) -> bytes:
+        return hmac.new(self._digest_key, presented.encode(), hashlib.sha256).digest()
+
+    def get(self, digest: bytes, now_mono: float, now_wall: float) -> CacheEntry | None:
+        entry = self._entries.get(digest)
+        if entry is None:
+            return None
+        if now_mono - entry.cached_at >= self._ttl or (
+            entry.expires_at is not None and now_wall >= entry.expires_at
+        ):
+            self._drop(digest)
+            return None
+        self._entries.move_to_end(digest)
+        return entry
+
+    def put(self, digest: bytes, entry: CacheEntry) -> None:
+        if self._max <= 0:
+            return
+        self._drop(digest)
+        self._entries[digest] = entry
+        self._by_key_id.setdefault(entry.key_id, set()).add(digest)
+        while len(self._entries) > self._max:
+            self._drop(next(iter(self._entries)))
+
+    def evict_key(self, key_id: str) -> None:
+        for digest in self._by_key_id.pop(key_id, set()):
+            self._entries.pop(digest, None)
+
+    def _drop(self, digest: bytes) -> None:
+        entry = self._entries.pop(digest, None)
+        if entry is not None:
+            digests = self._by_key_id.get(entry.key_id)
+            if digests is not None:
+                digests.discard(digest)
+                if not digests:
+                    del self._by_key_id[entry.key_id]
+
+
+@dataclass(slots=True)
+class _Failures:
+    window_start: float
+    count: int = 0
+    in_flight: int = 0
+    locked_until: float = 0.0
+
+
+class Lockout:
+    """Per-key-id failure counting and lockout. Only ids that exist are ever tracked."""
+
+    def __init__(
+        self, threshold: int, window_seconds: float, duration_seconds: float, max_tracked: int
+    ) -> None:
+        self._threshold = threshold
+        self._window = window_seconds
+        self._duration = duration_seconds
+        self._max = max_tracked
+        self._state: OrderedDict[str, _Failures] = OrderedDict()
+
+    def _current(self, key_id: str, now: float) -> _Failures | None:
+        state = self._state.get(key_id)
+        if state is None:
+            return None
+        if state.locked_until and now >= state.locked_until:
+            state.locked_until = 0.0
+            state.count = 0
+            state.window_start = now
+        elif now - state.window_start >= self._window:
+            state.count = 0
+            state.window_start = now
+        if not state.count and not state.in_flight and not state.locked_until:
+            del self._state[key_id]
+            return None
+        return state
+
+    def is_locked(self, key_id: str, now: float) -> bool:
+        state = self._current(key_id, now)
+        return state is not None and (
+            now < state.locked_until or state.count + state.in_flight >= self._threshold
+        )
+
+    def begin(self, key_id: str, now: float) -> bool:
+        """Reserve one verification attempt; False (and nothing reserved) if the id is locked."""
+        if self.is_locked(key_id, now):
+            return False
+        state = self._state.get(key_id)
+        if state is None:
+            state = self._state[key_id] = _Failures(window_start=now)
+            while len(self._state) > self._max:
+                self._state.popitem(last=False)
+        self._state.move_to_end(key_id)
+        state.in_flight += 1
+        return True
+
+    def finish(self, key_id: str, succeeded: bool, now: float) -> None:
+        """Release a reservation made by `begin`, recording its outcome."""
+        state = self._state.get(key_id)
+        if state is None:  # pushed out of the bounded table meanwhile
+            return
+        state.in_flight = max(0, state.in_flight - 1)
+        if succeeded:
+            state.count = 0
+        else:
+            state.count += 1
+            if state.count >= self._threshold:
+                state.locked_until = now + self._duration
+        self._current(key_id, now)

@@ -1,0 +1,308 @@
+"""Persistent API key records: the `api_keys` table on SQLAlchemy 2 async (SQLite or PostgreSQL).
+
+The table lives beside the catalog registry, possibly in the same database, and is created by the
+gateway's own Alembic migrations (`gateway/migrations/`, version table `alembic_version_gateway`),
+so the two schemas evolve independently.
+
+Invariants:
+- Only an Argon2id hash of a key's secret is stored; `ApiKeyRecord` (what callers list and show)
+  never carries it. The hash travels only inside `StoredKey`, whose repr hides it.
+- Timestamps are stored and returned in UTC.
+- Database failures surface as `catalog.errors.StorageUnavailableError` (driver messages never
+  reach clients); the gateway already maps that error to 503.
+- Writes on SQLite run with the `cedarberg_write` execution option, so they start with
+  `BEGIN IMMEDIATE` (the registry's convention), and wait on SQLite's busy timeout rather than fail
+  when another process, such as `cedarberg keys create`, holds the write lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    DateTime,
+    Index,
+    MetaData,
+    String,
+    Table,
+    event,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from catalog.errors import StorageUnavailableError
+from gateway.authn.principal import PrincipalKind
+
+_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+VERSION_TABLE = "alembic_version_gateway"
+_PG_MIGRATION_LOCK = 0x6B657973  # "keys": serialises gateway migrations of several processes
+
+metadata = MetaData()
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(16), primary_key=True),
+    Column("principal", String(256), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("groups", JSON, nullable=False),
+    Column("secret_hash", String(255), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("rotated_at", DateTime(timezone=True), nullable=True),
+    Column("description", String(1024), nullable=False),
+    Index("ix_api_keys_principal", "principal"),
+)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; every value was written in UTC.
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """What may be shown about a key: everything except its secret and the secret's hash."""
+
+    key_id: str
+    principal: str
+    kind: PrincipalKind
+    groups: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    rotated_at: datetime | None
+    description: str
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def is_active(self, now: datetime) -> bool:
+        return self.revoked_at is None and not self.is_expired(now)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready view for the admin API and the CLI (ISO 8601 UTC timestamps)."""
+
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {
+            "id": self.key_id,
+            "principal": self.principal,
+            "kind": self.kind.value,
+            "groups": list(self.groups),
+            "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at),
+            "revoked_at": iso(self.revoked_at),
+            "rotated_at": iso(self.rotated_at),
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """A record with its secret hash, for verification only."""
+
+    record: ApiKeyRecord
+    secret_hash: str = field(repr=False)
+
+
+class KeyIdTakenError(Exception):
+    """A new key's random id is in use already (practically never: ids carry 80 random bits)."""
+
+
+def _record(row: Any) -> ApiKeyRecord:
+    created_at = _utc(row.created_at)
+    assert created_at is not None  # NOT NULL column
+    return ApiKeyRecord(
+        key_id=row.id,
+        principal=row.principal,
+        kind=PrincipalKind(row.kind),
+        groups=tuple(row.groups),
+        created_at=created_at,
+        expires_at=_utc(row.expires_at),
+        revoked_at=_utc(row.revoked_at),
+        rotated_at=_utc(row.rotated_at),
+        description=row.description,
+    )
+
+
+_RECORD_COLUMNS = [c for c in api_keys.c if c.name != "secret_hash"]
+
+
+class KeyStore:
+    """Reads and writes `api_keys`. Build with `open_key_store(url)` or around a shared engine."""
+
+    def __init__(self, engine: AsyncEngine, *, owns_engine: bool = False) -> None:
+        self._engine = engine
+        self._owns_engine = owns_engine
+        self._is_sqlite = engine.dialect.name == "sqlite"
+
+    async def migrate(self) -> None:
+        """Apply the gateway's migrations. Raises StorageUnavailableError."""
+        async with self._write() as conn:
+            if not self._is_sqlite:
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+            await conn.run_sync(_run_migrations)
+
+    async def close(self) -> None:
+        """Dispose of the engine if this store created it."""
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self._engine.connect() as plain:
+                conn = await plain.execution_options(cedarberg_write=True) if self._is_sqlite else plain
+                async with conn.begin():
+                    yield conn
+        except IntegrityError:
+            raise
+        except (SQLAlchemyError, OSError) as err:
+            raise StorageUnavailableError(f"the key store is unavailable: {type(err).__name__}") from err
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self._engine.connect() as conn:
+                yield conn
+        except (SQLAlchemyError, OSError) as err:
+            raise StorageUnavailableError(f"the key store is unavailable: {type(err).__name__}") from err
+
+    async def insert(self, record: ApiKeyRecord, secret_hash: str) -> None:
+        """Store a new key. Raises KeyIdTakenError, StorageUnavailableError."""
+        try:
+            async with self._write() as conn:
+                await conn.execute(
+                    insert(api_keys).values(
+                        id=record.key_id,
+                        principal=record.principal,
+                        kind=record.kind.value,
+                        groups=list(record.groups),
+                        secret_hash=secret_hash,
+                        created_at=record.created_at,
+                        expires_at=record.expires_at,
+                        revoked_at=None,
+                        rotated_at=None,
+                        description=record.description,
+                    )
+                )
+        except IntegrityError:
+            raise KeyIdTakenError(record.key_id) from None
+
+    async def get(self, key_id: str) -> StoredKey | None:
+        async with self._read() as conn:
+            row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
+        return None if row is None else StoredKey(_record(row), row.secret_hash)
+
+    async def list_records(
+        self, *, principal: str | None, after: str | None, limit: int
+    ) -> list[ApiKeyRecord]:
+        """Records ordered by id, starting after `after` (keyset pagination)."""
+        query = select(*_RECORD_COLUMNS)
+        if principal is not None:
+            query = query.where(api_keys.c.principal == principal)
+        if after is not None:
+            query = query.where(api_keys.c.id > after)
+        async with self._read() as conn:
+            rows = await conn.execute(query.order_by(api_keys.c.id).limit(limit))
+            return [_record(row) for row in rows]
+
+    async def replace_secret(self, key_id: str, secret_hash: str, rotated_at: datetime) -> bool:
+        """Give an unrevoked key a new secret hash; False if absent or revoked."""
+        async with self._write() as conn:
+            result = await conn.execute(
+                update(api_keys)
+                .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+                .values(secret_hash=secret_hash, rotated_at=rotated_at)
+            )
+            return result.rowcount == 1
+
+    async def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace a hash made with outdated parameters, unless the key was rotated meanwhile."""
+        async with self._write() as conn:
+            result = await conn.execute(
+                update(api_keys)
+                .where(api_keys.c.id == key_id, api_keys.c.secret_hash == old_hash)
+                .values(secret_hash=new_hash)
+            )
+            return result.rowcount == 1
+
+    async def revoke(self, key_id: str, revoked_at: datetime) -> bool:
+        """Mark a key revoked; False if absent or revoked already."""
+        async with self._write() as conn:
+            result = await conn.execute(
+                update(api_keys)
+                .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=revoked_at)
+            )
+            return result.rowcount == 1
+
+
+def _run_migrations(connection: Connection) -> None:
+    # Imported here: Alembic is needed once at start-up and is slow to import.
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _prepare_sqlite(engine: AsyncEngine) -> None:
+    """The registry's SQLite conventions: explicit BEGIN (IMMEDIATE for writers), WAL, busy wait."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("cedarberg_write", False):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+async def open_key_store(url: str) -> KeyStore:
+    """Create an engine for `url` (SQLite or PostgreSQL), apply migrations, return the store.
+
+    The store owns the engine: `close()` disposes of it. To share the registry's engine instead,
+    build `KeyStore(engine)` and call `migrate()`. Raises StorageUnavailableError.
+    """
+    if url.startswith("sqlite"):
+        db_path = url.split("///", 1)[-1]
+        if db_path and db_path != ":memory:":
+            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, pool_size=2, max_overflow=2)
+        _prepare_sqlite(engine)
+    else:
+        engine = create_async_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
+    store = KeyStore(engine, owns_engine=True)
+    try:
+        await store.migrate()
+    except BaseException:
+        await engine.dispose()
+        raise
+    return store

@@ -1,0 +1,197 @@
+"""`POST /v1/oauth/tokens` without HTTP: the OAuth2 token endpoint logic (RFC 6749, RFC 8693).
+
+Public API::
+
+    endpoint = TokenEndpoint(keys, issuer)      # keys: ApiKeyAuthenticator, issuer: TokenIssuer
+    result = await endpoint.handle(form, basic_auth)   # TokenResponse | OAuthError
+    result.status, result.headers, result.to_json()    # what the HTTP handler sends
+
+`form` is the decoded `application/x-www-form-urlencoded` body (the HTTP layer must refuse a body
+that repeats a parameter, RFC 6749 section 3.2, before calling); `basic_auth` is the
+`(user, password)` of an `Authorization: Basic` header, already base64-decoded and split at the
+first `:`, or None. Grants:
+
+- `client_credentials` (`TokenEndpoint.client_credentials`): the client id is an API key's id and
+  the client secret its secret, so engines configured with `credential=<id>:<secret>` work as they
+  are. Spark sends them in the form body, DuckDB as HTTP Basic; both forms may appear together
+  only if they agree. A wrong or unusable key is `invalid_client` (401, generic description).
+- `urn:ietf:params:oauth:grant-type:token-exchange` with `subject_token` = a still-valid gateway
+  access token (`TokenEndpoint.refresh`): how Iceberg's Java client refreshes its token before it
+  expires. The key the token was issued for must still be active (checked without hashing), so
+  revoking a key also ends refreshes. If the client authenticates with HTTP Basic (the Java
+  client's fallback once its token has expired), a token is issued for that key instead.
+
+Anything else is `unsupported_grant_type`; missing or repeated-method parameters are
+`invalid_request` (400). Responses carry `Cache-Control: no-store` (RFC 6749 section 5.1).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import unquote_plus
+
+from gateway.authn.errors import AuthenticationError
+from gateway.authn.principal import Principal
+from gateway.authn.tokens import TokenIssuer
+
+log = logging.getLogger("cedarberg.authn.oauth")
+
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105
+GRANT_CLIENT_CREDENTIALS = "client_credentials"
+GRANT_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_CHALLENGE = 'Basic realm="cedarberg", charset="UTF-8"'
+
+
+class KeyVerifier(Protocol):
+    """What the endpoint needs from API keys (`ApiKeyAuthenticator` provides it)."""
+
+    async def authenticate_parts(self, key_id: str, secret: str) -> Principal: ...
+
+    async def active_principal(self, key_id: str) -> Principal: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TokenResponse:
+    """A successful token response (200)."""
+
+    access_token: str = field(repr=False)
+    expires_in: int
+    status: int = 200
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return _NO_STORE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "access_token": self.access_token,
+            "token_type": "bearer",
+            "expires_in": self.expires_in,
+            "issued_token_type": ACCESS_TOKEN_TYPE,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthError:
+    """An RFC 6749 section 5.2 error response (the Iceberg spec's OAuthError)."""
+
+    error: str
+    description: str
+    status: int
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        if self.status == 401:
+            return {**_NO_STORE, "WWW-Authenticate": _CHALLENGE}
+        return _NO_STORE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.error, "error_description": self.description}
+
+
+def _invalid_request(description: str) -> OAuthError:
+    return OAuthError("invalid_request", description, 400)
+
+
+INVALID_CLIENT = OAuthError("invalid_client", "Client authentication failed", 401)
+
+
+def _param(form: Mapping[str, str], name: str) -> str | None:
+    value = form.get(name)
+    return value or None  # RFC 6749 section 3.2: a parameter without a value counts as omitted
+
+
+def _client_credentials(
+    form: Mapping[str, str], basic_auth: tuple[str, str] | None
+) -> tuple[str, str] | OAuthError:
+    body_id, body_secret = _param(form, "client_id"), _param(form, "client_secret")
+    if basic_auth is None:
+        if body_id is None or body_secret is None:
+            return _invalid_request("client_id and client_secret are required")
+        return body_id, body_secret
+    # RFC 6749 section 2.3.1: Basic credentials are form-urlencoded before base64.
+    basic_id, basic_secret = unquote_plus(basic_auth[0]), unquote_plus(basic_auth[1])
+    if (body_id is not None and body_id != basic_id) or (
+        body_secret is not None and not hmac.compare_digest(body_secret.encode(), basic_secret.encode())
+    ):
+        return _invalid_request("conflicting client credentials")
+    return basic_id, basic_secret
+
+
+class TokenEndpoint:
+    """Exchanges API key credentials (or a still-valid token) for a gateway access token."""
+
+    def __init__(self, keys: KeyVerifier, issuer: TokenIssuer) -> None:
+        self._keys = keys
+        self._issuer = issuer
+
+    async def handle(
+        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
+    ) -> TokenResponse | OAuthError:
+        """Dispatch on `grant_type`."""
+        grant_type = _param(form, "grant_type")
+        if grant_type is None:
+            return _invalid_request("grant_type is required")
+        if grant_type == GRANT_CLIENT_CREDENTIALS:
+            return await self.client_credentials(form, basic_auth)
+        if grant_type == GRANT_TOKEN_EXCHANGE:
+            return await self.refresh(form, basic_auth)
+        return OAuthError("unsupported_grant_type", "Unsupported grant_type", 400)
+
+    def _issue(self, principal: Principal) -> TokenResponse:
+        token, expires_in = self._issuer.issue(principal)
+        return TokenResponse(token, expires_in)
+
+    async def client_credentials(
+        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
+    ) -> TokenResponse | OAuthError:
+        """The client_credentials grant (RFC 6749 section 4.4) with API key parts as credentials."""
+        grant_type = _param(form, "grant_type")
+        if grant_type is None:
+            return _invalid_request("grant_type is required")
+        if grant_type != GRANT_CLIENT_CREDENTIALS:
+            return OAuthError("unsupported_grant_type", "Unsupported grant_type", 400)
+        credentials = _client_credentials(form, basic_auth)
+        if isinstance(credentials, OAuthError):
+            return credentials
+        try:
+            principal = await self._keys.authenticate_parts(*credentials)
+        except AuthenticationError:
+            return INVALID_CLIENT
+        return self._issue(principal)
+
+    async def refresh(
+        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
+    ) -> TokenResponse | OAuthError:
+        """Token exchange (RFC 8693) of a gateway access token for a fresh one."""
+        subject_token = _param(form, "subject_token")
+        if subject_token is None or _param(form, "subject_token_type") != ACCESS_TOKEN_TYPE:
+            return _invalid_request("subject_token of type access_token is required")
+        if _param(form, "actor_token") is not None:
+            return _invalid_request("actor_token is not supported")
+        if basic_auth is not None or _param(form, "client_secret") is not None:
+            credentials = _client_credentials(form, basic_auth)
+            if isinstance(credentials, OAuthError):
+                return credentials
+            try:
+                return self._issue(await self._keys.authenticate_parts(*credentials))
+            except AuthenticationError:
+                return INVALID_CLIENT
+        try:
+            subject = self._issuer.verify(subject_token)
+        except AuthenticationError:
+            return _invalid_request("subject_token is not valid")
+        key_id = subject.attributes.get("api_key_id")
+        if key_id is None:
+            log.info("token refresh refused: token not issued for an api key")
+            return _invalid_request("subject_token is not valid")
+        try:
+            principal = await self._keys.active_principal(key_id)
+        except AuthenticationError:
+            return _invalid_request("subject_token is not valid")
+        return self._issue(principal)

@@ -1,0 +1,355 @@
+"""Bearer JWTs from configured OIDC issuers → `Principal`.
+
+Public API:
+    OidcIssuerSettings, OidcSettings            frozen settings (embedded in the gateway settings)
+    OidcAuthenticator(settings, *, session=None)
+        .issuers -> frozenset[str]
+        .handles(token) -> bool                 unverified peek: is `iss` a configured issuer?
+        async .authenticate(token) -> Principal raises AuthenticationError / CredentialExpiredError
+        async .warm_up() -> None                fetch every issuer's keys once (failures logged)
+        async .close() -> None                  also `async with OidcAuthenticator(...)`
+    peek_issuer(token, max_bytes) -> str | None
+
+Checks, cheapest first: token size (`max_token_bytes`, before any parsing) → JWS structure →
+unverified `iss` must be a configured issuer (no network for unknown issuers) → header `alg` must be
+one of the issuer's pinned asymmetric algorithms (`none` and HS* cannot even be configured) → key
+by `kid` from the issuer's JWKS (see `gateway.authn.jwks` for the refresh bounds), whose key type
+must allow that `alg` → PyJWT verifies the signature, then `iss`, `aud`, `exp`, `nbf` (and `iat`)
+with the issuer's leeway; `exp`, `iss` and `aud` are required → the principal claim must be a
+non-empty string. Embedded keys (`jwk`, `jku`, `x5u`, `x5c` headers) are never used.
+
+Errors: `CredentialExpiredError` only for a correctly signed token whose `exp` has passed (so the
+gateway may answer 419); `AuthenticationError` for everything else. Both carry a generic message;
+the reason is logged at INFO on `cedarberg.authn.oidc`, never with the token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+import jwt
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from gateway.authn.jwks import (
+    ASYMMETRIC_ALGORITHMS,
+    IssuerKeys,
+    JwksError,
+    VerificationKey,
+    log,
+    short_repr,
+    url_allowed,
+)
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+
+DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
+MAX_PRINCIPAL_ID_LENGTH = 512
+_GROUP_SEPARATORS = re.compile(r"[\s,]+")
+
+
+class OidcIssuerSettings(BaseModel):
+    """One trusted token issuer.
+
+    `issuer` must equal the tokens' `iss` claim (and the discovery document's `issuer`) exactly.
+    `audiences`: a token must name at least one of them in `aud` (a single string is accepted).
+    `algorithms`: the only signature algorithms accepted from this issuer; asymmetric only.
+    `discovery_url` defaults to `<issuer>/.well-known/openid-configuration`; `jwks_uri`, if set,
+    skips discovery. `principal_claim`, `groups_claim` and the values of `attribute_claims` are claim
+    names, or dotted paths into nested objects (`realm_access.roles`); a claim whose literal name
+    contains dots is found first. Groups may be a list of strings or one space/comma separated
+    string; a missing groups claim means no groups. `principal_prefix` is prepended to the id so
+    that equal subjects of two issuers stay distinct principals. URLs must be https unless they
+    point to loopback, or `unsafe_allow_http` is set.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    issuer: str = Field(min_length=1)
+    audiences: tuple[str, ...] = Field(min_length=1)
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    discovery_url: str | None = None
+    jwks_uri: str | None = None
+    principal_claim: str = Field("sub", min_length=1)
+    principal_prefix: str = ""
+    principal_kind: PrincipalKind = PrincipalKind.USER
+    groups_claim: str | None = "groups"
+    attribute_claims: Mapping[str, str] = Field(default_factory=dict)
+    leeway_seconds: int = Field(30, ge=0, le=300)
+    unsafe_allow_http: bool = False
+
+    @field_validator("audiences", mode="before")
+    @classmethod
+    def _one_audience_is_a_list(cls, value: object) -> object:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("audiences")
+    @classmethod
+    def _no_empty_audience(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not all(value):
+            raise ValueError("audiences must be non-empty strings")
+        return value
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric_only(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one algorithm is required")
+        for alg in value:
+            if alg.lower() == "none" or alg.upper().startswith("HS"):
+                raise ValueError(f"algorithm {alg!r} is never accepted for OIDC tokens")
+            if alg not in ASYMMETRIC_ALGORITHMS:
+                raise ValueError(f"unsupported algorithm {alg!r}; allowed: {sorted(ASYMMETRIC_ALGORITHMS)}")
+        return tuple(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _urls_are_safe(self) -> Self:
+        for name in ("issuer", "discovery_url", "jwks_uri"):
+            url = getattr(self, name)
+            if url is not None and not url_allowed(url, allow_http=self.unsafe_allow_http):
+                raise ValueError(
+                    f"{name} {url!r} must be an https URL (http only for loopback or with unsafe_allow_http)"
+                )
+        return self
+
+
+class OidcSettings(BaseModel):
+    """All trusted OIDC issuers and the limits that protect the gateway from tokens and IdPs.
+
+    `max_token_bytes`: longer bearer tokens are refused before parsing. `fetch_timeout_seconds` and
+    `max_document_bytes` bound each discovery/JWKS download. Each issuer's keys are downloaded at
+    most once per `refresh_min_interval_seconds` (whatever triggers it: first use, an unknown `kid`,
+    expiry of `cache_ttl_seconds`), so a flood of unknown kids costs at most one download per
+    interval.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    issuers: tuple[OidcIssuerSettings, ...] = ()
+    max_token_bytes: int = Field(DEFAULT_MAX_TOKEN_BYTES, ge=1024, le=1024 * 1024)
+    fetch_timeout_seconds: float = Field(5.0, gt=0, le=60)
+    max_document_bytes: int = Field(512 * 1024, ge=1024, le=16 * 1024 * 1024)
+    refresh_min_interval_seconds: float = Field(30.0, gt=0, le=3600)
+    cache_ttl_seconds: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+
+    @field_validator("issuers")
+    @classmethod
+    def _issuers_unique(cls, value: tuple[OidcIssuerSettings, ...]) -> tuple[OidcIssuerSettings, ...]:
+        names = [issuer.issuer for issuer in value]
+        if len(names) != len(set(names)):
+            raise ValueError("each issuer may be configured once")
+        return value
+
+
+class _Rejected(Exception):
+    """Internal: the token is refused; `reason` is for the log."""
+
+    def __init__(self, reason: str, *, expired: bool = False, bad_signature: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.expired = expired
+        self.bad_signature = bad_signature
+
+
+_UNVERIFIED = jwt.PyJWS()
+
+
+def _unverified_parts(token: str, max_bytes: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Header and claims of a compact JWS, without checking anything but its shape."""
+    if len(token) > max_bytes:
+        raise _Rejected(f"token of {len(token)} characters exceeds {max_bytes}")
+    if not token.isascii() or token.count(".") != 2:
+        raise _Rejected("not a compact JWS")
+    try:
+        parts = _UNVERIFIED.decode_complete(token, options={"verify_signature": False})
+        claims = json.loads(parts["payload"])
+    except (jwt.PyJWTError, ValueError, RecursionError) as exc:  # deep nesting: RecursionError
+        raise _Rejected(f"malformed token ({type(exc).__name__})") from None
+    if not isinstance(claims, dict):
+        raise _Rejected("token payload is not a JSON object")
+    return parts["header"], claims
+
+
+def peek_issuer(token: str, max_bytes: int = DEFAULT_MAX_TOKEN_BYTES) -> str | None:
+    """The unverified `iss` of a JWT, or None if `token` is not a JWT (for routing only)."""
+    try:
+        _, claims = _unverified_parts(token, max_bytes)
+    except _Rejected:
+        return None
+    issuer = claims.get("iss")
+    return issuer if isinstance(issuer, str) else None
+
+
+def claim_at(claims: Mapping[str, Any], path: str) -> object:
+    """The claim named `path`, else the value at dotted `path` through nested objects, else None."""
+    if path in claims:
+        return claims[path]
+    value: object = claims
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _groups(value: object) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset(group for group in _GROUP_SEPARATORS.split(value) if group)
+    if isinstance(value, list) and all(isinstance(group, str) for group in value):
+        return frozenset(group for group in value if group)
+    raise _Rejected(f"groups claim has unexpected type {type(value).__name__}")
+
+
+class _Issuer:
+    def __init__(self, settings: OidcIssuerSettings, keys: IssuerKeys) -> None:
+        self.settings = settings
+        self.keys = keys
+        self.audiences = list(settings.audiences)
+
+
+class OidcAuthenticator:
+    """Verifies bearer JWTs from the configured issuers. Use within one event loop."""
+
+    def __init__(self, settings: OidcSettings, *, session: aiohttp.ClientSession | None = None) -> None:
+        self._settings = settings
+        self._session = session
+        self._owns_session = session is None
+        self._issuers = {
+            issuer.issuer: _Issuer(
+                issuer,
+                IssuerKeys(
+                    self._get_session,
+                    issuer=issuer.issuer,
+                    discovery_url=issuer.discovery_url,
+                    jwks_uri=issuer.jwks_uri,
+                    algorithms=frozenset(issuer.algorithms),
+                    allow_http=issuer.unsafe_allow_http,
+                    timeout=settings.fetch_timeout_seconds,
+                    max_bytes=settings.max_document_bytes,
+                    min_interval=settings.refresh_min_interval_seconds,
+                    ttl=settings.cache_ttl_seconds,
+                ),
+            )
+            for issuer in settings.issuers
+        }
+
+    @property
+    def issuers(self) -> frozenset[str]:
+        return frozenset(self._issuers)
+
+    def handles(self, token: str) -> bool:
+        """Whether `token` looks like a JWT from a configured issuer (unverified; for routing)."""
+        return peek_issuer(token, self._settings.max_token_bytes) in self._issuers
+
+    async def authenticate(self, token: str) -> Principal:
+        """The principal a valid token names.
+
+        Raises `CredentialExpiredError` for a correctly signed but expired token and
+        `AuthenticationError` for any other failure (the reason goes to the log).
+        """
+        try:
+            return await self._authenticate(token)
+        except _Rejected as rejected:
+            log.info("OIDC token rejected: %s", rejected.reason)
+            if rejected.expired:
+                raise CredentialExpiredError from None
+            raise AuthenticationError from None
+
+    async def _authenticate(self, token: str) -> Principal:
+        header, unverified = _unverified_parts(token, self._settings.max_token_bytes)
+        iss = unverified.get("iss")
+        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
+        if issuer is None:
+            raise _Rejected(f"issuer {short_repr(iss)} is not configured")
+        alg, kid = header.get("alg"), header.get("kid")
+        if not isinstance(alg, str) or alg not in issuer.settings.algorithms:
+            raise _Rejected(f"algorithm {short_repr(alg)} is not allowed for issuer {issuer.settings.issuer}")
+        if kid is not None and not isinstance(kid, str):
+            raise _Rejected("kid is not a string")
+        key = await self._key(issuer, kid, alg)
+        try:
+            claims = self._verify(token, issuer, key, alg)
+        except _Rejected as rejected:
+            # A key without kid can only be replaced, not added to: after a rotation at such an
+            # issuer the one cached key fails, so look for a new one (within the refresh bounds).
+            if not (rejected.bad_signature and kid is None and await issuer.keys.refresh()):
+                raise
+            claims = self._verify(token, issuer, await self._key(issuer, kid, alg), alg)
+        return self._principal(claims, issuer.settings)
+
+    @staticmethod
+    async def _key(issuer: _Issuer, kid: str | None, alg: str) -> VerificationKey:
+        try:
+            return await issuer.keys.key_for(kid, alg)
+        except JwksError as exc:
+            raise _Rejected(str(exc)) from None
+
+    def _verify(self, token: str, issuer: _Issuer, key: VerificationKey, alg: str) -> dict[str, Any]:
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                audience=issuer.audiences,
+                issuer=issuer.settings.issuer,
+                leeway=issuer.settings.leeway_seconds,
+                options={"require": ["exp", "iss", "aud"]},
+            )
+        except jwt.InvalidSignatureError:
+            raise _Rejected("signature verification failed", bad_signature=True) from None
+        except jwt.ExpiredSignatureError:
+            raise _Rejected(f"token from {issuer.settings.issuer} has expired", expired=True) from None
+        except jwt.PyJWTError as exc:
+            raise _Rejected(f"{type(exc).__name__}: {exc}") from None
+        return claims
+
+    def _principal(self, claims: Mapping[str, Any], settings: OidcIssuerSettings) -> Principal:
+        subject = claim_at(claims, settings.principal_claim)
+        if isinstance(subject, int) and not isinstance(subject, bool):
+            subject = str(subject)
+        if not isinstance(subject, str) or not subject or len(subject) > MAX_PRINCIPAL_ID_LENGTH:
+            raise _Rejected(f"principal claim {settings.principal_claim!r} is missing or not a usable string")
+        groups = _groups(claim_at(claims, settings.groups_claim)) if settings.groups_claim else frozenset()
+        attributes = {"issuer": settings.issuer}
+        for name, path in settings.attribute_claims.items():
+            value = claim_at(claims, path)
+            if isinstance(value, str | int | float | bool):
+                attributes[name] = str(value)
+        return Principal(
+            id=settings.principal_prefix + subject,
+            kind=settings.principal_kind,
+            groups=groups,
+            auth_method=AuthMethod.JWT,
+            attributes=attributes,
+        )
+
+    async def warm_up(self) -> None:
+        """Download every issuer's keys now (e.g. at startup); failures are logged, not raised."""
+        for issuer in self._issuers.values():
+            await issuer.keys.refresh()
+
+    async def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(trust_env=False)
+        return self._session
+
+    async def close(self) -> None:
+        for issuer in self._issuers.values():
+            await issuer.keys.close()
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

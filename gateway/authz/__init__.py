@@ -1,0 +1,19 @@
+"""Authorization: Cedar policies decide every operation.
+
+Modules, one concept each:
+
+- `operations`  the one table: operation id -> Cedar action, resource scope, group, extra checks;
+                `check_route_table(ids)` refuses routes without an entry.
+- `entities`    Cedar uids, resources (with their ancestor chain and inherited grants), principals.
+- `context`     the request context (`RequestContext`, `ChangeSummary.of_commit` for commits).
+- `loader`      read, parse and validate a policy directory with FILE:LINE problems.
+- `contract`    the schema must describe what the gateway sends; checked at every load.
+- `engine`      `PolicyEngine`: the active set (refused sets never replace it) and decisions.
+- `authorizer`  `authorize(...) -> Verdict` (all checks of an operation; 404-vs-403),
+                `is_visible`, `filter_visible` for listings.
+- `reload`      `PolicyWatcher`: hot reload by polling; `reload_now()` for SIGHUP.
+- `fixtures`    ALLOW/DENY request fixtures; `cli` the `cedarberg policies ...` commands.
+- `settings`    `AuthzSettings` (policy directory, reload interval, entity cache size).
+
+Only this package imports `cedarpy`.
+"""

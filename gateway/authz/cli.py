@@ -1,0 +1,277 @@
+"""`cedarberg policies validate|test|explain`: the security team's tools, offline.
+
+    cedarberg policies validate [DIR]     exit 1 and `FILE:LINE: message` lines when the set is refused
+    cedarberg policies test [DIR]         run DIR/tests/{ALLOW,DENY}/*.json; exit 1 if any fails
+    cedarberg policies explain --principal alice --group etl --action updateTable \\
+        --resource default/sales/orders --property 'sales:cedarberg.writers=etl'
+                                          print the decision and its determining policies;
+                                          exit 0 allow, 1 deny, 2 bad input or refused set
+
+Wiring (gateway/cli.py): `add_policy_commands(subparsers)` once, and
+`if args.command == "policies": return run_policy_command(args, settings_policy_dir)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authz.context import ChangeSummary, RequestContext
+from gateway.authz.engine import Decision, PolicyEngine
+from gateway.authz.entities import (
+    Resource,
+    api_key_resource,
+    catalog_resource,
+    namespace_resource,
+    parse_path,
+    table_resource,
+    view_resource,
+    warehouse_resource,
+)
+from gateway.authz.errors import PolicyLoadError, ResourceError
+from gateway.authz.fixtures import run_fixtures
+from gateway.authz.operations import OPERATIONS, Scope
+from gateway.authz.settings import BUNDLED_POLICY_DIR
+
+COMMAND = "policies"
+
+
+def _problem_lines(directory: Path, err: PolicyLoadError) -> list[str]:
+    lines = []
+    for problem in err.problems:
+        path = directory / problem.path if problem.path != str(directory) else directory
+        lines.append(
+            f"{path}:{problem.line}: {problem.message}" if problem.line else f"{path}: {problem.message}"
+        )
+    return lines
+
+
+def _load(directory: Path, err: TextIO) -> PolicyEngine | None:
+    engine = PolicyEngine(directory, entity_cache_size=0)
+    try:
+        engine.load()
+    except PolicyLoadError as error:
+        for line in _problem_lines(directory, error):
+            print(line, file=err)
+        print(f"policy set refused: {len(error.problems)} problem(s)", file=err)
+        return None
+    return engine
+
+
+def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`)."""
+    engine = _load(directory, err)
+    if engine is None or engine.active is None:
+        return 1
+    files = len(engine.active.sources) - 1
+    print(
+        f"{directory}: {len(engine.active.locations)} policies in {files} file(s) valid; "
+        f"version {engine.version}",
+        file=out,
+    )
+    return 0
+
+
+def run_fixture_tests(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run the ALLOW/DENY request fixtures; 0 if all pass, 1 if any fails, none exist, or the set is
+    refused."""
+    engine = _load(directory, err)
+    if engine is None:
+        return 1
+    results = run_fixtures(engine, directory)
+    for result in results:
+        status = "PASS" if result.passed else "FAIL"
+        detail = "" if result.passed and result.message == "ok" else f"  ({result.message})"
+        print(f"{status} {result.expected:5} {result.path}{detail}", file=out)
+    failed = sum(not r.passed for r in results)
+    print(f"{len(results) - failed} passed, {failed} failed", file=out)
+    if not results:
+        print(f"no fixtures under {directory}/tests/ALLOW or {directory}/tests/DENY", file=err)
+        return 1
+    return 1 if failed else 0
+
+
+def _pairs(values: Sequence[str], what: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise ResourceError(f"{what} must look like KEY=VALUE, not {value!r}")
+        pairs.append((key, val))
+    return pairs
+
+
+def build_resource(
+    action: str, path: str, properties: Sequence[str] = (), key_owner: str | None = None
+) -> Resource:
+    """The resource `action` decides on, from an entity-id path and `NS:KEY=VALUE` properties
+    (`NS` is a dotted namespace of the same warehouse; empty for warehouse properties)."""
+    spec = OPERATIONS.get(action)
+    if spec is None or spec.action is None:
+        raise ResourceError(f"unknown action {action!r}; known: {', '.join(sorted(OPERATIONS))}")
+    if spec.scope is Scope.CATALOG:
+        return catalog_resource()
+    if spec.scope is Scope.API_KEY:
+        return api_key_resource(path, key_owner or "")
+    warehouse, levels, name = parse_path(path)
+    by_namespace: dict[tuple[str, ...], dict[str, str]] = {}
+    for item in properties:
+        ns, sep, assignment = item.partition(":")
+        if not sep:
+            raise ResourceError(f"a property must look like NS:KEY=VALUE, not {item!r}")
+        ns_levels = tuple(parse_path(f"{warehouse}/{ns}")[1]) if ns else ()
+        for key, value in _pairs([assignment], "a property"):
+            by_namespace.setdefault(ns_levels, {})[key] = value
+    chain = [by_namespace.get(tuple(levels[: i + 1]), {}) for i in range(len(levels))]
+    wh_props = by_namespace.get((), {})
+    expected = {
+        Scope.WAREHOUSE: "WAREHOUSE",
+        Scope.CONTAINER: "WAREHOUSE[/NS]",
+        Scope.NAMESPACE: "WAREHOUSE/NS",
+        Scope.TABLE: "WAREHOUSE/NS/TABLE",
+        Scope.VIEW: "WAREHOUSE/NS/VIEW",
+    }[spec.scope]
+    if spec.scope is Scope.WAREHOUSE or (spec.scope is Scope.CONTAINER and not levels):
+        if levels:
+            raise ResourceError(f"{action} expects {expected}, not {path!r}")
+        return warehouse_resource(warehouse, wh_props)
+    if spec.scope in (Scope.NAMESPACE, Scope.CONTAINER):
+        if not levels or name is not None:
+            raise ResourceError(f"{action} expects {expected}, not {path!r}")
+        return namespace_resource(warehouse, levels, chain, warehouse_properties=wh_props)
+    if not levels or name is None:
+        raise ResourceError(f"{action} expects {expected}, not {path!r}")
+    build = table_resource if spec.scope is Scope.TABLE else view_resource
+    return build(warehouse, levels, name, chain, warehouse_properties=wh_props)
+
+
+def _print_decision(engine: PolicyEngine, decision: Decision, principal: Principal, out: TextIO) -> None:
+    verdict = "ALLOW" if decision.allowed else "DENY"
+    groups = ", ".join(sorted(principal.groups)) or "none"
+    print(f"decision:  {verdict}", file=out)
+    print(f"principal: {decision.principal} (groups: {groups})", file=out)
+    print(f"action:    {decision.action}", file=out)
+    print(f"resource:  {decision.resource}", file=out)
+    locations = engine.active.locations if engine.active else {}
+    if decision.policy_ids:
+        kind = "permitted by" if decision.allowed else "forbidden by"
+        print(f"{kind}:", file=out)
+        for policy_id in decision.policy_ids:
+            print(f"  {policy_id}  ({locations.get(policy_id, '?')})", file=out)
+    elif not decision.allowed:
+        print("no policy permits this request (default deny)", file=out)
+    for error in decision.errors:
+        print(f"error:     {error}", file=out)
+    print(f"policy set version: {decision.version}", file=out)
+
+
+def explain(
+    directory: Path,
+    principal: str,
+    groups: Sequence[str],
+    action: str,
+    resource: str,
+    *,
+    kind: str = PrincipalKind.USER.value,
+    auth_method: str = AuthMethod.API_KEY.value,
+    client_address: str = "127.0.0.1",
+    attributes: Sequence[str] = (),
+    properties: Sequence[str] = (),
+    update_kinds: Sequence[str] = (),
+    refs: Sequence[str] = (),
+    property_keys: Sequence[str] = (),
+    requirements: Sequence[str] = (),
+    key_owner: str | None = None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
+    """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error."""
+    engine = _load(directory, err)
+    if engine is None:
+        return 2
+    try:
+        who = Principal(
+            id=principal,
+            kind=PrincipalKind(kind),
+            groups=frozenset(groups),
+            auth_method=AuthMethod(auth_method),
+            attributes=dict(_pairs(attributes, "an attribute")),
+        )
+        target = build_resource(action, resource, properties, key_owner or principal)
+    except (ResourceError, ValueError) as error:
+        print(f"cedarberg policies explain: {error}", file=err)
+        return 2
+    changes = ChangeSummary(
+        frozenset(update_kinds), frozenset(refs), frozenset(property_keys), frozenset(requirements)
+    )
+    decision = engine.decide(who, action, target, RequestContext.of(who, client_address, changes))
+    _print_decision(engine, decision, who, out)
+    return 0 if decision.allowed else 1
+
+
+def add_policy_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `policies validate|test|explain` to the `cedarberg` command line."""
+    policies = subparsers.add_parser(COMMAND, help="validate, test and explain the Cedar policies")
+    commands = policies.add_subparsers(dest="policies_command", required=True)
+    help_dir = "policy directory (default: the configured or bundled policies)"
+    commands.add_parser("validate", help="parse and validate the policies").add_argument(
+        "dir", nargs="?", type=Path, help=help_dir
+    )
+    commands.add_parser("test", help="run the ALLOW/DENY request fixtures").add_argument(
+        "dir", nargs="?", type=Path, help=help_dir
+    )
+    ex = commands.add_parser("explain", help="decide one request and show the determining policies")
+    ex.add_argument("--dir", type=Path, help=help_dir)
+    ex.add_argument("--principal", required=True, help="principal id")
+    ex.add_argument("--kind", default="user", choices=[k.value for k in PrincipalKind])
+    ex.add_argument("--group", action="append", default=[], help="a group of the principal (repeatable)")
+    ex.add_argument("--attribute", action="append", default=[], help="principal attribute KEY=VALUE")
+    ex.add_argument("--auth-method", default="api-key", choices=[m.value for m in AuthMethod])
+    ex.add_argument("--client-address", default="127.0.0.1")
+    ex.add_argument("--action", required=True, help="a Cedar action (an operation id, e.g. loadTable)")
+    ex.add_argument(
+        "--resource",
+        default="default",
+        help="WAREHOUSE[/NS.NS[/NAME]] as in entity ids; an API key id for key actions",
+    )
+    ex.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        help="namespace property NS:KEY=VALUE (empty NS: warehouse), e.g. 'sales:cedarberg.readers=bi'",
+    )
+    ex.add_argument("--update-kind", action="append", default=[], help="commit update kind (repeatable)")
+    ex.add_argument("--ref", action="append", default=[], help="ref a commit moves (repeatable)")
+    ex.add_argument("--property-key", action="append", default=[], help="property key touched")
+    ex.add_argument("--requirement", action="append", default=[], help="commit requirement type")
+    ex.add_argument("--key-owner", help="owner of the API key (key actions; default: the principal)")
+
+
+def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None) -> int:
+    """Run the `policies` sub-command parsed by `add_policy_commands`; returns the exit code."""
+    fallback = default_dir or BUNDLED_POLICY_DIR
+    if args.policies_command == "validate":
+        return validate(args.dir or fallback)
+    if args.policies_command == "test":
+        return run_fixture_tests(args.dir or fallback)
+    return explain(
+        args.dir or fallback,
+        args.principal,
+        args.group,
+        args.action,
+        args.resource,
+        kind=args.kind,
+        auth_method=args.auth_method,
+        client_address=args.client_address,
+        attributes=args.attribute,
+        properties=args.property,
+        update_kinds=args.update_kind,
+        refs=args.ref,
+        property_keys=args.property_key,
+        requirements=args.requirement,
+        key_owner=args.key_owner,
+    )

@@ -1,0 +1,304 @@
+"""The policy engine: the active Cedar policy set and the decisions made with it.
+
+    engine = PolicyEngine(Path("policies"))
+    version = engine.load()                      # raises PolicyLoadError: nothing is active yet
+    decision = engine.decide(principal, "loadTable", table, context)
+    engine.reload()                              # never raises: LOADED, UNCHANGED or REFUSED
+
+Invariants:
+- Only a set that parses, validates against its schema, and satisfies the gateway's contract
+  (`contract.py`) becomes active. A refused set leaves the last good set active; the refusal (its
+  version and problems) is kept in `last_error` for the admin API and logged once per content.
+- Decisions use pre-parsed handles: the policy set and schema are parsed once per load; the entity
+  set of a (principal, resource) pair is parsed once and kept in a bounded LRU cache, which a load
+  clears (entities are validated against the schema they were parsed with).
+- Anything but Allow is deny: Deny, NoDecision, no active set, or entities that do not conform.
+- Every `Decision` names the policy-set version it was made with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import cedarpy
+import orjson
+
+from gateway.authn.principal import Principal
+from gateway.authz.context import RequestContext
+from gateway.authz.contract import contract_problems
+from gateway.authz.entities import (
+    EntityUid,
+    Resource,
+    principal_entities,
+    principal_uid,
+)
+from gateway.authz.errors import PolicyLoadError, PolicyProblem
+from gateway.authz.loader import CompiledPolicySet, compile_sources, read_directory
+
+log = logging.getLogger("gateway.authz")
+
+DEFAULT_ENTITY_CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One Cedar decision. `policy_ids` are the determining policies (the permits that allowed, or
+    the forbids that denied; empty for the default deny)."""
+
+    allowed: bool
+    policy_ids: tuple[str, ...]
+    version: str
+    errors: tuple[str, ...]
+    principal: str
+    action: str
+    resource: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedPolicySet:
+    version: str  # content hash of the refused files ("" if they could not be read)
+    problems: tuple[PolicyProblem, ...]
+    at: datetime
+
+
+class ReloadOutcome(StrEnum):
+    LOADED = "loaded"
+    UNCHANGED = "unchanged"
+    REFUSED = "refused"
+
+
+class PolicyEngine:
+    """Holds the active policy set of one directory and decides requests with it. Thread-safe."""
+
+    def __init__(self, directory: Path, *, entity_cache_size: int = DEFAULT_ENTITY_CACHE_SIZE) -> None:
+        self._directory = Path(directory)
+        self._active: CompiledPolicySet | None = None
+        self._last_error: RefusedPolicySet | None = None
+        self._load_lock = threading.Lock()
+        self._cache: OrderedDict[tuple[str, str, str], cedarpy.Entities] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._cache_size = entity_cache_size
+
+    # -- the policy set ---------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def active(self) -> CompiledPolicySet | None:
+        return self._active
+
+    @property
+    def version(self) -> str:
+        """The active set's version, or "" when none has loaded."""
+        return self._active.version if self._active else ""
+
+    @property
+    def last_error(self) -> RefusedPolicySet | None:
+        """Why the most recent load was refused; None once a load succeeds."""
+        return self._last_error
+
+    def status(self) -> dict[str, Any]:
+        """The active set and the last refusal, JSON-ready (for the admin API's policy view)."""
+        active, refused = self._active, self._last_error
+        return {
+            "directory": str(self._directory),
+            "version": active.version if active else None,
+            "files": dict(active.sources) if active else {},
+            "policies": dict(active.locations) if active else {},
+            "refused": None
+            if refused is None
+            else {
+                "version": refused.version,
+                "at": refused.at.isoformat(),
+                "problems": [str(p) for p in refused.problems],
+            },
+        }
+
+    def load(self, directory: Path | None = None) -> str:
+        """Load the directory (and remember it, if given) and make it active; returns its version.
+
+        Loading contents identical to the active set changes nothing. Raises `PolicyLoadError` when
+        the set is refused; the previously active set (if any) stays active.
+        """
+        with self._load_lock:
+            if directory is not None:
+                self._directory = Path(directory)
+            version = ""
+            try:
+                version, sources = read_directory(self._directory)
+                if self._active is not None and self._active.version == version:
+                    self._last_error = None
+                    return version
+                compiled = self._compile(version, sources)
+            except PolicyLoadError as err:
+                self._last_error = RefusedPolicySet(version, err.problems, datetime.now(UTC))
+                raise
+            self._active = compiled
+            self._last_error = None
+            with self._cache_lock:
+                self._cache.clear()
+            log.info(
+                "policy set loaded",
+                extra={"policy_version": version, "policy_files": sorted(compiled.sources)},
+            )
+            return version
+
+    def _compile(self, version: str, sources: dict[str, str]) -> CompiledPolicySet:
+        compiled = compile_sources(self._directory, version, sources)
+        problems = contract_problems(compiled.schema, compiled.policies)
+        if problems:
+            raise PolicyLoadError(problems)
+        return compiled
+
+    def reload(self) -> ReloadOutcome:
+        """Load the directory again if its contents changed (for the watcher and SIGHUP).
+
+        Never raises: a refused set is logged (once per distinct content) and kept in `last_error`.
+        """
+        before = self.version
+        previous_error = self._last_error
+        try:
+            version = self.load()
+        except PolicyLoadError as err:
+            refused = self._last_error
+            if previous_error is None or refused is None or previous_error.version != refused.version:
+                log.error(  # noqa: TRY400 - the problems are the story, not a traceback
+                    "policy set refused; the last good set stays active",
+                    extra={
+                        "policy_version": before,
+                        "refused_version": refused.version if refused else "",
+                        "problems": [str(p) for p in err.problems],
+                    },
+                )
+            return ReloadOutcome.REFUSED
+        return ReloadOutcome.UNCHANGED if version == before else ReloadOutcome.LOADED
+
+    # -- decisions --------------------------------------------------------------------------------
+
+    def decide(
+        self, principal: Principal, action: str, resource: Resource, context: RequestContext
+    ) -> Decision:
+        """Decide whether `principal` may perform `action` on `resource`."""
+        return self.decide_many(principal, [(action, resource, context)])[0]
+
+    def decide_many(
+        self, principal: Principal, checks: Sequence[tuple[str, Resource, RequestContext]]
+    ) -> list[Decision]:
+        """Decide several requests of one principal in one call (e.g. to filter a listing)."""
+        if not checks:
+            return []
+        p_uid = principal_uid(principal)
+        active = self._active
+        if active is None:
+            return [self._deny(p_uid, action, r, "no policy set is active") for action, r, _ in checks]
+        p_json = orjson.dumps(principal_entities(principal)).decode()
+        resources_json = {r.entities_json: r for _, r, _ in checks}
+        try:
+            if len(resources_json) == 1:
+                entities = self._entities(active, p_json, next(iter(resources_json)))
+            else:
+                entities = self._merged_entities(active, p_json, list(resources_json.values()))
+        except ValueError as err:
+            message = f"entities do not conform to the schema: {err}"
+            return [self._deny(p_uid, action, r, message) for action, r, _ in checks]
+        requests = [
+            {
+                "principal": p_uid.to_json(),
+                "action": EntityUid.action(action).to_json(),
+                "resource": resource.uid.to_json(),
+                "context": context.to_cedar(),
+            }
+            for action, resource, context in checks
+        ]
+        results = cedarpy.is_authorized_batch(requests, active.policies, entities, active.schema)
+        return [
+            self._decision(active.version, result, str(p_uid), action, str(resource.uid))
+            for (action, resource, _), result in zip(checks, results, strict=True)
+        ]
+
+    def decide_request(
+        self,
+        principal: EntityUid,
+        action: str | EntityUid,
+        resource: EntityUid,
+        context: Mapping[str, Any],
+        entities: Sequence[Mapping[str, Any]],
+    ) -> Decision:
+        """Decide a raw Cedar request (fixtures, explain): entities are Cedar JSON, not cached."""
+        action_uid = action if isinstance(action, EntityUid) else EntityUid.action(action)
+        active = self._active
+        if active is None:
+            return self._deny(principal, action_uid.id, resource, "no policy set is active")
+        try:
+            parsed = cedarpy.Entities.from_json_str(orjson.dumps(list(entities)).decode(), active.schema)
+        except ValueError as err:
+            return self._deny(principal, action_uid.id, resource, f"entities do not conform: {err}")
+        request = {
+            "principal": principal.to_json(),
+            "action": action_uid.to_json(),
+            "resource": resource.to_json(),
+            "context": dict(context),
+        }
+        result = cedarpy.is_authorized(request, active.policies, parsed, active.schema)
+        return self._decision(active.version, result, str(principal), action_uid.id, str(resource))
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _deny(
+        self, principal: EntityUid, action: str, resource: Resource | EntityUid, error: str
+    ) -> Decision:
+        return Decision(False, (), self.version, (error,), str(principal), action, str(resource))
+
+    @staticmethod
+    def _decision(
+        version: str, result: cedarpy.AuthzResult, principal: str, action: str, resource: str
+    ) -> Decision:
+        allowed = result.decision == cedarpy.Decision.Allow
+        return Decision(
+            allowed=allowed,
+            policy_ids=tuple(result.diagnostics.reasons)
+            if result.decision != cedarpy.Decision.NoDecision
+            else (),
+            version=version,
+            errors=tuple(result.diagnostics.errors),
+            principal=principal,
+            action=action,
+            resource=resource,
+        )
+
+    def _entities(self, active: CompiledPolicySet, p_json: str, r_json: str) -> cedarpy.Entities:
+        # The version is part of the key: handles are validated against the schema of that version.
+        key = (active.version, p_json, r_json)
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        parsed = cedarpy.Entities.from_json_str(f"[{p_json[1:-1]},{r_json[1:-1]}]", active.schema)
+        if self._cache_size > 0:
+            with self._cache_lock:
+                self._cache[key] = parsed
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return parsed
+
+    @staticmethod
+    def _merged_entities(
+        active: CompiledPolicySet, p_json: str, resources: Sequence[Resource]
+    ) -> cedarpy.Entities:
+        merged: dict[str, Any] = {}
+        for resource in resources:
+            for entity in resource.entities:
+                merged.setdefault(f"{entity['uid']['type']}\0{entity['uid']['id']}", entity)
+        r_json = orjson.dumps(list(merged.values())).decode()
+        return cedarpy.Entities.from_json_str(f"[{p_json[1:-1]},{r_json[1:-1]}]", active.schema)

@@ -1,0 +1,120 @@
+"""Request fixtures: `tests/ALLOW/*.json` must be allowed and `tests/DENY/*.json` denied.
+
+As in cedar-examples, a fixture is a plain Cedar request with its entities, so it can be read (and
+run with the Cedar CLI) without knowing the gateway:
+
+    {
+      "description": "a writer may append to a granted table",
+      "principal": "Cedarberg::User::\\"erin\\"",          (or {"type": ..., "id": ...})
+      "action": "updateTable",                           (short for Cedarberg::Action::"updateTable")
+      "resource": {"type": "Cedarberg::Table", "id": "default/sales/orders"},
+      "context": {"update_kinds": ["add-snapshot"]},     (merged over DEFAULT_CONTEXT)
+      "entities": [ ...Cedar JSON entities... ],
+      "determining_policies": ["writers-write-granted"]  (optional: also checked)
+    }
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.authz.engine import Decision, PolicyEngine
+from gateway.authz.entities import ACTION_TYPE, EntityUid
+from gateway.authz.errors import ResourceError
+
+FIXTURE_DIR = "tests"
+EXPECTATIONS = ("ALLOW", "DENY")
+DEFAULT_CONTEXT: Mapping[str, Any] = {
+    "auth_method": "api-key",
+    "client_address": "127.0.0.1",
+    "update_kinds": [],
+    "refs": [],
+    "property_keys": [],
+    "requirements": [],
+}
+_KEYS = {"description", "principal", "action", "resource", "context", "entities", "determining_policies"}
+_UID_TEXT = re.compile(r'^\s*(?P<type>[A-Za-z_][\w]*(?:::[A-Za-z_][\w]*)*)::(?P<id>".*")\s*$', re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class FixtureResult:
+    path: str  # relative to the policy directory
+    expected: str  # ALLOW or DENY
+    passed: bool
+    message: str
+    decision: Decision | None = None
+
+
+def parse_uid(value: object, *, default_type: str | None = None) -> EntityUid:
+    """An entity uid from Cedar text (`T::"id"`), a {"type","id"} object, or a bare action name."""
+    if isinstance(value, Mapping) and isinstance(value.get("type"), str) and isinstance(value.get("id"), str):
+        return EntityUid(value["type"], value["id"])
+    if isinstance(value, str):
+        match = _UID_TEXT.match(value)
+        if match:
+            try:
+                id_ = orjson.loads(match.group("id"))
+            except orjson.JSONDecodeError:
+                id_ = None
+            if isinstance(id_, str):
+                return EntityUid(match.group("type"), id_)
+        elif default_type and re.fullmatch(r"[A-Za-z_]\w*", value):
+            return EntityUid(default_type, value)
+    raise ResourceError(f"not an entity uid: {value!r}")
+
+
+def _read_fixture(path: Path) -> dict[str, Any]:
+    data = orjson.loads(path.read_bytes())
+    if not isinstance(data, dict):
+        raise ResourceError("a fixture is a JSON object")
+    unknown = set(data) - _KEYS
+    if unknown:
+        raise ResourceError(f"unknown keys: {', '.join(sorted(unknown))}")
+    missing = {"principal", "action", "resource"} - set(data)
+    if missing:
+        raise ResourceError(f"missing keys: {', '.join(sorted(missing))}")
+    if not isinstance(data.get("entities", []), list):
+        raise ResourceError("entities must be a list")
+    if not isinstance(data.get("context", {}), dict):
+        raise ResourceError("context must be an object")
+    return data
+
+
+def run_fixture(engine: PolicyEngine, path: Path, expected: str, label: str) -> FixtureResult:
+    try:
+        data = _read_fixture(path)
+        context = {**DEFAULT_CONTEXT, **data.get("context", {})}
+        entities = data.get("entities", [])
+        decision = engine.decide_request(
+            parse_uid(data["principal"]),
+            parse_uid(data["action"], default_type=ACTION_TYPE),
+            parse_uid(data["resource"]),
+            context,
+            entities,
+        )
+    except (OSError, ValueError, ResourceError) as err:
+        return FixtureResult(label, expected, False, f"bad fixture: {err}")
+    problems: list[str] = []
+    if decision.allowed != (expected == "ALLOW"):
+        problems.append(f"expected {expected}, got {'ALLOW' if decision.allowed else 'DENY'}")
+    wanted = data.get("determining_policies")
+    if wanted is not None and sorted(wanted) != sorted(decision.policy_ids):
+        problems.append(f"determining policies {sorted(decision.policy_ids)}, expected {sorted(wanted)}")
+    notes = [*problems, *(f"error: {e}" for e in decision.errors)]
+    return FixtureResult(label, expected, not problems, "; ".join(notes) or "ok", decision)
+
+
+def run_fixtures(engine: PolicyEngine, directory: Path) -> list[FixtureResult]:
+    """Run every fixture under `directory/tests/{ALLOW,DENY}` (in name order) with `engine`."""
+    results: list[FixtureResult] = []
+    for expected in EXPECTATIONS:
+        folder = directory / FIXTURE_DIR / expected
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            results.append(run_fixture(engine, path, expected, str(path.relative_to(directory))))
+    return results

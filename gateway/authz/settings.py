@@ -1,0 +1,32 @@
+"""Settings of the authorization layer (embedded by the lead in the gateway's `Settings`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The bundled policies: `policies/` at the root of the source tree (next to `gateway/`).
+BUNDLED_POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
+
+
+class AuthzSettings(BaseModel):
+    """Where the Cedar policies live and how they are reloaded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy_dir: Path = Field(
+        BUNDLED_POLICY_DIR,
+        description="Directory holding schema.cedarschema and the *.cedar policies "
+        "(default: the bundled policies).",
+    )
+    reload_interval_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="How often the policy directory is checked for changes; 0 turns the watcher off "
+        "(SIGHUP still reloads).",
+    )
+    entity_cache_size: int = Field(
+        4096, ge=0, le=1_000_000, description="Parsed entity sets kept for reuse between decisions."
+    )

@@ -1,0 +1,227 @@
+"""The security middlewares: rate limits, authentication, Cedar authorization, audit.
+
+Order (see `gateway.middleware.MIDDLEWARES`): request id and errors → limit by client address →
+authenticate (→ limit by principal) → authorize → handler. Routes are looked up in the one route
+table; an operation without an entry in the authorization table cannot be registered
+(`gateway.app`), so nothing reaches a handler undecided.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from catalog.errors import (
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    NoSuchWarehouseError,
+    NotFoundError,
+)
+from gateway import resources
+from gateway.audit import Decision as AuditDecision
+from gateway.audit import Outcome
+from gateway.authn.errors import AuthenticationError
+from gateway.authn.principal import Principal
+from gateway.authz.authorizer import authorize as decide_operation
+from gateway.authz.authorizer import filter_visible
+from gateway.authz.context import RequestContext
+from gateway.authz.entities import EntityType
+from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
+from gateway.ratelimit import OperationClass, RetryAfter
+from gateway.routes.route import Handler, Route
+from gateway.security import security
+from gateway.services import services
+from gateway.tls import peer_subject
+
+PRINCIPAL = "cedarberg.principal"
+REQUEST_ID = "cedarberg.request_id"
+ROUTE = "cedarberg.route"
+ROUTE_TABLE = web.AppKey("route_table", dict[tuple[str, str], Route])
+
+_CLASSES = {
+    ActionGroup.READ: OperationClass.READ,
+    ActionGroup.WRITE: OperationClass.WRITE,
+    ActionGroup.MANAGE: OperationClass.WRITE,
+    ActionGroup.ADMIN: OperationClass.ADMIN,
+    ActionGroup.PUBLIC: OperationClass.TOKEN,
+}
+_HIDDEN: dict[EntityType, type[NotFoundError]] = {
+    EntityType.WAREHOUSE: NoSuchWarehouseError,
+    EntityType.NAMESPACE: NoSuchNamespaceError,
+    EntityType.TABLE: NoSuchTableError,
+    EntityType.VIEW: NoSuchViewError,
+}
+
+
+class RateLimitedError(Exception):
+    """Over a rate limit: 429 with Retry-After."""
+
+    def __init__(self, retry: RetryAfter) -> None:
+        super().__init__("Too many requests; slow down")
+        self.retry = retry
+
+
+class ForbiddenError(Exception):
+    """Authenticated, visible, and not allowed: 403."""
+
+
+def route_of(request: web.Request) -> Route | None:
+    resource = request.match_info.route.resource
+    if resource is None:
+        return None
+    return request.app[ROUTE_TABLE].get((request.method, resource.canonical))
+
+
+def _spec(request: web.Request) -> OperationSpec | None:
+    route = route_of(request)
+    return None if route is None else operation_spec(route.operation)
+
+
+@web.middleware
+async def limit_by_address(request: web.Request, handler: Handler) -> web.StreamResponse:
+    retry = await security(request).limiter.hit_address(request.remote)
+    if retry is not None:
+        raise RateLimitedError(retry)
+    return await handler(request)
+
+
+def _credential(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    api_key = request.headers.get("X-Api-Key", "").strip()
+    return api_key or None
+
+
+async def _authenticate(request: web.Request) -> Principal:
+    sec = security(request)
+    credential = _credential(request)
+    if credential is None:
+        if sec.anonymous is not None:
+            return sec.anonymous
+        raise AuthenticationError()
+    # Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch).
+    retry = await sec.limiter.auth_failures_exceeded(request.remote)
+    if retry is not None:
+        raise RateLimitedError(retry)
+    try:
+        principal = await sec.authenticate_bearer(credential)
+    except AuthenticationError:
+        await sec.limiter.hit_auth_failure(request.remote)
+        raise
+    subject = peer_subject(request.transport)
+    if subject is not None:
+        principal = dataclasses.replace(
+            principal, attributes={**principal.attributes, "tls_subject": subject}
+        )
+    return principal
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    spec = _spec(request)
+    if spec is None or spec.public:
+        return await handler(request)
+    principal = await _authenticate(request)
+    request[PRINCIPAL] = principal
+    retry = await security(request).limiter.hit_principal(
+        f"{principal.kind}:{principal.id}", _CLASSES[spec.group]
+    )
+    if retry is not None:
+        raise RateLimitedError(retry)
+    return await handler(request)
+
+
+def _request_id(request: web.Request) -> str | None:
+    value = request.get(REQUEST_ID)
+    return str(value) if value is not None else None
+
+
+@web.middleware
+async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
+    spec = _spec(request)
+    if spec is None or spec.public:
+        return await handler(request)
+    sec, svc = security(request), services(request)
+    principal: Principal = request[PRINCIPAL]
+    built = await resources.build(request, spec, svc, sec)
+    context = RequestContext.of(principal, request.remote or "", built.changes)
+    verdict = decide_operation(
+        sec.policies,
+        principal,
+        spec.operation,
+        context,
+        built.resource,
+        target=built.target,
+        tables=built.tables,
+    )
+    for check, decision in verdict.decisions:
+        sec.audit.record_decision(
+            request_id=_request_id(request),
+            principal=principal,
+            action=check.action,
+            resource=str(check.resource),
+            decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
+            policy_ids=decision.policy_ids,
+            policy_version=decision.version,
+            client_address=request.remote,
+        )
+    if not verdict.allowed:
+        if verdict.hidden and verdict.hidden_kind in _HIDDEN:
+            raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
+        raise ForbiddenError(f"Not allowed: {spec.operation}")
+    response = await handler(request)
+    if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
+        response = await _filtered(request, spec, response, principal, context)
+    if spec.group is not ActionGroup.READ:
+        sec.audit.record_mutation(
+            request_id=_request_id(request),
+            principal=principal,
+            action=spec.operation,
+            resource=str(built.resource or ", ".join(str(t) for t, _ in built.tables)),
+            outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
+            status=response.status,
+            policy_version=sec.policies.version,
+            client_address=request.remote,
+        )
+    return response
+
+
+async def _filtered(
+    request: web.Request,
+    spec: OperationSpec,
+    response: web.Response,
+    principal: Principal,
+    context: RequestContext,
+) -> web.Response:
+    """A listing keeps only what the caller may see (filtered, never denied)."""
+    body = response.body
+    if not isinstance(body, bytes):
+        return response
+    document: dict[str, Any] = orjson.loads(body)
+    children = await resources.visible_children(request, spec, services(request), document)
+    visible = {id(r) for r in filter_visible(security(request).policies, principal, context, children)}
+    key = "namespaces" if spec.operation == "listNamespaces" else "identifiers"
+    document[key] = [
+        item for item, child in zip(document.get(key, []), children, strict=True) if id(child) in visible
+    ]
+    response.body = orjson.dumps(document)
+    return response
+
+
+def basic_credentials(request: web.Request) -> tuple[str, str] | None:
+    """HTTP Basic user and password, if sent."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+    except ValueError:
+        return None
+    return user, password

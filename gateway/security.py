@@ -1,0 +1,119 @@
+"""The security services of one gateway process, built at start-up and closed at shutdown.
+
+Everything a request needs before it reaches the catalog lives here: the rate limiter, the three
+authenticators (API keys, gateway tokens, OIDC issuers), the Cedar policy engine and the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gateway.audit import AuditLog
+from gateway.authn.api_keys import ApiKeyAuthenticator
+from gateway.authn.errors import AuthenticationError
+from gateway.authn.key_format import MalformedKeyError, parse_api_key
+from gateway.authn.key_store import KeyStore, open_key_store
+from gateway.authn.oauth import TokenEndpoint
+from gateway.authn.oidc import OidcAuthenticator
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.tokens import TokenIssuer
+from gateway.authz.engine import PolicyEngine
+from gateway.authz.reload import PolicyWatcher
+from gateway.ratelimit import RateLimiter
+from gateway.settings import Settings
+
+log = logging.getLogger("cedarberg.security")
+
+
+@dataclass(slots=True)
+class Security:
+    settings: Settings
+    limiter: RateLimiter
+    key_store: KeyStore
+    api_keys: ApiKeyAuthenticator
+    tokens: TokenIssuer
+    token_endpoint: TokenEndpoint
+    oidc: OidcAuthenticator
+    policies: PolicyEngine
+    audit: AuditLog
+    anonymous: Principal | None
+    watcher: PolicyWatcher | None = None
+
+    @classmethod
+    async def open(cls, settings: Settings) -> Security:
+        """Build every service. Raises on unusable configuration (policies, keys, audit file)."""
+        policies = PolicyEngine(settings.authz.policy_dir, entity_cache_size=settings.authz.entity_cache_size)
+        policies.load()
+        key_store = await open_key_store(settings.effective_store_url())
+        api_keys = ApiKeyAuthenticator(key_store, settings.api_keys)
+        tokens = TokenIssuer.open(settings.tokens, settings.data_dir)
+        oidc = OidcAuthenticator(settings.oidc)
+        anonymous = None
+        if settings.anonymous is not None:
+            log.warning(
+                "ANONYMOUS ACCESS IS ON: requests without credentials act as %r (groups %s)",
+                settings.anonymous.principal,
+                ", ".join(settings.anonymous.groups) or "none",
+            )
+            anonymous = Principal(
+                id=settings.anonymous.principal,
+                kind=PrincipalKind.ANONYMOUS,
+                groups=frozenset(settings.anonymous.groups),
+                auth_method=AuthMethod.ANONYMOUS,
+            )
+        security = cls(
+            settings=settings,
+            limiter=RateLimiter.open(settings.rate_limits),
+            key_store=key_store,
+            api_keys=api_keys,
+            tokens=tokens,
+            token_endpoint=TokenEndpoint(api_keys, tokens),
+            oidc=oidc,
+            policies=policies,
+            audit=AuditLog.open(settings.audit),
+            anonymous=anonymous,
+        )
+        await oidc.warm_up()
+        if settings.authz.reload_interval_seconds > 0:
+            security.watcher = PolicyWatcher(policies, settings.authz.reload_interval_seconds)
+            security.watcher.start()
+        return security
+
+    async def reload_policies(self) -> None:
+        """SIGHUP: reload now (a set that fails validation is refused; the last good one stays)."""
+        outcome = await asyncio.to_thread(self.policies.reload)
+        log.info("policy reload: %s (version %s)", outcome, self.policies.version)
+
+    async def authenticate_bearer(self, token: str) -> Principal:
+        """Who a bearer credential names: an API key, a gateway token or an OIDC token.
+
+        Raises AuthenticationError (CredentialExpiredError for an expired token)."""
+        with contextlib.suppress(MalformedKeyError):
+            parse_api_key(token)
+            return await self.api_keys.authenticate(token)
+        if self.oidc.handles(token):
+            return await self.oidc.authenticate(token)
+        return self.tokens.verify(token)
+
+    async def close(self) -> None:
+        if self.watcher is not None:
+            await self.watcher.stop()
+        await self.oidc.close()
+        await self.limiter.aclose()
+        await self.audit.aclose()
+        await self.key_store.close()
+
+
+SECURITY = web.AppKey("security", Security)
+
+
+def security(request: web.Request) -> Security:
+    return request.app[SECURITY]
+
+
+__all__ = ["SECURITY", "AuthenticationError", "Security", "security"]

@@ -1,0 +1,136 @@
+"""Admin steps of the demo (used by scripts/demo.sh), over TLS with the bootstrap admin key.
+
+- ``wait``: wait until ``GET /v1/config`` answers 200 to the admin.
+- ``anonymous``: show that a request without credentials is refused with 401 (exit 1 otherwise).
+- ``setup``: create namespace ``demo`` granting ``cedarberg.writers`` to group ``demo-writers``
+  and ``cedarberg.readers`` to ``demo-readers``, then create one API key in each group through
+  ``POST /admin/v1/api-keys`` and print them on stdout as ``WRITER_KEY=...`` and
+  ``READER_KEY=...`` (the only time these secrets are shown).
+
+The admin key is read from the environment variable ``DEMO_ADMIN_KEY``, never from argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+NAMESPACE = "demo"
+WRITERS = "demo-writers"
+READERS = "demo-readers"
+
+
+class Gateway:
+    def __init__(self, uri: str, ca_cert: str, admin_key: str | None) -> None:
+        self.uri = uri.rstrip("/")
+        self.context = ssl.create_default_context(cafile=ca_cert)
+        self.headers = {"Content-Type": "application/json"}
+        if admin_key:
+            self.headers["Authorization"] = f"Bearer {admin_key}"
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(  # noqa: S310 (the demo's own https URL)
+            self.uri + path, data=data, method=method, headers=self.headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:  # noqa: S310
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                return err.code, json.loads(raw)
+            except ValueError:
+                return err.code, raw.decode(errors="replace")
+
+
+def wait(gateway: Gateway, pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            sys.exit("the gateway exited before it was ready")
+        try:
+            status, body = gateway.call("GET", "/v1/config")
+            if status == 200:
+                return
+            if status in (401, 403):
+                sys.exit(f"the gateway refused the admin key: {status} {body}")
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            sys.exit(f"the gateway was not ready after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def anonymous(gateway: Gateway) -> None:
+    status, body = gateway.call("GET", "/v1/namespaces")
+    print(f"==> without credentials: GET /v1/namespaces -> {status} {json.dumps(body)}", file=sys.stderr)
+    if status != 401:
+        sys.exit("expected 401 without credentials")
+
+
+def setup(gateway: Gateway) -> None:
+    status, config = gateway.call("GET", "/v1/config")
+    if status != 200:
+        sys.exit(f"GET /v1/config: {status} {config}")
+    prefix = config.get("overrides", {}).get("prefix")
+    root = f"/v1/{prefix}" if prefix else "/v1"
+    grants = {"cedarberg.writers": WRITERS, "cedarberg.readers": READERS, "owner": "demo"}
+    new_namespace = {"namespace": [NAMESPACE], "properties": grants}
+    status, body = gateway.call("POST", f"{root}/namespaces", new_namespace)
+    if status == 409:  # left over from an earlier run: make sure the grants are as intended
+        status, body = gateway.call(
+            "POST", f"{root}/namespaces/{NAMESPACE}/properties", {"removals": [], "updates": grants}
+        )
+    if status != 200:
+        sys.exit(f"creating namespace {NAMESPACE!r}: {status} {body}")
+    print(
+        f"==> namespace {NAMESPACE}: writers = group {WRITERS}, readers = group {READERS}",
+        file=sys.stderr,
+    )
+    for label, principal, group in (("WRITER", "demo-etl", WRITERS), ("READER", "demo-analyst", READERS)):
+        status, body = gateway.call(
+            "POST", "/admin/v1/api-keys", {"principal": principal, "kind": "service", "groups": [group]}
+        )
+        if status not in (200, 201) or not isinstance(body, dict) or "key" not in body:
+            sys.exit(f"creating an API key for {principal}: {status} {body}")
+        print(f"==> API key for {principal} (group {group}) created", file=sys.stderr)
+        print(f"{label}_KEY={body['key']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["wait", "anonymous", "setup"])
+    parser.add_argument("--uri", required=True, help="gateway base URL (https://...)")
+    parser.add_argument("--ca-cert", required=True, help="CA certificate (PEM) to trust")
+    parser.add_argument("--pid", type=int, help="gateway process id (wait: stop waiting if it exits)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="wait: seconds before giving up")
+    args = parser.parse_args()
+    if args.command == "anonymous":
+        anonymous(Gateway(args.uri, args.ca_cert, None))
+        return 0
+    admin_key = os.environ.get("DEMO_ADMIN_KEY", "")
+    if not admin_key:
+        parser.error("set DEMO_ADMIN_KEY to the admin API key")
+    gateway = Gateway(args.uri, args.ca_cert, admin_key)
+    if args.command == "wait":
+        wait(gateway, args.pid or os.getppid(), args.timeout)
+    else:
+        setup(gateway)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
