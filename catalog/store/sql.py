@@ -345,18 +345,19 @@ class StoreTx:
         return int(result.scalar_one())
 
 
-def _run_migrations(connection: Connection) -> None:
+def run_migrations(connection: Connection, script_location: Path = _MIGRATIONS) -> None:
+    """Upgrade the schema of `script_location`'s migrations to head on `connection`."""
     # Imported here: Alembic is needed once at start-up and is slow to import.
     from alembic import command
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.set_main_option("script_location", str(script_location))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
 
 
-def _prepare_sqlite(engine: AsyncEngine) -> None:
+def prepare_sqlite(engine: AsyncEngine) -> None:
     """Take transaction control from pysqlite so BEGIN is explicit (and IMMEDIATE for writers)."""
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -393,7 +394,7 @@ class Store:
             if db_path and db_path != ":memory:":
                 Path(db_path).parent.mkdir(parents=True, exist_ok=True)
             engine = create_async_engine(url, pool_size=4, max_overflow=4)
-            _prepare_sqlite(engine)
+            prepare_sqlite(engine)
         else:
             engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
         store = cls(engine)
@@ -401,7 +402,7 @@ class Store:
             async with store._write_connection() as conn:
                 if not store._is_sqlite:
                     await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-                await conn.run_sync(_run_migrations)
+                await conn.run_sync(run_migrations)
         except (OSError, SQLAlchemyError) as err:
             await engine.dispose()
             raise StorageUnavailableError(f"cannot open the registry: {type(err).__name__}") from err

@@ -27,13 +27,11 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Column,
-    Connection,
     DateTime,
     Index,
     MetaData,
     String,
     Table,
-    event,
     insert,
     select,
     text,
@@ -43,6 +41,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from catalog.errors import StorageUnavailableError
+from catalog.store.sql import prepare_sqlite, run_migrations
 from gateway.authn.principal import PrincipalKind
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -158,7 +157,7 @@ class KeyStore:
         async with self._write() as conn:
             if not self._is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-            await conn.run_sync(_run_migrations)
+            await conn.run_sync(run_migrations, _MIGRATIONS)
 
     async def close(self) -> None:
         """Dispose of the engine if this store created it."""
@@ -255,36 +254,6 @@ class KeyStore:
             return result.rowcount == 1
 
 
-def _run_migrations(connection: Connection) -> None:
-    # Imported here: Alembic is needed once at start-up and is slow to import.
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(_MIGRATIONS))
-    config.attributes["connection"] = connection
-    command.upgrade(config, "head")
-
-
-def _prepare_sqlite(engine: AsyncEngine) -> None:
-    """The registry's SQLite conventions: explicit BEGIN (IMMEDIATE for writers), WAL, busy wait."""
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get("cedarberg_write", False):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
 async def open_key_store(url: str) -> KeyStore:
     """Create an engine for `url` (SQLite or PostgreSQL), apply migrations, return the store.
 
@@ -296,7 +265,7 @@ async def open_key_store(url: str) -> KeyStore:
         if db_path and db_path != ":memory:":
             Path(db_path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, pool_size=2, max_overflow=2)
-        _prepare_sqlite(engine)
+        prepare_sqlite(engine)
     else:
         engine = create_async_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
     store = KeyStore(engine, owns_engine=True)
