@@ -16,6 +16,7 @@ from aiohttp import web
 
 from catalog.errors import InvalidRequestError
 from catalog.identifiers import SEPARATOR, Identifier, Namespace
+from gateway.authn.api_keys import ApiKeyError
 from gateway.authz import entities
 from gateway.authz.context import ChangeSummary
 from gateway.authz.entities import Resource
@@ -87,10 +88,9 @@ async def build(
         return RequestResources(entities.catalog_resource())
     if spec.scope is Scope.API_KEY:
         key_id = match["key_id"]
-        owner = ""
         try:
             owner = (await security.api_keys.get_key(key_id)).principal
-        except Exception:  # an unknown key: the handler answers 404 once authorized
+        except ApiKeyError:  # an unknown or malformed id: the handler answers 404 once authorized
             owner = ""
         return RequestResources(entities.api_key_resource(key_id, owner))
     if spec.scope is Scope.WAREHOUSE:
