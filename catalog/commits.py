@@ -11,6 +11,9 @@
 
 New metadata files are deleted whenever the transaction is known not to have committed, so a failed
 swap orphans nothing. When the commit's outcome is unknown they are kept, since one may be live.
+
+Every data key a commit needs is unwrapped (or, for a create, generated) in step 1, before any file
+is written: a KMS that cannot be reached fails the commit with nothing written.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier
 from catalog.objects import TABLE
 from catalog.requests import CommitTableRequest
+from catalog.sealing import ObjectKey
 from catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
@@ -45,10 +49,32 @@ class PlannedChange:
     metadata: TableMetadata
     metadata_location: str
     metadata_json: bytes
+    key: ObjectKey
+
+    @property
+    def object_uuid(self) -> str:
+        """The UUID the table is registered under (its data key and seals are bound to it)."""
+        return self.base.uuid if self.base is not None else str(self.metadata.table_uuid)
 
 
-def load_metadata(row: ObjectRow) -> TableMetadata:
-    return TableMetadataUtil.parse_raw(row.metadata)
+@dataclass(frozen=True, slots=True)
+class CurrentTable:
+    """A stored table opened for a commit: its pointer, data key and metadata."""
+
+    row: ObjectRow
+    key: ObjectKey
+    metadata: TableMetadata
+
+
+def parse_metadata(metadata_json: bytes) -> TableMetadata:
+    return TableMetadataUtil.parse_raw(metadata_json.decode())
+
+
+async def open_table(ctx: CatalogContext, row: ObjectRow | None) -> CurrentTable | None:
+    if row is None:
+        return None
+    key = await ctx.sealer.object_key(row)
+    return CurrentTable(row, key, parse_metadata(ctx.sealer.open_record(key, row)))
 
 
 def default_location(
@@ -60,20 +86,27 @@ def default_location(
     return locations.join(base, f"{identifier.name}-{uid.replace('-', '')}")
 
 
-def plan_change(
+async def plan_change(
+    ctx: CatalogContext,
     warehouse: Warehouse,
     identifier: Identifier,
-    row: ObjectRow | None,
+    current: CurrentTable | None,
     ns_properties: dict[str, str] | None,
     change: CommitTableRequest,
-    working: TableMetadata | None = None,
+    working: PlannedChange | None = None,
 ) -> PlannedChange | None:
     """Check and apply one table's change; None when it changes nothing.
 
-    `working` is the metadata left by an earlier change to the same table in this commit.
-    Raises CommitFailedError, NoSuchTableError, InvalidRequestError, LocationNotAllowedError.
+    `working` is an earlier change to the same table in this commit: this one builds on it and
+    goes into the same new file. A change that creates the table gets a new data key.
+    Raises CommitFailedError, NoSuchTableError, InvalidRequestError, LocationNotAllowedError,
+    KeyServiceUnavailableError.
     """
-    base = working if working is not None else (load_metadata(row) if row is not None else None)
+    row = working.base if working is not None else (current.row if current is not None else None)
+    if working is not None:
+        base: TableMetadata | None = working.metadata
+    else:
+        base = current.metadata if current is not None else None
     table_metadata.validate_requirements(change.requirements, base)
     if base is None and not table_metadata.is_create(change.requirements):
         raise NoSuchTableError(f"Table does not exist: {identifier}")
@@ -89,13 +122,23 @@ def plan_change(
             }
         )
     table_metadata.check_locations(new, warehouse.location)
+    if working is not None:
+        return PlannedChange(
+            identifier, row, new, working.metadata_location, documents.model_json(new), working.key
+        )
     version = fileio.parse_metadata_version(row.metadata_location) + 1 if row is not None else 0
+    key = (
+        current.key
+        if current is not None
+        else await ctx.sealer.new_object_key(warehouse.name, TABLE, str(new.table_uuid))
+    )
     return PlannedChange(
         identifier=identifier,
         base=row,
         metadata=new,
         metadata_location=fileio.metadata_file_location(new.location, max(version, 0)),
         metadata_json=documents.model_json(new),
+        key=key,
     )
 
 
@@ -103,11 +146,65 @@ def commit_response(change: PlannedChange) -> bytes:
     return documents.load_result(change.metadata_location, change.metadata_json)
 
 
-async def _write_files(changes: Sequence[PlannedChange]) -> list[str]:
+def file_content(
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    identifier: Identifier,
+    kind: str,
+    uid: str,
+    key: ObjectKey,
+    metadata_location: str,
+    metadata_json: bytes,
+) -> bytes:
+    """What goes into a new metadata file: sealed in a sealing warehouse, else the plain JSON."""
+    if not warehouse.seal_files:
+        return metadata_json
+    return ctx.sealer.seal_file(key, warehouse.name, kind, uid, metadata_location, identifier, metadata_json)
+
+
+def new_row(
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    identifier: Identifier,
+    kind: str,
+    uid: str,
+    key: ObjectKey,
+    metadata_location: str,
+    metadata_json: bytes,
+) -> ObjectRow:
+    """The registry row of a new table or view: sealed metadata copy and wrapped data key."""
+    return ObjectRow(
+        warehouse=warehouse.name,
+        namespace=identifier.namespace.key,
+        name=identifier.name,
+        kind=kind,
+        uuid=uid,
+        metadata_location=metadata_location,
+        metadata=ctx.sealer.seal_record(key, warehouse.name, kind, uid, metadata_location, metadata_json),
+        version=0,
+        kek_uri=key.wrapped.kek_uri,
+        kek_version=key.wrapped.kek_version,
+        wrapped_key=key.wrapped.ciphertext,
+    )
+
+
+async def _write_files(
+    ctx: CatalogContext, warehouse: Warehouse, changes: Sequence[PlannedChange]
+) -> list[str]:
     written: list[str] = []
     try:
         for change in changes:
-            await asyncio.to_thread(fileio.write_new_file, change.metadata_location, change.metadata_json)
+            content = file_content(
+                ctx,
+                warehouse,
+                change.identifier,
+                TABLE,
+                change.object_uuid,
+                change.key,
+                change.metadata_location,
+                change.metadata_json,
+            )
+            await asyncio.to_thread(fileio.write_new_file, change.metadata_location, content)
             written.append(change.metadata_location)
     except BaseException:
         await asyncio.to_thread(fileio.delete_files, written)
@@ -124,27 +221,33 @@ async def _swap_all(
 ) -> None:
     async with ctx.store.write() as tx:
         for change in changes:
-            ns, name = change.identifier.namespace.key, change.identifier.name
             if change.base is None:
                 await tx.insert_object(
-                    ObjectRow(
-                        warehouse=warehouse.name,
-                        namespace=ns,
-                        name=name,
-                        kind=TABLE,
-                        uuid=str(change.metadata.table_uuid),
-                        metadata_location=change.metadata_location,
-                        metadata=change.metadata_json.decode(),
-                        version=0,
+                    new_row(
+                        ctx,
+                        warehouse,
+                        change.identifier,
+                        TABLE,
+                        change.object_uuid,
+                        change.key,
+                        change.metadata_location,
+                        change.metadata_json,
                     )
                 )
             elif not await tx.swap_object(
                 warehouse.name,
-                ns,
-                name,
+                change.identifier.namespace.key,
+                change.identifier.name,
                 change.base.metadata_location,
                 change.metadata_location,
-                change.metadata_json.decode(),
+                ctx.sealer.seal_record(
+                    change.key,
+                    warehouse.name,
+                    TABLE,
+                    change.base.uuid,
+                    change.metadata_location,
+                    change.metadata_json,
+                ),
             ):
                 raise _LostRace
         if rec is not None:
@@ -167,7 +270,7 @@ async def commit(
         body = render(changes)
         if not changes:
             return body
-        written = await _write_files(changes)
+        written = await _write_files(ctx, warehouse, changes)
         try:
             await _swap_all(ctx, warehouse, changes, rec, body)
         except CommitStateUnknownError:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from catalog.errors import NoSuchWarehouseError
 from catalog.idempotency import Idempotency
+from catalog.sealing import Sealer
 from catalog.store.sql import Store
 
 
@@ -13,6 +14,8 @@ from catalog.store.sql import Store
 class Warehouse:
     name: str
     location: str  # normalised root; every table and view location must lie below it
+    seal_files: bool = True  # metadata files are sealed; drop is then a soft delete
+    drop_retention_seconds: int = 7 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,7 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class CatalogContext:
     store: Store
+    sealer: Sealer
     warehouses: dict[str, Warehouse]
     default_warehouse: str
     idempotency: Idempotency

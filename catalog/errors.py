@@ -15,7 +15,9 @@
     │   └── CommitFailedError          a failed requirement or a lost compare-and-swap
     ├── IdempotencyKeyReusedError      one key, two different operations
     ├── CommitStateUnknownError        the outcome of a commit cannot be known
-    └── StorageUnavailableError        the registry or warehouse cannot be reached
+    ├── StorageUnavailableError        the registry or warehouse cannot be reached
+    │   └── KeyServiceUnavailableError the KMS cannot be reached or refuses: fail closed
+    └── IntegrityCheckError            a sealed document in the registry failed its checks
 
 The catalog knows nothing of HTTP; the gateway maps each class to a status and an Iceberg
 exception name in one table.
@@ -85,4 +87,12 @@ class CommitStateUnknownError(CatalogError):
 
 
 class StorageUnavailableError(CatalogError):
+    pass
+
+
+class KeyServiceUnavailableError(StorageUnavailableError):
+    pass
+
+
+class IntegrityCheckError(CatalogError):
     pass

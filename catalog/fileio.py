@@ -76,6 +76,27 @@ def read_file(location: str, max_bytes: int) -> bytes:
     return bytes(data)
 
 
+def move_file(source: str, target: str) -> None:
+    """Move a file within the warehouse (a rename on local disk, copy-then-delete elsewhere).
+
+    Raises StorageUnavailableError; a missing source is FileNotFoundError (already moved)."""
+    try:
+        if source.startswith("file:") and target.startswith("file:"):
+            target_path = locations.to_local_path(target)
+            os.makedirs(os.path.dirname(target_path), exist_ok=True)
+            os.rename(locations.to_local_path(source), target_path)
+            return
+        with file_io(source).new_input(source).open() as stream:
+            content = stream.read()
+        with file_io(target).new_output(target).create(overwrite=True) as out:
+            out.write(content)
+        file_io(source).delete(source)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as err:
+        raise StorageUnavailableError(f"cannot move a file in the warehouse: {type(err).__name__}") from err
+
+
 def parse_table_metadata(content: bytes) -> TableMetadata:
     try:
         return TableMetadataUtil.parse_raw(content.decode())

@@ -5,6 +5,9 @@ A successful mutation records its response in the same database transaction that
 either replays the recorded response or runs the operation for the first time, never twice.
 Deterministic failures (4xx) are recorded after the fact and replayed too; 5xx are never recorded,
 so they can be retried. A key reused for a different operation is refused.
+
+Recorded payloads are sealed under the registry's data key, bound to the Idempotency-Key: a
+response holds table metadata, which the registry never stores in the clear.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from catalog import errors
+from catalog.sealing import ObjectKey, Sealer
 from catalog.store.sql import DuplicateKeyError, Store, StoreTx
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -46,11 +50,19 @@ class Recorder:
     key: str
     operation: str
     expired_before: float
+    sealing_key: ObjectKey = field(repr=False)
     recorded: bool = field(default=False)
+
+    def seal(self, payload: object) -> bytes:
+        return Sealer.seal_document(self.sealing_key, self.key, payload)
 
     async def record(self, tx: StoreTx, body: Body) -> None:
         await tx.put_idempotency(
-            self.key, self.operation, "ok", None if body is None else body.decode(), self.expired_before
+            self.key,
+            self.operation,
+            "ok",
+            None if body is None else self.seal(body.decode()),
+            self.expired_before,
         )
         self.recorded = True
 
@@ -59,8 +71,9 @@ Mutation = Callable[[Recorder | None], Awaitable[Body]]
 
 
 class Idempotency:
-    def __init__(self, store: Store, lifetime_seconds: int) -> None:
+    def __init__(self, store: Store, sealer: Sealer, lifetime_seconds: int) -> None:
         self._store = store
+        self._sealer = sealer
         self.lifetime_seconds = lifetime_seconds
 
     async def run(self, key: str | None, operation: str, mutation: Mutation) -> Body:
@@ -72,7 +85,8 @@ class Idempotency:
         replayed = await self._replay(key, operation)
         if replayed is not None:
             return replayed[0]
-        recorder = Recorder(key, operation, time.time() - self.lifetime_seconds)
+        sealing_key = await self._sealer.registry_key(self._store)
+        recorder = Recorder(key, operation, time.time() - self.lifetime_seconds, sealing_key)
         try:
             body = await mutation(recorder)
         except DuplicateKeyError:
@@ -92,10 +106,11 @@ class Idempotency:
         return body
 
     async def _record_outside(self, recorder: Recorder, outcome: str, payload: object) -> None:
+        sealed = None if payload is None else recorder.seal(payload)
         try:
             async with self._store.write() as tx:
                 await tx.put_idempotency(
-                    recorder.key, recorder.operation, outcome, payload, recorder.expired_before
+                    recorder.key, recorder.operation, outcome, sealed, recorder.expired_before
                 )
         except DuplicateKeyError:
             pass  # a concurrent duplicate recorded first; both outcomes describe the same operation
@@ -110,7 +125,12 @@ class Idempotency:
             raise errors.IdempotencyKeyReusedError(
                 "Idempotency-Key was already used for a different operation"
             )
-        if record.outcome == "error":
-            error_class = _FINAL_ERRORS.get(str(record.payload.get("class")), errors.InvalidRequestError)
-            raise error_class(str(record.payload.get("message", "")))
-        return (None if record.payload is None else str(record.payload).encode(),)
+        payload = (
+            None
+            if record.payload is None
+            else Sealer.open_document(await self._sealer.registry_key(self._store), key, record.payload)
+        )
+        if record.outcome == "error" and isinstance(payload, dict):
+            error_class = _FINAL_ERRORS.get(str(payload.get("class")), errors.InvalidRequestError)
+            raise error_class(str(payload.get("message", "")))
+        return (None if payload is None else str(payload).encode(),)

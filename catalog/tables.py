@@ -8,19 +8,20 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from pyiceberg.table.metadata import TableMetadata
-
 from catalog import documents, fileio, locations, table_metadata
 from catalog.commits import (
     PlannedChange,
     commit,
     commit_response,
     default_location,
-    load_metadata,
+    new_row,
+    open_table,
+    parse_metadata,
     plan_change,
 )
-from catalog.context import CatalogContext, Warehouse
-from catalog.errors import AlreadyExistsError, InvalidRequestError, NoSuchTableError
+from catalog.context import CatalogContext
+from catalog.dropped import purge_files, soft_drop
+from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
@@ -64,8 +65,14 @@ class TableService:
         if request.stage_create:
             # Nothing is stored: the client commits the staged table later with assert-create.
             return documents.load_result(None, metadata_json)
+        key = await self._ctx.sealer.new_object_key(warehouse.name, TABLE, str(metadata.table_uuid))
         change = PlannedChange(
-            identifier, None, metadata, fileio.metadata_file_location(metadata.location, 0), metadata_json
+            identifier,
+            None,
+            metadata,
+            fileio.metadata_file_location(metadata.location, 0),
+            metadata_json,
+            key,
         )
 
         async def plan() -> list[PlannedChange]:
@@ -87,10 +94,9 @@ class TableService:
             if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))
         ):
             return tag, None
+        metadata_json = await self._ctx.sealer.open_row(row)
         if snapshots == "refs":
-            metadata_json = documents.model_json(table_metadata.filter_to_refs(load_metadata(row)))
-        else:
-            metadata_json = row.metadata.encode()
+            metadata_json = documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
         return tag, documents.load_result(row.metadata_location, metadata_json)
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
@@ -113,13 +119,14 @@ class TableService:
                 if row is not None and row.kind != TABLE:
                     raise AlreadyExistsError(f"A view with this name exists: {identifier}")
                 ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-            change = plan_change(warehouse, identifier, row, ns_properties, request)
+            current = await open_table(self._ctx, row)
+            change = await plan_change(self._ctx, warehouse, identifier, current, ns_properties, request)
             return [] if change is None else [change]
 
         async def current() -> bytes:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
-            return documents.load_result(row.metadata_location, row.metadata.encode())
+            return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
 
         body = await commit(
             self._ctx, warehouse, plan, lambda changes: commit_response(changes[0]) if changes else None, rec
@@ -138,37 +145,24 @@ class TableService:
 
         async def plan() -> list[PlannedChange]:
             planned: dict[Identifier, PlannedChange] = {}
+            read: dict[Identifier, tuple[ObjectRow | None, dict[str, str]]] = {}
             async with self._ctx.store.read() as tx:
-                for identifier, change in changes:
-                    previous = planned.get(identifier)
-                    row = (
-                        previous.base
-                        if previous
-                        else await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
-                    )
-                    if row is not None and row.kind != TABLE:
-                        raise AlreadyExistsError(f"A view with this name exists: {identifier}")
-                    ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-                    step = plan_change(
-                        warehouse,
-                        identifier,
-                        row,
-                        ns_properties,
-                        change,
-                        previous.metadata if previous else None,
-                    )
-                    if step is not None:
-                        if previous is not None:
-                            # Several changes to one table in one transaction: one new file, based on
-                            # the pointer read first.
-                            step = PlannedChange(
-                                identifier,
-                                previous.base,
-                                step.metadata,
-                                previous.metadata_location,
-                                step.metadata_json,
-                            )
-                        planned[identifier] = step
+                for identifier, _change in changes:
+                    if identifier not in read:
+                        row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
+                        if row is not None and row.kind != TABLE:
+                            raise AlreadyExistsError(f"A view with this name exists: {identifier}")
+                        ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
+                        read[identifier] = (row, ns_properties)
+            for identifier, change in changes:
+                row, ns_properties = read[identifier]
+                previous = planned.get(identifier)
+                current = None if previous is not None else await open_table(self._ctx, row)
+                step = await plan_change(
+                    self._ctx, warehouse, identifier, current, ns_properties, change, previous
+                )
+                if step is not None:
+                    planned[identifier] = step
             return list(planned.values())
 
         await commit(self._ctx, warehouse, plan, lambda _changes: None, rec)
@@ -177,17 +171,38 @@ class TableService:
     async def drop(
         self, warehouse_name: str | None, identifier: Identifier, purge: bool, rec: Recorder | None
     ) -> Body:
+        """Drop a table. In a sealing warehouse this is a soft delete whatever `purge` says (the
+        gateway purges after the retention: engines cannot read sealed files to purge them)."""
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.write() as tx:
-            row = await require_object(tx, warehouse.name, identifier, TABLE)
-            if not await tx.delete_object(warehouse.name, identifier.namespace.key, identifier.name, TABLE):
-                raise NoSuchTableError(f"Table does not exist: {identifier}")
-            others = [loc for *_, loc in await tx.object_locations(warehouse.name)] if purge else []
-            if rec is not None:
-                await rec.record(tx, None)
-        if purge:
-            await asyncio.to_thread(_purge, warehouse, load_metadata(row), row.metadata_location, others)
-        return None
+        if warehouse.seal_files:
+            await soft_drop(self._ctx, warehouse, identifier, TABLE, rec)
+            return None
+        for _attempt in range(self._ctx.limits.commit_retries):
+            async with self._ctx.store.read() as tx:
+                row = await require_object(tx, warehouse.name, identifier, TABLE)
+            # Opened before anything is deleted: a KMS outage fails the drop, it does not leave
+            # a dropped table whose files can no longer be found.
+            metadata = parse_metadata(await self._ctx.sealer.open_row(row)) if purge else None
+            ns, name = identifier.namespace.key, identifier.name
+            async with self._ctx.store.write() as tx:
+                if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
+                    continue  # dropped or changed concurrently: look again
+                await tx.delete_metrics_reports(warehouse.name, ns, name)
+                others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
+                if rec is not None:
+                    await rec.record(tx, None)
+            if metadata is not None:
+                await asyncio.to_thread(
+                    purge_files,
+                    warehouse,
+                    metadata.location,
+                    set(),
+                    (metadata, row.metadata_location),
+                    others,
+                )
+            self._ctx.sealer.forget(row.data_key)
+            return None
+        raise CommitFailedError("the table changed concurrently too many times; retry the drop")
 
     async def register(
         self,
@@ -196,15 +211,26 @@ class TableService:
         request: RegisterTableRequest,
         rec: Recorder | None,
     ) -> Body:
+        """Register a metadata file, plain or sealed (a sealed file brings its own data key)."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
         location = locations.require_within(
             request.metadata_location, warehouse.location, "metadata-location"
         )
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
-        metadata = fileio.parse_table_metadata(content)
+        opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
+        metadata = fileio.parse_table_metadata(opened.metadata_json)
+        uid = str(metadata.table_uuid)
+        if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
+            raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
         table_metadata.check_locations(metadata, warehouse.location)
         metadata_json = documents.model_json(metadata)
+        key = await (
+            self._ctx.sealer.unwrap_object_key(warehouse.name, TABLE, uid, opened.sealed_key)
+            if opened.sealed_key is not None
+            else self._ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
+        )
+        row = new_row(self._ctx, warehouse, identifier, TABLE, uid, key, location, metadata_json)
         body = documents.load_result(location, metadata_json)
         async with self._ctx.store.write() as tx:
             await require_namespace(tx, warehouse.name, namespace)
@@ -212,27 +238,9 @@ class TableService:
             if existing is not None:
                 if not request.overwrite or existing.kind != TABLE:
                     raise AlreadyExistsError(f"Table already exists: {identifier}")
-                await tx.swap_object(
-                    warehouse.name,
-                    namespace.key,
-                    identifier.name,
-                    existing.metadata_location,
-                    location,
-                    metadata_json.decode(),
-                )
-            else:
-                await tx.insert_object(
-                    ObjectRow(
-                        warehouse.name,
-                        namespace.key,
-                        identifier.name,
-                        TABLE,
-                        str(metadata.table_uuid),
-                        location,
-                        metadata_json.decode(),
-                        0,
-                    )
-                )
+                # The row takes the registered table's UUID and key: delete and insert.
+                await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
+            await tx.insert_object(row)
             if rec is not None:
                 await rec.record(tx, body)
         return body
@@ -247,23 +255,14 @@ class TableService:
         self, warehouse_name: str | None, identifier: Identifier, report: MetricsReport
     ) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
+        async with self._ctx.store.read() as tx:
+            row = await require_object(tx, warehouse.name, identifier, TABLE)
+        # Reports name columns and values: sealed under the table's key, shredded with it.
+        sealed = self._ctx.sealer.seal_report(
+            await self._ctx.sealer.object_key(row), row, report.model_dump(by_alias=True, mode="json")
+        )
         async with self._ctx.store.write() as tx:
             await require_object(tx, warehouse.name, identifier, TABLE)
             await tx.insert_metrics_report(
-                warehouse.name,
-                identifier.namespace.key,
-                identifier.name,
-                report.report_type,
-                report.model_dump(by_alias=True, mode="json"),
+                warehouse.name, identifier.namespace.key, identifier.name, report.report_type, sealed
             )
-
-
-def _purge(warehouse: Warehouse, metadata: TableMetadata, metadata_location: str, others: list[str]) -> None:
-    """Delete a dropped table's files; its directory too when no other object lives below it."""
-    deleted = fileio.delete_files(fileio.table_files(metadata, metadata_location))
-    root = locations.normalize(metadata.location)
-    below_warehouse = root != locations.normalize(warehouse.location)
-    shared = any(locations.is_within(other, root) for other in others)
-    if below_warehouse and not shared:
-        fileio.remove_local_tree(root)
-    log.info("purged table at %s: %d file(s) deleted", root, deleted)

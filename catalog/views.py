@@ -8,8 +8,9 @@ import uuid
 from pyiceberg.view.metadata import ViewMetadata
 
 from catalog import documents, fileio, locations, view_metadata
-from catalog.commits import default_location
+from catalog.commits import default_location, file_content, new_row
 from catalog.context import CatalogContext, Warehouse
+from catalog.dropped import soft_drop
 from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError, NoSuchViewError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
@@ -17,7 +18,7 @@ from catalog.namespaces import require_namespace
 from catalog.objects import VIEW, list_objects, rename_object, require_object
 from catalog.pagination import PageRequest
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from catalog.store.sql import ObjectRow
+from catalog.sealing import ObjectKey
 
 
 def _parse(content: bytes | str) -> ViewMetadata:
@@ -54,33 +55,32 @@ class ViewService:
         metadata = view_metadata.new_view_metadata(
             location, request.view_schema, request.view_version, dict(request.properties)
         )
-        return await self._store_new(warehouse, identifier, metadata, None, rec)
+        key = await self._ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
+        return await self._store_new(warehouse, identifier, metadata, key, None, rec)
 
     async def _store_new(
         self,
         warehouse: Warehouse,
         identifier: Identifier,
         metadata: ViewMetadata,
+        key: ObjectKey,
         existing_file: str | None,
         rec: Recorder | None,
     ) -> Body:
         metadata_json = documents.model_json(metadata)
         metadata_location = existing_file or fileio.metadata_file_location(metadata.location, 0)
+        uid = metadata.view_uuid
         if existing_file is None:
-            await asyncio.to_thread(fileio.write_new_file, metadata_location, metadata_json)
+            content = file_content(
+                self._ctx, warehouse, identifier, VIEW, uid, key, metadata_location, metadata_json
+            )
+            await asyncio.to_thread(fileio.write_new_file, metadata_location, content)
         body = documents.load_result(metadata_location, metadata_json)
         try:
             async with self._ctx.store.write() as tx:
                 await tx.insert_object(
-                    ObjectRow(
-                        warehouse.name,
-                        identifier.namespace.key,
-                        identifier.name,
-                        VIEW,
-                        metadata.view_uuid,
-                        metadata_location,
-                        metadata_json.decode(),
-                        0,
+                    new_row(
+                        self._ctx, warehouse, identifier, VIEW, uid, key, metadata_location, metadata_json
                     )
                 )
                 if rec is not None:
@@ -95,7 +95,7 @@ class ViewService:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.read() as tx:
             row = await require_object(tx, warehouse.name, identifier, VIEW)
-        return documents.load_result(row.metadata_location, row.metadata.encode())
+        return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -114,14 +114,18 @@ class ViewService:
         for _attempt in range(self._ctx.limits.commit_retries):
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, VIEW)
-            base = _parse(row.metadata)
+            key = await self._ctx.sealer.object_key(row)
+            base = _parse(self._ctx.sealer.open_record(key, row))
             view_metadata.validate_requirements(request.requirements, base)
             new = view_metadata.apply_updates(base, request.updates)
             locations.require_within(new.location, warehouse.location, "view location")
             version = fileio.parse_metadata_version(row.metadata_location) + 1
             metadata_json = documents.model_json(new)
             metadata_location = fileio.metadata_file_location(new.location, max(version, 1))
-            await asyncio.to_thread(fileio.write_new_file, metadata_location, metadata_json)
+            content = file_content(
+                self._ctx, warehouse, identifier, VIEW, row.uuid, key, metadata_location, metadata_json
+            )
+            await asyncio.to_thread(fileio.write_new_file, metadata_location, content)
             body = documents.load_result(metadata_location, metadata_json)
             try:
                 async with self._ctx.store.write() as tx:
@@ -131,7 +135,9 @@ class ViewService:
                         identifier.name,
                         row.metadata_location,
                         metadata_location,
-                        metadata_json.decode(),
+                        self._ctx.sealer.seal_record(
+                            key, warehouse.name, VIEW, row.uuid, metadata_location, metadata_json
+                        ),
                     )
                     if swapped and rec is not None:
                         await rec.record(tx, body)
@@ -145,6 +151,9 @@ class ViewService:
 
     async def drop(self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
+        if warehouse.seal_files:
+            await soft_drop(self._ctx, warehouse, identifier, VIEW, rec)
+            return None
         async with self._ctx.store.write() as tx:
             if not await tx.delete_object(warehouse.name, identifier.namespace.key, identifier.name, VIEW):
                 raise NoSuchViewError(f"View does not exist: {identifier}")
@@ -171,10 +180,20 @@ class ViewService:
             request.metadata_location, warehouse.location, "metadata-location"
         )
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
-        metadata = _parse(content)
+        opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
+        metadata = _parse(opened.metadata_json)
+        if opened.sealed_key is not None and (
+            opened.kind != VIEW or opened.object_uuid != metadata.view_uuid
+        ):
+            raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
         locations.require_within(metadata.location, warehouse.location, "view location")
         async with self._ctx.store.read() as tx:
             await require_namespace(tx, warehouse.name, namespace)
             if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
                 raise AlreadyExistsError(f"Table or view already exists: {identifier}")
-        return await self._store_new(warehouse, identifier, metadata, location, rec)
+        key = await (
+            self._ctx.sealer.unwrap_object_key(warehouse.name, VIEW, metadata.view_uuid, opened.sealed_key)
+            if opened.sealed_key is not None
+            else self._ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
+        )
+        return await self._store_new(warehouse, identifier, metadata, key, location, rec)

@@ -12,16 +12,19 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from catalog.context import CatalogContext, Limits, Warehouse
+from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
+from catalog.sealing import Sealer
 from catalog.store.sql import Store
 from gateway.authz.operations import check_route_table
 from gateway.middleware import MIDDLEWARES
 from gateway.pipeline import ROUTE_TABLE
-from gateway.routes import admin, config, namespaces, oauth, tables, views
+from gateway.routes import admin, config, namespaces, oauth, recovery, tables, views
 from gateway.routes.route import Route
 from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
 from gateway.settings import Settings
+from kms.keyring import KeyRing
 
 log = logging.getLogger("cedarberg")
 
@@ -32,6 +35,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *tables.ROUTES,
     *views.ROUTES,
     *admin.ROUTES,
+    *recovery.ROUTES,
 )
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
@@ -64,30 +68,63 @@ async def _sweep_idempotency(store: Store, lifetime: int) -> None:
             log.exception("idempotency sweep failed")
 
 
+async def open_catalog(settings: Settings) -> CatalogContext:
+    """The registry, the key ring and the warehouses, as the catalog services need them (also used
+    by the CLI commands that work on the registry directly)."""
+    keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
+    try:
+        store = await Store.open(settings.effective_store_url())
+    except BaseException:
+        await keyring.aclose()
+        raise
+    sealer = Sealer(keyring)
+    return CatalogContext(
+        store=store,
+        sealer=sealer,
+        warehouses={
+            name: Warehouse(
+                name, warehouse.location, warehouse.seal_metadata_files, warehouse.drop_retention_seconds
+            )
+            for name, warehouse in settings.effective_warehouses().items()
+        },
+        default_warehouse=settings.default_warehouse,
+        idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
+        limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
+    )
+
+
+async def close_catalog(ctx: CatalogContext) -> None:
+    await ctx.store.close()
+    await ctx.sealer.keyring.aclose()
+
+
+async def _sweep_dropped(ctx: CatalogContext, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await purge_due(ctx)
+        except Exception:
+            log.exception("purge of dropped tables failed")
+
+
 def create_app(settings: Settings) -> web.Application:
     """Build the application; the registry opens when the app starts (cleanup context)."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
     app[ENDPOINTS] = [route.endpoint for route in ALL_ROUTES if route.advertised]
 
     async def catalog_resources(app: web.Application) -> AsyncIterator[None]:
-        store = await Store.open(settings.effective_store_url())
-        ctx = CatalogContext(
-            store=store,
-            warehouses={
-                name: Warehouse(name, warehouse.location)
-                for name, warehouse in settings.effective_warehouses().items()
-            },
-            default_warehouse=settings.default_warehouse,
-            idempotency=Idempotency(store, settings.idempotency_key_lifetime_seconds),
-            limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
-        )
+        ctx = await open_catalog(settings)
         app[SERVICES] = Services.build(settings, ctx)
-        sweeper = asyncio.create_task(_sweep_idempotency(store, settings.idempotency_key_lifetime_seconds))
+        sweepers = [
+            asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
+            asyncio.create_task(_sweep_dropped(ctx, settings.purge_interval_seconds)),
+        ]
         yield
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
-        await store.close()
+        for sweeper in sweepers:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        await close_catalog(ctx)
 
     async def security_services(app: web.Application) -> AsyncIterator[None]:
         security = await Security.open(settings)

@@ -17,6 +17,7 @@ from gateway.audit import SecretScrubbingFilter
 from gateway.authn.tokens import TokenKeyError
 from gateway.authz.cli import add_policy_commands, run_policy_command
 from gateway.authz.errors import PolicyLoadError
+from gateway.catalog_cli import add_catalog_commands, run_catalog_command
 from gateway.keys_cli import add_keys_commands, run_keys_command
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.tls import PlainHttpRefusedError, TlsConfigError, check_plain_http_allowed, server_ssl_context
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("config-reference", help="print the configuration reference (Markdown)")
     add_policy_commands(commands)
     add_keys_commands(commands)
+    add_catalog_commands(commands)
     return parser
 
 
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_policy_command(args)
     if args.command == "keys":
         return run_keys_command(args)
+    if args.command in ("kms", "dropped", "rebuild"):
+        return run_catalog_command(args)
     flags: dict[str, object] = {
         "host": args.host,
         "port": args.port,

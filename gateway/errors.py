@@ -27,6 +27,8 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     catalog_errors.IdempotencyKeyReusedError: (422, "UnprocessableEntityException"),
     catalog_errors.CommitStateUnknownError: (500, "CommitStateUnknownException"),
     catalog_errors.StorageUnavailableError: (503, "ServiceUnavailableException"),
+    catalog_errors.KeyServiceUnavailableError: (503, "ServiceUnavailableException"),
+    catalog_errors.IntegrityCheckError: (500, "ServiceFailureException"),
 }
 
 # aiohttp's own HTTP errors (routing, body size, methods) in the same vocabulary.

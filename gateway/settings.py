@@ -32,6 +32,7 @@ from gateway.authn.tokens import TokenSettings
 from gateway.authz.settings import AuthzSettings
 from gateway.ratelimit import RateLimitSettings
 from gateway.tls import TlsSettings
+from kms.settings import KmsSettings
 
 ENV_PREFIX = "CEDARBERG_"
 RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})
@@ -45,6 +46,17 @@ class WarehouseSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     location: str = Field(description="Root of the warehouse: an absolute path, file:// or s3:// URI.")
+    seal_metadata_files: bool = Field(
+        True,
+        description="Seal the metadata files written to this warehouse (engines get metadata from the "
+        "API). Drops then become soft deletes purged by the gateway after drop_retention_seconds.",
+    )
+    drop_retention_seconds: int = Field(
+        7 * 24 * 3600,
+        ge=0,
+        le=365 * 24 * 3600,
+        description="How long a dropped table or view of a sealing warehouse can be undropped.",
+    )
 
     @field_validator("location")
     @classmethod
@@ -99,6 +111,10 @@ class Settings(BaseModel):
     api_keys: ApiKeySettings = Field(default_factory=ApiKeySettings, description="API key verification.")
     tokens: TokenSettings = Field(default_factory=TokenSettings, description="Gateway-issued access tokens.")
     oidc: OidcSettings = Field(default_factory=OidcSettings, description="Trusted OIDC issuers.")
+    kms: KmsSettings = Field(default_factory=KmsSettings, description="Envelope encryption keys.")
+    purge_interval_seconds: float = Field(
+        60.0, gt=0, le=86_400, description="How often soft-deleted objects past their retention are purged."
+    )
     anonymous: AnonymousSettings | None = Field(
         None, description="UNSAFE outside development: a principal for requests without credentials."
     )
@@ -138,6 +154,9 @@ class Settings(BaseModel):
             return self.warehouses
         root = (self.data_dir / "warehouse").resolve()
         return {self.default_warehouse: WarehouseSettings(location=root.as_uri())}
+
+    def effective_local_key_dir(self) -> Path:
+        return (self.kms.local_key_dir or self.data_dir / "kms").resolve()
 
     def effective_store_url(self) -> str:
         if self.store_url is not None:

@@ -98,4 +98,13 @@ unset ADMIN_KEY KEYS
 DEMO_WRITER_KEY="$WRITER_KEY" DEMO_READER_KEY="$READER_KEY" "$PY" "$ROOT/scripts/demo_spark.py" \
     --uri "$URL" --scratch-dir "$DEMO_DIR/spark" \
     --truststore "$PKI_DIR/truststore.p12" --truststore-password-file "$PKI_DIR/truststore.password"
+
+# Spark read everything through the API; at rest, every metadata file the gateway wrote is sealed.
+"$PY" - "$STATE_DIR/warehouse" <<'PYEOF'
+import pathlib, sys
+files = sorted(pathlib.Path(sys.argv[1]).rglob("*.metadata.json"))
+sealed = [f for f in files if f.read_bytes().startswith(b"\x00CBSEAL")]
+assert files and sealed == files, f"unsealed metadata files: {set(files) - set(sealed)}"
+print(f"==> {len(files)} metadata files in the warehouse, all sealed (local KEK, AES-256-GCM)")
+PYEOF
 echo "==> demo OK"

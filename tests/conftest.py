@@ -2,6 +2,9 @@
 
 - ``gateway``: a fresh SQLite-backed gateway per test.
 - ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
+- ``catalog_gateway``: the same on each store (``store-sqlite``, ``store-postgres``, both with the
+  local KEK) and on SQLite with each remote KEK provider (``kms-aws``, ``kms-vault``, ``kms-gcp``,
+  ``kms-azure``: moto, OpenBao, and the GCP / Azure wire-protocol servers, one each per session).
 - ``store_url``: just the store (``None`` = embedded SQLite), for tests running several gateways.
 - ``postgres_server`` (session) / ``postgres_url`` (a fresh database per test).
 - ``session_gateway`` (session): one SQLite gateway shared by the engine tests.
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.support import postgres
+from tests.support import kms_servers, postgres
 from tests.support.engines import duckdb_attach, duckdb_connect, spark_session
 from tests.support.engines import make_catalog as _make_catalog
 from tests.support.gateway import GatewayProcess
@@ -107,6 +110,54 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
     return None
 
 
+@pytest.fixture(scope="session")
+def openbao() -> Iterator[kms_servers.OpenBaoServer]:
+    with kms_servers.openbao_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def moto_kms() -> Iterator[kms_servers.MotoKmsServer]:
+    with kms_servers.moto_kms_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcp_kms() -> Iterator[kms_servers.GcpKmsFake]:
+    with kms_servers.gcp_kms_fake() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azure_kv(session_pki: TestPki) -> Iterator[kms_servers.AzureKeyVaultFake]:
+    with kms_servers.azure_kv_fake(session_pki) as server:
+        yield server
+
+
+_KMS_FIXTURES = {"aws": "moto_kms", "vault": "openbao", "gcp": "gcp_kms", "azure": "azure_kv"}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("sqlite", "local"), id="store-sqlite"),
+        pytest.param(("postgres", "local"), id="store-postgres", marks=pytest.mark.postgres),
+        *(pytest.param(("sqlite", kms), id=f"kms-{kms}") for kms in _KMS_FIXTURES),
+    ]
+)
+def catalog_gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A fresh gateway on a fresh store, per store and KEK provider (see the module docstring)."""
+    store, kms = request.param
+    url = None
+    if store == "postgres":
+        url = request.getfixturevalue("postgres_server").create_database()
+    config = {}
+    if kms != "local":
+        config["kms"] = request.getfixturevalue(_KMS_FIXTURES[kms]).kms_config
+    with GatewayProcess(tmp_path / "gateway", store_url=url, config=config) as gw:
+        yield gw
+        _print_log_if_failed(request, gw)
+
+
 @pytest.fixture
 def store_gateway(
     request: pytest.FixtureRequest, store_url: str | None, tmp_path: Path
@@ -119,8 +170,18 @@ def store_gateway(
 
 @pytest.fixture(scope="session")
 def session_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    """One SQLite gateway shared by the engine (Spark/DuckDB) tests; use unique namespaces."""
-    with GatewayProcess(tmp_path_factory.mktemp("session-gateway") / "gateway") as gw:
+    """One SQLite gateway shared by the engine (Spark/DuckDB) tests; use unique namespaces.
+
+    Warehouse ``default`` seals its metadata files (drops are purged by the gateway at once);
+    warehouse ``plain`` writes plain metadata files, as engines write them themselves."""
+    data_dir = tmp_path_factory.mktemp("session-gateway") / "gateway"
+    config = {
+        "warehouses": {
+            "default": {"location": (data_dir / "warehouse").as_uri(), "drop_retention_seconds": 0},
+            "plain": {"location": (data_dir / "plain").as_uri(), "seal_metadata_files": False},
+        }
+    }
+    with GatewayProcess(data_dir, config=config) as gw:
         yield gw
 
 
@@ -140,11 +201,15 @@ def spark(
 ) -> Iterator[SparkSession]:
     """A local SparkSession; catalog ``cat`` is the REST catalog at ``session_gateway``.
 
+    Catalog ``plain`` is the same gateway's unsealed warehouse ``plain``.
     Catalog caching is off so that Spark sees commits made by other clients at once. The driver
     JVM trusts ``session_pki``'s CA (a truststore can only be set when the session starts).
     """
     session = spark_session(
-        {"cat": {"uri": session_gateway.url, "cache-enabled": "false"}},
+        {
+            "cat": {"uri": session_gateway.url, "cache-enabled": "false"},
+            "plain": {"uri": session_gateway.url, "warehouse": "plain", "cache-enabled": "false"},
+        },
         local_dir=tmp_path_factory.mktemp("spark"),
         extra_java_options=session_pki.java_options(),
     )

@@ -4,6 +4,12 @@ Tables and views share one `catalog_objects` table so that a table and a view ca
 same name, which the Iceberg REST spec requires, and so the uniqueness is the database's job.
 Foreign keys with RESTRICT make "drop only an empty namespace" a database guarantee even under
 concurrent creates.
+
+Nothing readable about a table or view is stored: `metadata` is the sealed copy of the current
+metadata (kms.envelope, bound to warehouse, object UUID and metadata version) and the object's data
+key is stored only wrapped (`wrapped_key`), beside the KEK URI and version that wrapped it.
+Idempotent responses are sealed under the registry's own data key (`registry_keys`), metrics
+reports under their table's key.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -41,17 +48,28 @@ namespaces = Table(
     Index("ix_namespaces_parent", "warehouse", "parent", "name"),
 )
 
+
+def _object_columns() -> list[Column[object]]:
+    """What a table or view row holds, live or soft-deleted (fresh Column objects per table)."""
+    return [
+        Column("kind", String(8), nullable=False),
+        Column("uuid", String(36), nullable=False),
+        Column("metadata_location", Text, nullable=False),
+        Column("metadata", LargeBinary, nullable=False),
+        Column("version", Integer, nullable=False),
+        Column("kek_uri", String(1024), nullable=False),
+        Column("kek_version", String(256), nullable=False),
+        Column("wrapped_key", LargeBinary, nullable=False),
+    ]
+
+
 catalog_objects = Table(
     "catalog_objects",
     metadata,
     Column("warehouse", String(128), primary_key=True),
     Column("namespace", String(1024), primary_key=True),
     Column("name", String(255), primary_key=True),
-    Column("kind", String(8), nullable=False),
-    Column("uuid", String(36), nullable=False),
-    Column("metadata_location", Text, nullable=False),
-    Column("metadata", Text, nullable=False),
-    Column("version", Integer, nullable=False),
+    *_object_columns(),
     Column("updated_at_ms", BigInteger, nullable=False),
     ForeignKeyConstraint(
         ["warehouse", "namespace"],
@@ -69,7 +87,7 @@ idempotency_records = Table(
     Column("key", String(36), primary_key=True),
     Column("operation", String(512), nullable=False),
     Column("outcome", String(8), nullable=False),
-    Column("payload", Text, nullable=True),
+    Column("payload", LargeBinary, nullable=True),
     Column("created_at", Float, nullable=False),
     Index("ix_idempotency_created", "created_at"),
 )
@@ -82,7 +100,36 @@ metrics_reports = Table(
     Column("namespace", String(1024), nullable=False),
     Column("name", String(255), nullable=False),
     Column("report_type", String(64), nullable=False),
-    Column("report", Text, nullable=False),
+    Column("report", LargeBinary, nullable=False),
     Column("received_at_ms", BigInteger, nullable=False),
     Index("ix_metrics_table", "warehouse", "namespace", "name"),
+)
+
+# Soft-deleted objects of sealed warehouses, kept for the retention, then purged (files deleted,
+# row and with it the data key destroyed). No foreign key: the namespace may go meanwhile.
+dropped_objects = Table(
+    "dropped_objects",
+    metadata,
+    Column("drop_id", String(36), primary_key=True),
+    Column("warehouse", String(128), nullable=False),
+    Column("namespace", String(1024), nullable=False),
+    Column("name", String(255), nullable=False),
+    *_object_columns(),
+    Column("moved_files", Text, nullable=False),
+    Column("dropped_at_ms", BigInteger, nullable=False),
+    Column("purge_after_ms", BigInteger, nullable=False),
+    Index("ix_dropped_purge", "purge_after_ms"),
+    Index("ix_dropped_name", "warehouse", "namespace", "name"),
+)
+
+# Data keys that belong to the registry rather than to one object (sealing idempotent responses).
+registry_keys = Table(
+    "registry_keys",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("uuid", String(36), nullable=False),
+    Column("kek_uri", String(1024), nullable=False),
+    Column("kek_version", String(256), nullable=False),
+    Column("wrapped_key", LargeBinary, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
 )

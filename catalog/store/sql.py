@@ -31,7 +31,15 @@ from catalog.errors import (
     NoSuchNamespaceError,
     StorageUnavailableError,
 )
-from catalog.store.schema import catalog_objects, idempotency_records, metrics_reports, namespaces
+from catalog.store.schema import (
+    catalog_objects,
+    dropped_objects,
+    idempotency_records,
+    metrics_reports,
+    namespaces,
+    registry_keys,
+)
+from kms.keys import WrappedKey
 
 _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
@@ -43,7 +51,7 @@ def _now_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class ObjectRow:
-    """One table or view pointer as stored."""
+    """One table or view pointer as stored: `metadata` is sealed, the data key wrapped."""
 
     warehouse: str
     namespace: str
@@ -51,19 +59,67 @@ class ObjectRow:
     kind: str
     uuid: str
     metadata_location: str
-    metadata: str
+    metadata: bytes
     version: int
+    kek_uri: str
+    kek_version: str
+    wrapped_key: bytes
+
+    @property
+    def data_key(self) -> WrappedKey:
+        return WrappedKey(self.kek_uri, self.kek_version, self.wrapped_key)
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedRow:
+    """A soft-deleted object: its last pointer, plus where its metadata files were moved."""
+
+    drop_id: str
+    row: ObjectRow
+    moved_files: list[tuple[str, str]]  # (published location, parked location)
+    dropped_at_ms: int
+    purge_after_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRef:
+    """A wrapped data key and the row that holds it (for KEK rotation)."""
+
+    table: str  # catalog_objects | dropped_objects | registry_keys
+    row_id: str  # object UUID, drop id or registry key name
+    warehouse: str
+    kind: str
+    uuid: str
+    wrapped: WrappedKey
 
 
 @dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     operation: str
     outcome: str
-    payload: Any
+    payload: bytes | None
     created_at: float
 
 
-_OBJECT_COLUMNS = [catalog_objects.c[name] for name in ObjectRow.__dataclass_fields__]
+_OBJECT_FIELDS = tuple(ObjectRow.__dataclass_fields__)
+_OBJECT_COLUMNS = [catalog_objects.c[name] for name in _OBJECT_FIELDS]
+_DROPPED_COLUMNS = [dropped_objects.c[name] for name in _OBJECT_FIELDS]
+_KEY_TABLES = {
+    "catalog_objects": (catalog_objects, catalog_objects.c.uuid),
+    "dropped_objects": (dropped_objects, dropped_objects.c.drop_id),
+    "registry_keys": (registry_keys, registry_keys.c.name),
+}
+
+
+def _dropped(row: Any) -> DroppedRow:
+    values = row._asdict()
+    return DroppedRow(
+        drop_id=values["drop_id"],
+        row=ObjectRow(**{name: values[name] for name in _OBJECT_FIELDS}),
+        moved_files=[(str(a), str(b)) for a, b in orjson.loads(values["moved_files"])],
+        dropped_at_ms=values["dropped_at_ms"],
+        purge_after_ms=values["purge_after_ms"],
+    )
 
 
 class DuplicateKeyError(Exception):
@@ -217,7 +273,7 @@ class StoreTx:
         name: str,
         expected_location: str,
         new_location: str,
-        new_metadata: str,
+        new_metadata: bytes,
     ) -> bool:
         """Compare-and-swap the pointer; True if it still named `expected_location` and now moved."""
         result = await self._conn.execute(
@@ -237,15 +293,19 @@ class StoreTx:
         )
         return result.rowcount == 1
 
-    async def delete_object(self, warehouse: str, namespace: str, name: str, kind: str) -> bool:
-        result = await self._conn.execute(
-            delete(catalog_objects).where(
-                catalog_objects.c.warehouse == warehouse,
-                catalog_objects.c.namespace == namespace,
-                catalog_objects.c.name == name,
-                catalog_objects.c.kind == kind,
-            )
+    async def delete_object(
+        self, warehouse: str, namespace: str, name: str, kind: str, expected_location: str | None = None
+    ) -> bool:
+        """Delete a pointer (only if it still names `expected_location`, when given)."""
+        query = delete(catalog_objects).where(
+            catalog_objects.c.warehouse == warehouse,
+            catalog_objects.c.namespace == namespace,
+            catalog_objects.c.name == name,
+            catalog_objects.c.kind == kind,
         )
+        if expected_location is not None:
+            query = query.where(catalog_objects.c.metadata_location == expected_location)
+        result = await self._conn.execute(query)
         return result.rowcount == 1
 
     async def rename_object(
@@ -286,11 +346,10 @@ class StoreTx:
         ).first()
         if row is None:
             return None
-        payload = None if row.payload is None else orjson.loads(row.payload)
-        return IdempotencyRecord(row.operation, row.outcome, payload, row.created_at)
+        return IdempotencyRecord(row.operation, row.outcome, row.payload, row.created_at)
 
     async def put_idempotency(
-        self, key: str, operation: str, outcome: str, payload: Any, expired_before: float
+        self, key: str, operation: str, outcome: str, payload: bytes | None, expired_before: float
     ) -> None:
         """Record a final outcome, replacing an expired record. Raises DuplicateKeyError."""
         await self._conn.execute(
@@ -304,7 +363,7 @@ class StoreTx:
                     key=key,
                     operation=operation,
                     outcome=outcome,
-                    payload=None if payload is None else orjson.dumps(payload).decode(),
+                    payload=payload,
                     created_at=time.time(),
                 )
             )
@@ -319,7 +378,7 @@ class StoreTx:
 
     # -- metrics ----------------------------------------------------------------------------
     async def insert_metrics_report(
-        self, warehouse: str, namespace: str, name: str, report_type: str, report: dict[str, Any]
+        self, warehouse: str, namespace: str, name: str, report_type: str, report: bytes
     ) -> None:
         await self._conn.execute(
             insert(metrics_reports).values(
@@ -327,7 +386,7 @@ class StoreTx:
                 namespace=namespace,
                 name=name,
                 report_type=report_type,
-                report=orjson.dumps(report).decode(),
+                report=report,
                 received_at_ms=_now_ms(),
             )
         )
@@ -343,6 +402,134 @@ class StoreTx:
             )
         )
         return int(result.scalar_one())
+
+    async def delete_metrics_reports(self, warehouse: str, namespace: str, name: str) -> None:
+        await self._conn.execute(
+            delete(metrics_reports).where(
+                metrics_reports.c.warehouse == warehouse,
+                metrics_reports.c.namespace == namespace,
+                metrics_reports.c.name == name,
+            )
+        )
+
+    # -- soft-deleted objects ---------------------------------------------------------------
+    async def insert_dropped(self, dropped: DroppedRow) -> None:
+        await self._conn.execute(
+            insert(dropped_objects).values(
+                **asdict(dropped.row),
+                drop_id=dropped.drop_id,
+                moved_files=orjson.dumps(dropped.moved_files).decode(),
+                dropped_at_ms=dropped.dropped_at_ms,
+                purge_after_ms=dropped.purge_after_ms,
+            )
+        )
+
+    async def get_dropped(self, drop_id: str) -> DroppedRow | None:
+        row = (
+            await self._conn.execute(select(dropped_objects).where(dropped_objects.c.drop_id == drop_id))
+        ).first()
+        return None if row is None else _dropped(row)
+
+    async def list_dropped(self, warehouse: str, after: str | None, limit: int) -> list[DroppedRow]:
+        """Soft-deleted objects of a warehouse in drop-id order (keyset pagination)."""
+        query = select(dropped_objects).where(dropped_objects.c.warehouse == warehouse)
+        if after is not None:
+            query = query.where(dropped_objects.c.drop_id > after)
+        rows = await self._conn.execute(query.order_by(dropped_objects.c.drop_id).limit(limit))
+        return [_dropped(row) for row in rows]
+
+    async def due_for_purge(self, now_ms: int, limit: int) -> list[DroppedRow]:
+        rows = await self._conn.execute(
+            select(dropped_objects)
+            .where(dropped_objects.c.purge_after_ms <= now_ms)
+            .order_by(dropped_objects.c.purge_after_ms)
+            .limit(limit)
+        )
+        return [_dropped(row) for row in rows]
+
+    async def delete_dropped(self, drop_id: str) -> bool:
+        result = await self._conn.execute(delete(dropped_objects).where(dropped_objects.c.drop_id == drop_id))
+        return result.rowcount == 1
+
+    # -- data keys --------------------------------------------------------------------------
+    async def get_registry_key(self, name: str) -> tuple[str, WrappedKey] | None:
+        """(uuid, wrapped key) of a registry data key."""
+        row = (await self._conn.execute(select(registry_keys).where(registry_keys.c.name == name))).first()
+        if row is None:
+            return None
+        return row.uuid, WrappedKey(row.kek_uri, row.kek_version, row.wrapped_key)
+
+    async def insert_registry_key(self, name: str, key_uuid: str, wrapped: WrappedKey) -> bool:
+        """Store a new registry key; False if another instance stored one first."""
+        try:
+            await self._conn.execute(
+                insert(registry_keys).values(
+                    name=name,
+                    uuid=key_uuid,
+                    kek_uri=wrapped.kek_uri,
+                    kek_version=wrapped.kek_version,
+                    wrapped_key=wrapped.ciphertext,
+                    created_at_ms=_now_ms(),
+                )
+            )
+        except IntegrityError:
+            return False
+        return True
+
+    async def keys_not_under(self, kek_uri: str, kek_version: str, limit: int) -> list[KeyRef]:
+        """Up to `limit` wrapped keys, over all key-holding tables, not wrapped by this KEK version."""
+        refs: list[KeyRef] = []
+        for table_name, (table, id_column) in _KEY_TABLES.items():
+            if len(refs) >= limit:
+                break
+            is_registry = table is registry_keys
+            columns = [
+                id_column.label("row_id"),
+                table.c.uuid,
+                table.c.kek_uri,
+                table.c.kek_version,
+                table.c.wrapped_key,
+            ]
+            if not is_registry:
+                columns += [table.c.warehouse, table.c.kind]
+            rows = await self._conn.execute(
+                select(*columns)
+                .where((table.c.kek_uri != kek_uri) | (table.c.kek_version != kek_version))
+                .limit(limit - len(refs))
+            )
+            for row in rows:
+                refs.append(
+                    KeyRef(
+                        table=table_name,
+                        row_id=row.row_id,
+                        warehouse="" if is_registry else row.warehouse,
+                        kind="registry" if is_registry else row.kind,
+                        uuid=row.uuid,
+                        wrapped=WrappedKey(row.kek_uri, row.kek_version, row.wrapped_key),
+                    )
+                )
+        return refs
+
+    async def count_keys_not_under(self, kek_uri: str, kek_version: str) -> int:
+        total = 0
+        for table, _id_column in _KEY_TABLES.values():
+            result = await self._conn.execute(
+                select(func.count())
+                .select_from(table)
+                .where((table.c.kek_uri != kek_uri) | (table.c.kek_version != kek_version))
+            )
+            total += int(result.scalar_one())
+        return total
+
+    async def replace_key(self, ref: KeyRef, new: WrappedKey) -> bool:
+        """Swap a wrapped key for its rewrapped form, only if it is still the one read."""
+        table, id_column = _KEY_TABLES[ref.table]
+        result = await self._conn.execute(
+            update(table)
+            .where(id_column == ref.row_id, table.c.wrapped_key == ref.wrapped.ciphertext)
+            .values(kek_uri=new.kek_uri, kek_version=new.kek_version, wrapped_key=new.ciphertext)
+        )
+        return result.rowcount == 1
 
 
 def run_migrations(connection: Connection, script_location: Path = _MIGRATIONS) -> None:

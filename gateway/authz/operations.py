@@ -129,6 +129,9 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("revokeApiKey", Scope.API_KEY, A),
     _op("showPolicies", Scope.CATALOG, A),
     _op("explainDecision", Scope.CATALOG, A),
+    _op("listDroppedObjects", Scope.CATALOG, A),
+    _op("undropObject", Scope.CATALOG, A),
+    _op("showKms", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

@@ -1,7 +1,8 @@
 """Store behaviour suite: the gateway driven by pyiceberg 0.12 ``RestCatalog`` (and plain HTTP where
 pyiceberg has no public API), against both registry stores (SQLite and PostgreSQL).
 
-Every test takes ``store_gateway``: a fresh gateway on a fresh SQLite file or PostgreSQL database.
+Every test takes ``catalog_gateway``: a fresh gateway on a fresh SQLite file or PostgreSQL database
+(local KEK), and on SQLite with each remote KEK provider (AWS KMS, Vault, GCP KMS, Azure Key Vault).
 Assertions follow the Iceberg REST spec 1.11.0 (``shared/reference/rest-catalog-open-api-1.11.0.yaml``)
 and, where the spec is silent, what the Java reference catalogs do.
 """
@@ -92,11 +93,12 @@ def uuid7() -> str:
 class Rest:
     """Plain HTTP against the gateway, for what pyiceberg 0.12 has no public API for."""
 
-    def __init__(self, gateway: GatewayProcess) -> None:
+    def __init__(self, gateway: GatewayProcess, warehouse: str | None = None) -> None:
         self.gateway = gateway
         base_url = gateway.url
         self.session = requests.Session()
-        config = self.session.get(f"{base_url}/v1/config", timeout=HTTP_TIMEOUT)
+        query = {"warehouse": warehouse} if warehouse else None
+        config = self.session.get(f"{base_url}/v1/config", params=query, timeout=HTTP_TIMEOUT)
         assert config.status_code == 200, config.text
         self.config = config.json()
         prefix = self.config.get("overrides", {}).get("prefix")
@@ -144,15 +146,15 @@ def assert_error(response: requests.Response, code: int, kind: str) -> None:
 
 
 @pytest.fixture
-def cat(store_gateway: Any) -> Iterator[RestCatalog]:
-    catalog = make_catalog(store_gateway)
+def cat(catalog_gateway: Any) -> Iterator[RestCatalog]:
+    catalog = make_catalog(catalog_gateway)
     yield catalog
     catalog.close()
 
 
 @pytest.fixture
-def rest(store_gateway: Any) -> Iterator[Rest]:
-    client = Rest(store_gateway)
+def rest(catalog_gateway: Any) -> Iterator[Rest]:
+    client = Rest(catalog_gateway)
     yield client
     client.close()
 
@@ -360,7 +362,23 @@ def test_create_table_with_partition_spec_and_sort_order(cat: RestCatalog) -> No
     assert partitions == {"a", "b"}
 
 
-def test_drop_table_without_purge_keeps_files(cat: RestCatalog) -> None:
+@pytest.fixture
+def plain_cat(catalog_gateway: Any) -> Iterator[RestCatalog]:
+    """The gateway's unsealed warehouse ``plain``: engines own its metadata files."""
+    catalog = make_catalog(catalog_gateway, warehouse="plain")
+    yield catalog
+    catalog.close()
+
+
+@pytest.fixture
+def plain_rest(catalog_gateway: Any) -> Iterator[Rest]:
+    client = Rest(catalog_gateway, "plain")
+    yield client
+    client.close()
+
+
+def test_drop_table_without_purge_keeps_files(plain_cat: RestCatalog) -> None:
+    cat = plain_cat
     table = make_table(cat, "db.keep")
     table.append(rows([1, 2]))
     table = cat.load_table("db.keep")
@@ -433,7 +451,8 @@ def test_rename_table_across_namespaces(cat: RestCatalog, rest: Rest) -> None:
     assert read_ids(cat.load_table("src.t")) == [1, 2, 3, 4]
 
 
-def test_register_table_from_existing_metadata_file(cat: RestCatalog, rest: Rest) -> None:
+def test_register_table_from_existing_metadata_file(plain_cat: RestCatalog, plain_rest: Rest) -> None:
+    cat, rest = plain_cat, plain_rest
     table = make_table(cat, "db.orig")
     table.append(rows([1, 2, 3]))
     table = cat.load_table("db.orig")
@@ -937,7 +956,23 @@ def test_views_over_http_load_replace_rename_register(cat: RestCatalog, rest: Re
     dropped = rest.delete(rest.view_url("vdb2", "w"))
     assert dropped.status_code == 204
     assert_error(rest.delete(rest.view_url("vdb2", "w")), 404, "NoSuchViewException")
-    assert local_path(current_location).is_file()  # dropping a view keeps its metadata
+    # A sealing warehouse soft-deletes: the metadata file leaves its published location.
+    assert not local_path(current_location).is_file()
+
+
+def test_drop_view_then_register_its_metadata(plain_cat: RestCatalog, plain_rest: Rest) -> None:
+    cat, rest = plain_cat, plain_rest
+    cat.create_namespace("vdb2")
+    cat.create_view("vdb2.w", VIEW_SCHEMA, view_version("SELECT 1 AS id", ("vdb2",)))
+    replaced = rest.post(
+        rest.view_url("vdb2", "w"),
+        {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]},
+    )
+    assert replaced.status_code == 200, replaced.text
+    metadata = replaced.json()["metadata"]
+    current_location = replaced.json()["metadata-location"]
+    assert rest.delete(rest.view_url("vdb2", "w")).status_code == 204
+    assert local_path(current_location).is_file()  # an unsealed warehouse keeps a view's metadata
 
     registered = rest.post(
         rest.url("namespaces/vdb2/register-view"), {"name": "copy", "metadata-location": current_location}
@@ -945,7 +980,7 @@ def test_views_over_http_load_replace_rename_register(cat: RestCatalog, rest: Re
     assert registered.status_code == 200, registered.text
     assert registered.json()["metadata-location"] == current_location
     assert registered.json()["metadata"]["view-uuid"] == metadata["view-uuid"]
-    assert registered.json()["metadata"]["current-version-id"] == 2
+    assert registered.json()["metadata"]["current-version-id"] == metadata["current-version-id"]
     assert cat.view_exists("vdb2.copy")
     assert cat.list_views("vdb2") == [("vdb2", "copy")]
     again = rest.post(
@@ -986,7 +1021,7 @@ def collect_pages(rest: Rest, url: str, key: str, page_size: int, between: Any =
     raise AssertionError("pagination did not end")
 
 
-def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest, store_gateway: Any) -> None:
+def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest, catalog_gateway: Any) -> None:
     names = [f"ns{i:02d}" for i in range(25)]
     for name in names:
         cat.create_namespace(name)
@@ -1002,7 +1037,7 @@ def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest, store_gateway: A
     assert sorted(tuple(n) for n in unpaged.json()["namespaces"]) == [(n,) for n in names]
     assert unpaged.json().get("next-page-token") is None
 
-    paged_client = make_catalog(store_gateway, **{"page-size": "7"})
+    paged_client = make_catalog(catalog_gateway, **{"page-size": "7"})
     assert sorted(paged_client.list_namespaces()) == [(n,) for n in names]
 
     def insert_between(page_no: int) -> None:
@@ -1019,7 +1054,7 @@ def test_pagination_of_namespaces(cat: RestCatalog, rest: Rest, store_gateway: A
 
 
 def test_pagination_of_nested_namespaces_tables_and_views(
-    cat: RestCatalog, rest: Rest, store_gateway: Any
+    cat: RestCatalog, rest: Rest, catalog_gateway: Any
 ) -> None:
     cat.create_namespace("p")
     for i in range(12):
@@ -1063,7 +1098,7 @@ def test_pagination_of_nested_namespaces_tables_and_views(
     views = [i["name"] for page in view_pages for i in page]
     assert sorted(views) == ["v0", "v1", "v2"]
 
-    paged_client = make_catalog(store_gateway, **{"page-size": "4"})
+    paged_client = make_catalog(catalog_gateway, **{"page-size": "4"})
     assert len(paged_client.list_tables("p")) == 25
     assert len(paged_client.list_views("p")) == 3
 
@@ -1117,7 +1152,7 @@ def test_etag_and_if_none_match(cat: RestCatalog, rest: Rest) -> None:
     assert rest.get(url, headers={"If-None-Match": new_etag}).status_code == 200
 
 
-def test_load_table_snapshots_refs_vs_all(cat: RestCatalog, rest: Rest, store_gateway: Any) -> None:
+def test_load_table_snapshots_refs_vs_all(cat: RestCatalog, rest: Rest, catalog_gateway: Any) -> None:
     table = make_table(cat, "db.snaps")
     for i in range(3):
         table.append(rows([i]))
@@ -1138,7 +1173,7 @@ def test_load_table_snapshots_refs_vs_all(cat: RestCatalog, rest: Rest, store_ga
     bad = rest.get(url, params={"snapshots": "some"})
     assert_error(bad, 400, "BadRequestException")
 
-    refs_client = make_catalog(store_gateway, **{"snapshot-loading-mode": "refs"})
+    refs_client = make_catalog(catalog_gateway, **{"snapshot-loading-mode": "refs"})
     light = refs_client.load_table("db.snaps")
     assert {s.snapshot_id for s in light.snapshots()} == {s1, s3}
     assert read_ids(light) == [0, 1, 2]
@@ -1238,10 +1273,10 @@ def test_idempotent_create_namespace(cat: RestCatalog, rest: Rest) -> None:
     assert d2.status_code == 204
 
 
-def test_idempotent_table_commit_replay(store_gateway: Any, cat: RestCatalog, rest: Rest) -> None:
+def test_idempotent_table_commit_replay(catalog_gateway: Any, cat: RestCatalog, rest: Rest) -> None:
     make_table(cat, "db.idem")
     key = uuid7()
-    keyed = make_catalog(store_gateway, **{"header.Idempotency-Key": key})
+    keyed = make_catalog(catalog_gateway, **{"header.Idempotency-Key": key})
     captured: list[requests.PreparedRequest] = []
 
     def capture(response: requests.Response, *args: Any, **kwargs: Any) -> None:

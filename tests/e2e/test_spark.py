@@ -79,9 +79,10 @@ def exception_text(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
 class Rest:
     """Read what the gateway stores, straight over the REST API."""
 
-    def __init__(self, gateway: GatewayProcess) -> None:
+    def __init__(self, gateway: GatewayProcess, warehouse: str | None = None) -> None:
         self.base = gateway.url
-        config = requests.get(f"{self.base}/v1/config", timeout=HTTP_TIMEOUT)
+        query = {"warehouse": warehouse} if warehouse else None
+        config = requests.get(f"{self.base}/v1/config", params=query, timeout=HTTP_TIMEOUT)
         config.raise_for_status()
         prefix = config.json().get("overrides", {}).get("prefix")
         self.root = f"{self.base}/v1/{quote(prefix, safe='')}" if prefix else f"{self.base}/v1"
@@ -667,9 +668,12 @@ def test_drop_table_purge_deletes_files(
     assert rows(spark, f"SELECT count(*) FROM cat.{ns}.kept") == [(3,)]
 
 
-def test_drop_without_purge_then_register(spark: SparkSession, rest: Rest) -> None:
-    ns = new_namespace(spark, "register")
-    table = f"cat.{ns}.t"
+def test_drop_without_purge_then_register(spark: SparkSession, session_gateway: GatewayProcess) -> None:
+    """In an unsealed warehouse, engines own their files: a drop leaves them for registerTable."""
+    rest = Rest(session_gateway, "plain")
+    ns = unique("register")
+    spark.sql(f"CREATE NAMESPACE plain.{ns}")
+    table = f"plain.{ns}.t"
     spark.sql(f"CREATE TABLE {table} (id INT) USING iceberg")
     spark.sql(f"INSERT INTO {table} VALUES (1), (2), (3)")
     before = rest.table(ns, "t")
@@ -681,16 +685,16 @@ def test_drop_without_purge_then_register(spark: SparkSession, rest: Rest) -> No
     assert files_under(location) == table_files  # no PURGE: data and metadata stay
 
     registered = spark.sql(
-        f"CALL cat.system.register_table(table => '{ns}.revived', "
+        f"CALL plain.system.register_table(table => '{ns}.revived', "
         f"metadata_file => '{before['metadata-location']}')"
     ).collect()[0]
     assert registered["current_snapshot_id"] == before["current-snapshot-id"]
     assert registered["total_records_count"] == 3
     revived = rest.table(ns, "revived")
     assert revived["table-uuid"] == before["table-uuid"]
-    assert rows(spark, f"SELECT id FROM cat.{ns}.revived ORDER BY id") == [(1,), (2,), (3,)]
-    spark.sql(f"INSERT INTO cat.{ns}.revived VALUES (4)")
-    assert rows(spark, f"SELECT count(*) FROM cat.{ns}.revived") == [(4,)]
+    assert rows(spark, f"SELECT id FROM plain.{ns}.revived ORDER BY id") == [(1,), (2,), (3,)]
+    spark.sql(f"INSERT INTO plain.{ns}.revived VALUES (4)")
+    assert rows(spark, f"SELECT count(*) FROM plain.{ns}.revived") == [(4,)]
 
 
 def test_concurrent_appends_all_land(spark: SparkSession, rest: Rest) -> None:

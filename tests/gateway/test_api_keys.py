@@ -481,7 +481,7 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
     assert gateway_version == [("gw0001",)]
-    assert catalog_version == [("0001",)]
+    assert catalog_version == [("0002",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "alice"

@@ -35,6 +35,7 @@ _ADDRESS_IN_USE = re.compile(r"address already in use|errno 98", re.IGNORECASE)
 # act as an admin, and limits are far above what the suites send from one loopback address.
 TEST_DEFAULTS: dict[str, Any] = {
     "anonymous": {"principal": "test-admin", "groups": ["admins"]},
+    "purge_interval_seconds": 0.2,
     "rate_limits": {
         "per_address": "1000000/minute",
         "read": "1000000/minute",
@@ -84,6 +85,14 @@ class GatewayProcess:
         # Catalog-behaviour suites run as an explicit anonymous admin (authentication and Cedar
         # still run on every request); security suites pass `anonymous=False`.
         merged = {**(TEST_DEFAULTS if anonymous else {}), **(config or {})}
+        if anonymous and "warehouses" not in merged:
+            # The embedded default warehouse, sealed, with no undrop retention: a dropped table is
+            # purged by the gateway within `purge_interval_seconds`. And warehouse "plain", whose
+            # metadata files are plain Iceberg, owned by the engines as in any REST catalog.
+            merged["warehouses"] = {
+                "default": {"location": (self.data_dir / "warehouse").as_uri(), "drop_retention_seconds": 0},
+                "plain": {"location": (self.data_dir / "plain").as_uri(), "seal_metadata_files": False},
+            }
         self.config: dict[str, Any] | None = merged or None
         self.extra_args = tuple(extra_args)
         self._fixed_port = port is not None
@@ -118,6 +127,10 @@ class GatewayProcess:
             with urllib.request.urlopen(request, timeout=30) as answer:
                 self._admin_key = str(json.loads(answer.read())["key"])
         return self._admin_key
+
+    def forget_admin_key(self) -> None:
+        """Issue a new admin key on next use (after the registry holding the old one was lost)."""
+        self._admin_key = None
 
     # -- addresses ---------------------------------------------------------------------------
 

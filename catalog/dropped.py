@@ -1,0 +1,238 @@
+"""Soft delete in sealing warehouses: drop, list, undrop, and the purge after the retention.
+
+Engines cannot read sealed metadata files, so in a sealing warehouse the gateway, not the engine,
+deletes a table's files. A drop therefore:
+1. opens the object's metadata (so a KMS outage fails the drop before anything moves),
+2. moves its metadata files away from their published location into
+   `<object location>/cedarberg-dropped/<drop id>/` — an engine that parses the metadata file
+   after dropping (Spark's `DROP TABLE ... PURGE`) finds none and leaves the files alone,
+3. in one transaction deletes the pointer (only if unchanged) and records the soft-deleted row
+   (sealed metadata copy and wrapped key kept) with its purge time.
+Undrop reverses 2 and 3 exactly. The purge, once the retention has passed, deletes data, manifests
+and metadata files, then the row — and with it the only copy of the wrapped data key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+
+from catalog import documents, fileio, locations
+from catalog.context import CatalogContext, Warehouse
+from catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
+from catalog.idempotency import Body, Recorder
+from catalog.identifiers import Identifier, Namespace
+from catalog.namespaces import require_namespace
+from catalog.objects import TABLE, require_object
+from catalog.pagination import PageRequest, fetch_page
+from catalog.store.sql import DroppedRow
+
+log = logging.getLogger(__name__)
+
+PARKING_DIR = "cedarberg-dropped"
+
+
+class _PointerMoved(Exception):
+    """The object changed between reading it and dropping it."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _published_files(kind: str, metadata_json: bytes, metadata_location: str) -> tuple[str, list[str]]:
+    """(object location, its metadata files that engines could find)."""
+    document = orjson.loads(metadata_json)
+    files = [metadata_location]
+    if kind == TABLE:
+        files += [entry["metadata-file"] for entry in document.get("metadata-log", [])]
+    return str(document["location"]), files
+
+
+def _parked(object_location: str, drop_id: str, published: str) -> str:
+    return locations.join(object_location, PARKING_DIR, drop_id, published.rsplit("/", 1)[-1])
+
+
+def _move_all(moves: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Move files; returns the moves done (a missing source is skipped). Undoes them on failure."""
+    done: list[tuple[str, str]] = []
+    try:
+        for source, target in moves:
+            try:
+                fileio.move_file(source, target)
+            except FileNotFoundError:
+                continue
+            done.append((source, target))
+    except BaseException:
+        _move_back(done)
+        raise
+    return done
+
+
+def _move_back(moves: list[tuple[str, str]]) -> None:
+    for source, target in reversed(moves):
+        try:
+            fileio.move_file(target, source)
+        except (FileNotFoundError, CatalogError):
+            log.exception("could not move %s back to %s", target, source)
+
+
+async def soft_drop(
+    ctx: CatalogContext, warehouse: Warehouse, identifier: Identifier, kind: str, rec: Recorder | None
+) -> None:
+    """Soft-delete a table or view. Raises NoSuchTableError / NoSuchViewError,
+    KeyServiceUnavailableError, CommitFailedError after repeated concurrent changes."""
+    for _attempt in range(ctx.limits.commit_retries):
+        async with ctx.store.read() as tx:
+            row = await require_object(tx, warehouse.name, identifier, kind)
+        object_location, published = _published_files(
+            kind, await ctx.sealer.open_row(row), row.metadata_location
+        )
+        drop_id = str(uuid.uuid4())
+        moves = [(path, _parked(object_location, drop_id, path)) for path in published]
+        moved = await asyncio.to_thread(_move_all, moves)
+        now = _now_ms()
+        dropped = DroppedRow(drop_id, row, moved, now, now + warehouse.drop_retention_seconds * 1000)
+        try:
+            async with ctx.store.write() as tx:
+                ns, name = identifier.namespace.key, identifier.name
+                if not await tx.delete_object(warehouse.name, ns, name, kind, row.metadata_location):
+                    raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
+                await tx.insert_dropped(dropped)
+                await tx.delete_metrics_reports(warehouse.name, ns, name)
+                if rec is not None:
+                    await rec.record(tx, None)
+        except _PointerMoved:
+            await asyncio.to_thread(_move_back, moved)
+            continue
+        except BaseException:
+            await asyncio.to_thread(_move_back, moved)
+            raise
+        log.info("soft-deleted %s %s (drop id %s)", kind, identifier, drop_id)
+        return
+    raise CommitFailedError("the object changed concurrently too many times; retry the drop")
+
+
+def _describe(dropped: DroppedRow) -> dict[str, Any]:
+    row = dropped.row
+    return {
+        "drop-id": dropped.drop_id,
+        "kind": row.kind,
+        "namespace": Namespace.parse(row.namespace).levels,
+        "name": row.name,
+        "uuid": row.uuid,
+        "dropped-at-ms": dropped.dropped_at_ms,
+        "purge-after-ms": dropped.purge_after_ms,
+    }
+
+
+async def list_dropped(ctx: CatalogContext, warehouse_name: str | None, page: PageRequest) -> bytes:
+    """Soft-deleted tables and views of a warehouse, one page, with their drop ids."""
+    warehouse = ctx.warehouse(warehouse_name)
+    rows: dict[str, DroppedRow] = {}
+
+    async def fetch(after: str | None, limit: int) -> list[str]:
+        async with ctx.store.read() as tx:
+            found = await tx.list_dropped(warehouse.name, after, limit)
+        rows.update((item.drop_id, item) for item in found)
+        return [item.drop_id for item in found]
+
+    result = await fetch_page(page, fetch)
+    return documents.dumps(
+        {
+            "dropped": [_describe(rows[drop_id]) for drop_id in result.items],
+            "next-page-token": result.next_token,
+        }
+    )
+
+
+async def undrop(ctx: CatalogContext, warehouse_name: str | None, drop_id: str, rec: Recorder | None) -> Body:
+    """Restore a soft-deleted object exactly (same UUID, metadata and files) under its name.
+
+    Raises NoSuchTableError for an unknown drop id, AlreadyExistsError if the name is taken,
+    NoSuchNamespaceError if its namespace is gone."""
+    warehouse = ctx.warehouse(warehouse_name)
+    async with ctx.store.read() as tx:
+        dropped = await tx.get_dropped(drop_id)
+    if dropped is None or dropped.row.warehouse != warehouse.name:
+        raise NoSuchTableError(f"no dropped table or view with id {drop_id}")
+    back = [(parked, published) for published, parked in dropped.moved_files]
+    restored = await asyncio.to_thread(_move_all, back)
+    body = documents.dumps(_describe(dropped))
+    try:
+        async with ctx.store.write() as tx:
+            await require_namespace(tx, warehouse.name, Namespace.parse(dropped.row.namespace))
+            await tx.insert_object(dropped.row)
+            if not await tx.delete_dropped(drop_id):  # undropped concurrently
+                raise NoSuchTableError(f"no dropped table or view with id {drop_id}")  # noqa: TRY301
+            if rec is not None:
+                await rec.record(tx, body)
+    except BaseException:
+        await asyncio.to_thread(_move_back, restored)
+        raise
+    return body
+
+
+def purge_files(
+    warehouse: Warehouse,
+    object_location: str,
+    files: set[str],
+    table: tuple[TableMetadata, str] | None,
+    others: list[str],
+) -> None:
+    """Delete an object's files and, for a `table` (metadata, metadata location), every file its
+    metadata reaches; its directory too when it lies below the warehouse root and no other object
+    lives below it."""
+    if table is not None:
+        files = files | fileio.table_files(*table)
+    deleted = fileio.delete_files(files)
+    root = locations.normalize(object_location)
+    below_warehouse = root != locations.normalize(warehouse.location)
+    shared = any(locations.is_within(other, root) for other in others)
+    if below_warehouse and not shared:
+        fileio.remove_local_tree(root)
+    log.info("purged %s: %d file(s) deleted", root, deleted)
+
+
+async def purge_dropped(ctx: CatalogContext, dropped: DroppedRow) -> None:
+    """Delete a soft-deleted object's files, then its row (destroying its data key)."""
+    row = dropped.row
+    warehouse = ctx.warehouse(row.warehouse)
+    metadata_json = await ctx.sealer.open_row(row)
+    object_location = str(orjson.loads(metadata_json)["location"])
+    table = (
+        (TableMetadataUtil.parse_raw(metadata_json.decode()), row.metadata_location)
+        if row.kind == TABLE
+        else None
+    )
+    parked = {target for _source, target in dropped.moved_files}
+    async with ctx.store.read() as tx:
+        others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
+    await asyncio.to_thread(purge_files, warehouse, object_location, parked, table, others)
+    async with ctx.store.write() as tx:
+        await tx.delete_dropped(dropped.drop_id)
+    ctx.sealer.forget(row.data_key)
+
+
+async def purge_due(ctx: CatalogContext, limit: int = 20) -> int:
+    """Purge soft-deleted objects whose retention has passed; returns how many were purged.
+    One that cannot be purged now (KMS or storage down) stays and is retried next time."""
+    async with ctx.store.read() as tx:
+        due = await tx.due_for_purge(_now_ms(), limit)
+    purged = 0
+    for dropped in due:
+        if dropped.row.warehouse not in ctx.warehouses:
+            continue
+        try:
+            await purge_dropped(ctx, dropped)
+        except CatalogError as err:
+            log.warning("purge of %s %s postponed: %s", dropped.row.kind, dropped.drop_id, err)
+            continue
+        purged += 1
+    return purged

@@ -1,0 +1,64 @@
+"""The registry's migrations: 0002 (sealed registry) refuses to drop unsealed tables silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, text
+
+from catalog.store.sql import _MIGRATIONS
+
+
+def _upgrade(url: str, revision: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        config = Config()
+        config.set_main_option("script_location", str(_MIGRATIONS))
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    engine.dispose()
+
+
+def _seed_unsealed_table(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO namespaces VALUES ('default', 'db', NULL, '{}', 0)"))
+        connection.execute(
+            text(
+                "INSERT INTO catalog_objects VALUES ('default', 'db', 't', 'table', "
+                "'5f2c1f4e-2a43-4a0e-9d84-1f4d1f6f1a11', 'file:///w/db/t/metadata/00000-x.metadata.json', "
+                "'{\"format-version\": 2}', 0, 0)"
+            )
+        )
+    engine.dispose()
+
+
+def test_sealed_registry_migration_refuses_unsealed_tables(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    _upgrade(url, "0001")
+    _seed_unsealed_table(url)
+    with pytest.raises(RuntimeError, match="cedarberg rebuild"):
+        _upgrade(url, "head")
+    engine = create_engine(url)
+    with engine.connect() as connection:  # nothing was dropped: the old registry is intact
+        assert connection.execute(text("SELECT count(*) FROM catalog_objects")).scalar_one() == 1
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+    engine.dispose()
+
+
+def test_sealed_registry_migration_upgrades_an_empty_registry(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    _upgrade(url, "0001")
+    _upgrade(url, "head")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        columns = {row[1] for row in connection.execute(text("PRAGMA table_info(catalog_objects)"))}
+        tables = {
+            row[0] for row in connection.execute(text("SELECT name FROM sqlite_master WHERE type='table'"))
+        }
+    engine.dispose()
+    assert {"metadata", "kek_uri", "kek_version", "wrapped_key"} <= columns
+    assert {"dropped_objects", "registry_keys"} <= tables
