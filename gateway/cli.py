@@ -21,6 +21,7 @@ from gateway.catalog_cli import add_catalog_commands, run_catalog_command
 from gateway.keys_cli import add_keys_commands, run_keys_command
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.tls import PlainHttpRefusedError, TlsConfigError, check_plain_http_allowed, server_ssl_context
+from kms.errors import KmsError
 
 log = logging.getLogger("cedarberg")
 
@@ -108,7 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(settings)
     try:
         serve(settings)
-    except (CatalogError, TlsConfigError, PlainHttpRefusedError, PolicyLoadError, TokenKeyError) as err:
+    except (
+        CatalogError,
+        KmsError,
+        TlsConfigError,
+        PlainHttpRefusedError,
+        PolicyLoadError,
+        TokenKeyError,
+    ) as err:
         print(f"cedarberg: {err}", file=sys.stderr)
         return 1
     except OSError as err:

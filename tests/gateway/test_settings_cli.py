@@ -93,3 +93,23 @@ def test_example_deployment_config_is_valid() -> None:
     settings = load_settings(example, {}, {})
     assert settings.default_warehouse == "main"
     assert settings.effective_store_url().startswith("postgresql+asyncpg://")
+
+
+def test_serve_refuses_a_local_key_file_others_can_read(tmp_path: Path) -> None:
+    key_dir = tmp_path / "kms"
+    key_dir.mkdir(mode=0o700)
+    key_file = key_dir / "default.key"
+    key_file.write_text('{"format": 1, "current": "1", "versions": {"1": "' + "A" * 43 + '="}}')
+    key_file.chmod(0o644)
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path), "--port", "18999"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("cedarberg: ")
+    assert "default.key" in last or "permission" in last.lower(), last
+    assert "A" * 43 not in result.stderr  # key material never printed
