@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from tests.support.forkserver import ForkedProcess, fork_server
 from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ class GatewayProcess:
         self.ready_timeout = ready_timeout
         self.ca_cert = Path(ca_cert) if ca_cert is not None else None
         self.probe_headers = dict(probe_headers or {})
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | ForkedProcess | None = None
         self._log_file: IO[bytes] | None = None
         self.anonymous = anonymous
         self._admin_key: str | None = None
@@ -289,6 +290,11 @@ class GatewayProcess:
                 env.pop(key, None)
             else:
                 env[key] = value
+        server = fork_server()
+        if server is not None:
+            self._log_file.flush()
+            self.process = server.spawn(self.command()[3:], env, REPO_ROOT, self.log_path)
+            return
         self.process = subprocess.Popen(
             self.command(),
             stdin=subprocess.DEVNULL,
