@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Demo: the gateway as it runs in production, on embedded defaults.
+# Demo: a PySpark data pipeline through the gateway, as it runs in production, on embedded
+# defaults (SQLite registry, local warehouse, local KEK, sealed metadata files, bundled policies).
 #   1. make a throw-away CA and server certificate (scripts/demo_pki.py, under .demo/pki);
 #   2. bootstrap an admin API key offline with `cedarberg keys create`;
-#   3. start `cedarberg serve --tls-cert --tls-key` (fresh state in .demo/state each run);
-#   4. as the admin, create namespace `demo` with grants and a writer and a reader API key
-#      (scripts/demo_admin.py, through the admin API);
-#   5. run a PySpark job (scripts/demo_spark.py) over TLS with `credential=<id>:<secret>`: the
-#      writer creates, fills and reads a table; the reader reads it and its write is refused;
-#   6. stop the server. Exits non-zero if anything fails.
+#   3. start `cedarberg serve` with TLS, the audit log going to .demo/audit.jsonl;
+#   4. as the admin, through the admin API (scripts/demo_admin.py): namespaces `raw` (PII, writers
+#      group etl, no readers) and `analytics` (writers etl, readers analysts), an API key for the
+#      pipeline's service account (etl) and one for an analyst (analysts);
+#   5. run `cedarberg-pipeline` (pipelines/): raw events -> bronze -> MERGE into silver (with a
+#      schema change) -> gold + a view -> compaction and snapshot expiry; then the analyst reads
+#      gold, is refused writes and the PII namespace, and DuckDB reads gold as the analyst;
+#   6. stop the gateway, show the denied decisions from the audit log, and check that every
+#      metadata file in the warehouse is sealed. Exits non-zero if anything fails.
 #
 #   DEMO_PORT   port to listen on (default 8181, or a free port if 8181 is taken)
-#   DEMO_DIR    state directory root (default .demo)
+#   DEMO_DIR    state directory root (default .demo); each run resets what it wrote there
+#   DEMO_ROWS   raw events the pipeline generates (default 300000)
+#   DEMO_FORMAT format of the generated raw files: json (default) or csv
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,14 +24,22 @@ cd "$ROOT"
 VENV="${VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 DEMO_DIR="${DEMO_DIR:-$ROOT/.demo}"
+DEMO_ROWS="${DEMO_ROWS:-300000}"
+DEMO_FORMAT="${DEMO_FORMAT:-json}"
 STATE_DIR="$DEMO_DIR/state"
 PKI_DIR="$DEMO_DIR/pki"
+WORK_DIR="$DEMO_DIR/pipeline"
 LOG="$DEMO_DIR/server.log"
+AUDIT="$DEMO_DIR/audit.jsonl"
+CONFIG="$DEMO_DIR/cedarberg.toml"
 
 [ -x "$PY" ] || { echo "no virtualenv at $VENV: run 'make venv' first" >&2; exit 1; }
-rm -rf "$STATE_DIR"  # every run starts from an empty catalog and key store
+[ -x "$VENV/bin/cedarberg-pipeline" ] || { echo "cedarberg-pipeline missing: run 'make venv'" >&2; exit 1; }
+# Every run starts from an empty catalog, key store, audit log and pipeline input.
+rm -rf "$STATE_DIR" "$WORK_DIR" "$PKI_DIR" "$LOG" "$AUDIT" "$CONFIG"
 mkdir -p "$STATE_DIR"
 umask 077
+STARTED=$SECONDS
 
 port_free() {
     "$PY" - "$1" <<'PYEOF'
@@ -50,8 +64,7 @@ fi
 URL="https://127.0.0.1:$PORT"
 
 SERVER_PID=""
-stop_server() {
-    local status=$?
+stop_gateway() {
     if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
         echo "==> stopping the gateway (pid $SERVER_PID)"
         kill -TERM "$SERVER_PID" 2>/dev/null || true
@@ -64,24 +77,40 @@ stop_server() {
         fi
         wait "$SERVER_PID" 2>/dev/null || true
     fi
+    SERVER_PID=""
+}
+on_exit() {
+    local status=$?
+    stop_gateway
     if [ "$status" -ne 0 ]; then
         echo "==> demo FAILED (exit $status); last lines of $LOG:" >&2
         tail -n 40 "$LOG" >&2 || true
     fi
     exit "$status"
 }
-trap stop_server EXIT
+trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
 "$PY" "$ROOT/scripts/demo_pki.py" "$PKI_DIR"
 
-echo "==> bootstrapping an admin API key with 'cedarberg keys create' (offline, against the store)"
-ADMIN_KEY="$("$VENV/bin/cedarberg" keys create --principal demo-admin --group admins --data-dir "$STATE_DIR" 2>>"$LOG")"
+# The gateway's settings for the demo: only TLS and the audit log differ from the defaults.
+cat >"$CONFIG" <<TOMLEOF
+[tls]
+cert_file = "$PKI_DIR/server.pem"
+key_file = "$PKI_DIR/server-key.pem"
 
-echo "==> starting cedarberg on $URL (TLS; data dir $STATE_DIR, log $LOG)"
+[audit]
+destination = "$AUDIT"
+TOMLEOF
+
+echo "==> bootstrapping an admin API key with 'cedarberg keys create' (offline, against the store)"
+ADMIN_KEY="$("$VENV/bin/cedarberg" keys create --principal demo-admin --group admins \
+    --data-dir "$STATE_DIR" --config "$CONFIG" 2>>"$LOG")"
+
+echo "==> starting cedarberg on $URL (TLS; data dir $STATE_DIR, audit log $AUDIT, log $LOG)"
 "$VENV/bin/cedarberg" serve --host 127.0.0.1 --port "$PORT" --data-dir "$STATE_DIR" \
-    --tls-cert "$PKI_DIR/server.pem" --tls-key "$PKI_DIR/server-key.pem" >>"$LOG" 2>&1 &
+    --config "$CONFIG" >>"$LOG" 2>&1 &
 SERVER_PID=$!
 
 DEMO_ADMIN_KEY="$ADMIN_KEY" "$PY" "$ROOT/scripts/demo_admin.py" wait \
@@ -91,15 +120,21 @@ echo "==> gateway ready"
 "$PY" "$ROOT/scripts/demo_admin.py" anonymous --uri "$URL" --ca-cert "$PKI_DIR/ca.pem"
 
 KEYS="$(DEMO_ADMIN_KEY="$ADMIN_KEY" "$PY" "$ROOT/scripts/demo_admin.py" setup --uri "$URL" --ca-cert "$PKI_DIR/ca.pem")"
-WRITER_KEY="$(sed -n 's/^WRITER_KEY=//p' <<<"$KEYS")"
-READER_KEY="$(sed -n 's/^READER_KEY=//p' <<<"$KEYS")"
+SERVICE_KEY="$(sed -n 's/^PIPELINE_SERVICE_KEY=//p' <<<"$KEYS")"
+ANALYST_KEY="$(sed -n 's/^PIPELINE_ANALYST_KEY=//p' <<<"$KEYS")"
 unset ADMIN_KEY KEYS
 
-DEMO_WRITER_KEY="$WRITER_KEY" DEMO_READER_KEY="$READER_KEY" "$PY" "$ROOT/scripts/demo_spark.py" \
-    --uri "$URL" --scratch-dir "$DEMO_DIR/spark" \
+echo "==> running the pipeline: $DEMO_ROWS raw events, Spark local[2], keys from the environment"
+PIPELINE_SERVICE_KEY="$SERVICE_KEY" PIPELINE_ANALYST_KEY="$ANALYST_KEY" \
+    "$VENV/bin/cedarberg-pipeline" run --uri "$URL" --rows "$DEMO_ROWS" --format "$DEMO_FORMAT" --work-dir "$WORK_DIR" \
+    --ca-cert "$PKI_DIR/ca.pem" \
     --truststore "$PKI_DIR/truststore.p12" --truststore-password-file "$PKI_DIR/truststore.password"
+unset SERVICE_KEY ANALYST_KEY
 
-# Spark read everything through the API; at rest, every metadata file the gateway wrote is sealed.
+stop_gateway  # a clean shutdown flushes the audit log
+"$PY" "$ROOT/scripts/demo_audit.py" "$AUDIT"
+
+# Spark and DuckDB read everything through the API; at rest, every metadata file is sealed.
 "$PY" - "$STATE_DIR/warehouse" <<'PYEOF'
 import pathlib, sys
 files = sorted(pathlib.Path(sys.argv[1]).rglob("*.metadata.json"))
@@ -107,4 +142,4 @@ sealed = [f for f in files if f.read_bytes().startswith(b"\x00CBSEAL")]
 assert files and sealed == files, f"unsealed metadata files: {set(files) - set(sealed)}"
 print(f"==> {len(files)} metadata files in the warehouse, all sealed (local KEK, AES-256-GCM)")
 PYEOF
-echo "==> demo OK"
+echo "==> demo OK in $((SECONDS - STARTED)) s; state in $DEMO_DIR (reset by the next run, or 'make demo-clean')"

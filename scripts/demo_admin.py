@@ -2,10 +2,12 @@
 
 - ``wait``: wait until ``GET /v1/config`` answers 200 to the admin.
 - ``anonymous``: show that a request without credentials is refused with 401 (exit 1 otherwise).
-- ``setup``: create namespace ``demo`` granting ``cedarberg.writers`` to group ``demo-writers``
-  and ``cedarberg.readers`` to ``demo-readers``, then create one API key in each group through
-  ``POST /admin/v1/api-keys`` and print them on stdout as ``WRITER_KEY=...`` and
-  ``READER_KEY=...`` (the only time these secrets are shown).
+- ``setup``: create the pipeline's namespaces with their grants --
+  ``raw`` (raw events with PII: ``cedarberg.writers = etl``, no readers) and ``analytics``
+  (``cedarberg.writers = etl``, ``cedarberg.readers = analysts``) -- then one API key for the
+  pipeline's service account (group ``etl``) and one for an analyst (group ``analysts``) through
+  ``POST /admin/v1/api-keys``, printed on stdout as ``PIPELINE_SERVICE_KEY=...`` and
+  ``PIPELINE_ANALYST_KEY=...`` (the only time these secrets are shown).
 
 The admin key is read from the environment variable ``DEMO_ADMIN_KEY``, never from argv.
 """
@@ -22,9 +24,16 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-NAMESPACE = "demo"
-WRITERS = "demo-writers"
-READERS = "demo-readers"
+WRITERS = "etl"
+READERS = "analysts"
+NAMESPACES = {
+    "raw": {"cedarberg.writers": WRITERS, "owner": "data-platform", "contains-pii": "true"},
+    "analytics": {"cedarberg.writers": WRITERS, "cedarberg.readers": READERS, "owner": "data-platform"},
+}
+KEYS = (
+    ("PIPELINE_SERVICE_KEY", "pipeline-svc", WRITERS),
+    ("PIPELINE_ANALYST_KEY", "ana", READERS),
+)
 
 
 class Gateway:
@@ -85,27 +94,28 @@ def setup(gateway: Gateway) -> None:
         sys.exit(f"GET /v1/config: {status} {config}")
     prefix = config.get("overrides", {}).get("prefix")
     root = f"/v1/{prefix}" if prefix else "/v1"
-    grants = {"cedarberg.writers": WRITERS, "cedarberg.readers": READERS, "owner": "demo"}
-    new_namespace = {"namespace": [NAMESPACE], "properties": grants}
-    status, body = gateway.call("POST", f"{root}/namespaces", new_namespace)
-    if status == 409:  # left over from an earlier run: make sure the grants are as intended
-        status, body = gateway.call(
-            "POST", f"{root}/namespaces/{NAMESPACE}/properties", {"removals": [], "updates": grants}
+    for namespace, grants in NAMESPACES.items():
+        new_namespace = {"namespace": [namespace], "properties": grants}
+        status, body = gateway.call("POST", f"{root}/namespaces", new_namespace)
+        if status == 409:  # left over from an earlier run: make sure the grants are as intended
+            status, body = gateway.call(
+                "POST", f"{root}/namespaces/{namespace}/properties", {"removals": [], "updates": grants}
+            )
+        if status != 200:
+            sys.exit(f"creating namespace {namespace!r}: {status} {body}")
+        readers = grants.get("cedarberg.readers", "nobody")
+        print(
+            f"==> namespace {namespace}: writers = group {grants['cedarberg.writers']}, readers = {readers}",
+            file=sys.stderr,
         )
-    if status != 200:
-        sys.exit(f"creating namespace {NAMESPACE!r}: {status} {body}")
-    print(
-        f"==> namespace {NAMESPACE}: writers = group {WRITERS}, readers = group {READERS}",
-        file=sys.stderr,
-    )
-    for label, principal, group in (("WRITER", "demo-etl", WRITERS), ("READER", "demo-analyst", READERS)):
+    for variable, principal, group in KEYS:
         status, body = gateway.call(
             "POST", "/admin/v1/api-keys", {"principal": principal, "kind": "service", "groups": [group]}
         )
         if status not in (200, 201) or not isinstance(body, dict) or "key" not in body:
             sys.exit(f"creating an API key for {principal}: {status} {body}")
-        print(f"==> API key for {principal} (group {group}) created", file=sys.stderr)
-        print(f"{label}_KEY={body['key']}")
+        print(f"==> API key for {principal} (group {group}) created: id {body['key'][4:20]}", file=sys.stderr)
+        print(f"{variable}={body['key']}")
 
 
 def main() -> int:
