@@ -8,19 +8,18 @@ import os
 import sys
 from pathlib import Path
 
-from aiohttp import web
-
 from catalog.errors import CatalogError
 from gateway import config_reference
-from gateway.app import create_app
 from gateway.audit import SecretScrubbingFilter
 from gateway.authn.tokens import TokenKeyError
 from gateway.authz.cli import add_policy_commands, run_policy_command
 from gateway.authz.errors import PolicyLoadError
 from gateway.catalog_cli import add_catalog_commands, run_catalog_command
+from gateway.db_cli import add_db_commands, run_db_command
 from gateway.keys_cli import add_keys_commands, run_keys_command
+from gateway.server import serve
 from gateway.settings import Settings, SettingsError, load_settings
-from gateway.tls import PlainHttpRefusedError, TlsConfigError, check_plain_http_allowed, server_ssl_context
+from gateway.tls import PlainHttpRefusedError, TlsConfigError
 from kms.errors import KmsError
 
 log = logging.getLogger("cedarberg")
@@ -39,10 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--store-url", help="SQLAlchemy URL of the registry (default: SQLite in the data dir)")
     serve.add_argument("--tls-cert", type=Path, help="PEM server certificate chain (turns TLS on)")
     serve.add_argument("--tls-key", type=Path, help="PEM private key of the server certificate")
+    serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     commands.add_parser("config-reference", help="print the configuration reference (Markdown)")
     add_policy_commands(commands)
     add_keys_commands(commands)
     add_catalog_commands(commands)
+    add_db_commands(commands)
     return parser
 
 
@@ -57,26 +58,23 @@ def _configure_logging(settings: Settings) -> None:
         handler.addFilter(SecretScrubbingFilter())
 
 
-def serve(settings: Settings) -> None:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    ssl_context = None
-    if settings.tls.enabled:
-        ssl_context = server_ssl_context(settings.tls)
-    else:
-        check_plain_http_allowed(settings.host, settings.tls)
-    app = create_app(settings)
-    scheme = "https" if ssl_context else "http"
-    where = f"{scheme}://{settings.host}:{settings.port}"
-    log.info("serving on %s (data dir %s)", where, settings.data_dir.resolve())
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        ssl_context=ssl_context,
-        print=None,
-        access_log=None,
-        shutdown_timeout=30,
-    )
+# Errors that mean "this configuration cannot serve": reported in one line, exit status 1.
+_FATAL = (CatalogError, KmsError, TlsConfigError, PlainHttpRefusedError, PolicyLoadError, TokenKeyError)
+
+
+def report_fatal(err: Exception, settings: Settings) -> int:
+    """Print why serving is impossible in one line (no traceback) and return the exit status;
+    re-raise anything that is a bug rather than a configuration or environment problem."""
+    if isinstance(err, _FATAL):
+        print(f"cedarberg: {err}", file=sys.stderr)
+        return 1
+    if isinstance(err, OSError) and err.filename is not None:
+        print(f"cedarberg: {err.filename}: {err.strerror}", file=sys.stderr)
+        return 1
+    if isinstance(err, OSError):
+        print(f"cedarberg: cannot listen on {settings.host}:{settings.port}: {err.strerror}", file=sys.stderr)
+        return 1
+    raise err
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,11 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         return run_keys_command(args)
     if args.command in ("kms", "dropped", "rebuild"):
         return run_catalog_command(args)
+    if args.command == "db":
+        return run_db_command(args)
     flags: dict[str, object] = {
         "host": args.host,
         "port": args.port,
         "data_dir": args.data_dir,
         "store_url": args.store_url,
+        "workers": args.workers,
     }
     tls_flags = {
         key: value for key, value in (("cert_file", args.tls_cert), ("key_file", args.tls_key)) if value
@@ -108,21 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _configure_logging(settings)
     try:
-        serve(settings)
-    except (
-        CatalogError,
-        KmsError,
-        TlsConfigError,
-        PlainHttpRefusedError,
-        PolicyLoadError,
-        TokenKeyError,
-    ) as err:
-        print(f"cedarberg: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        print(f"cedarberg: cannot listen on {settings.host}:{settings.port}: {err.strerror}", file=sys.stderr)
-        return 1
-    return 0
+        return serve(settings)
+    except Exception as err:  # report_fatal re-raises what is not a setup error
+        return report_fatal(err, settings)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ class Security:
         """Build every service. Raises on unusable configuration (policies, keys, audit file)."""
         policies = PolicyEngine(settings.authz.policy_dir, entity_cache_size=settings.authz.entity_cache_size)
         policies.load()
-        key_store = await open_key_store(settings.effective_store_url())
+        # `serve` upgraded or checked the schema before any worker started (gateway.server).
+        key_store = await open_key_store(settings.effective_store_url(), migrate=False)
         api_keys = ApiKeyAuthenticator(key_store, settings.api_keys)
         tokens = TokenIssuer.open(settings.tokens, settings.data_dir)
         oidc = OidcAuthenticator(settings.oidc)
@@ -79,6 +80,7 @@ class Security:
             anonymous=anonymous,
         )
         await oidc.warm_up()
+        await api_keys.start_change_feed()
         if settings.authz.reload_interval_seconds > 0:
             security.watcher = PolicyWatcher(policies, settings.authz.reload_interval_seconds)
             security.watcher.start()
@@ -103,6 +105,7 @@ class Security:
     async def close(self) -> None:
         if self.watcher is not None:
             await self.watcher.stop()
+        await self.api_keys.aclose()
         await self.oidc.close()
         await self.limiter.aclose()
         await self.audit.aclose()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -104,6 +104,31 @@ class Settings(BaseModel):
     default_page_size: int = Field(100, ge=1, le=10_000, description="Page size when a client sends none.")
     max_page_size: int = Field(1000, ge=1, le=10_000, description="Upper bound on pageSize.")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="Log level.")
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description="json: one JSON object per line with the request id and principal (for log "
+        "pipelines); text: human-readable lines for a terminal.",
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Server processes sharing the listening port (about one per core). Each has "
+        "its own caches and connection pools; metrics are summed over all of them.",
+    )
+    shutdown_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="On SIGTERM/SIGINT: how long requests in flight (commits) may take to finish "
+        "after the port stops accepting; then the process closes.",
+    )
+    migrate_on_start: bool = Field(
+        True,
+        description="Upgrade the registry schema when serve starts (under a lock, so several "
+        "starting gateways agree). false: serve refuses an outdated schema; run `cedarberg db "
+        "upgrade` first.",
+    )
     tls: TlsSettings = Field(default_factory=TlsSettings, description="TLS of the listening socket.")
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings, description="Rate limits.")
     audit: AuditSettings = Field(default_factory=AuditSettings, description="Audit log destination.")

@@ -41,7 +41,7 @@ from catalog.store.schema import (
 )
 from kms.keys import WrappedKey
 
-_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
 
 
@@ -532,7 +532,7 @@ class StoreTx:
         return result.rowcount == 1
 
 
-def run_migrations(connection: Connection, script_location: Path = _MIGRATIONS) -> None:
+def run_migrations(connection: Connection, script_location: Path = MIGRATIONS) -> None:
     """Upgrade the schema of `script_location`'s migrations to head on `connection`."""
     # Imported here: Alembic is needed once at start-up and is slow to import.
     from alembic import command
@@ -574,8 +574,9 @@ class Store:
         self._sqlite_writer = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        """Connect and apply migrations. Raises StorageUnavailableError if unreachable."""
+    async def open(cls, url: str, *, migrate: bool = True) -> Store:
+        """Connect and (unless `migrate` is False: the caller made sure the schema is current)
+        apply migrations. Raises StorageUnavailableError if unreachable."""
         if url.startswith("sqlite"):
             db_path = url.split("///", 1)[-1]
             if db_path and db_path != ":memory:":
@@ -585,6 +586,8 @@ class Store:
         else:
             engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
         store = cls(engine)
+        if not migrate:
+            return store
         try:
             async with store._write_connection() as conn:
                 if not store._is_sqlite:

@@ -29,14 +29,19 @@ Every failure raises the same `AuthenticationError`; the reason is logged at INF
 only (never the secret or the whole key).
 
 Rotation keeps the key id and replaces the secret: the old secret stops working at once in this
-process (its cache entries are evicted) and, in other gateway processes, when their cache entries
-expire (`cache_ttl_seconds`). Revocation behaves the same. Expiry is enforced on every request,
-cached or not.
+process (its cache entries are evicted). Revocation behaves the same. Other gateway processes
+learn of both through the change feed (`KeyStore.changes_after`), which `start_change_feed` polls
+every `change_poll_seconds`: a revoked or rotated key is refused everywhere within that interval
+(plus one store round trip). The feed fails closed: while it cannot be read for
+`_STALE_POLLS` intervals, cached verifications are not trusted (every request goes to the
+store), and after such a gap the whole cache is dropped, since feed entries may have been pruned.
+Expiry is enforced on every request, cached or not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import unicodedata
@@ -58,6 +63,8 @@ MAX_GROUPS = 64
 MAX_NAME_LENGTH = 256
 MAX_DESCRIPTION_LENGTH = 1024
 MAX_LIST_LIMIT = 1000
+_STALE_POLLS = 5  # missed feed polls after which cached verifications are no longer trusted
+_FEED_BATCH = 1000
 
 
 class ApiKeySettings(BaseModel):
@@ -75,6 +82,13 @@ class ApiKeySettings(BaseModel):
         le=86_400,
         description="How long a verified key is trusted without re-checking the store; also the "
         "longest a revocation or rotation in another gateway process takes to reach this one.",
+    )
+    change_poll_seconds: float = Field(
+        1.0,
+        ge=0.1,
+        le=60,
+        description="How often this process reads the key change feed (revocations and "
+        "rotations made by any gateway process); the longest such a change takes to reach it.",
     )
     lockout_threshold: int = Field(
         5, ge=1, le=1000, description="Failed verifications of one key id that trigger a lockout."
@@ -141,6 +155,9 @@ class ApiKeyAuthenticator:
         self._inflight: dict[bytes, asyncio.Task[Principal]] = {}
         # Bumped by every revoke and rotate (see `_forget`).
         self._epoch = 0
+        self._feed_cursor = 0
+        self._feed_read_at: float | None = None  # monotonic time of the last good poll; None: off
+        self._feed_task: asyncio.Task[None] | None = None
 
     @property
     def settings(self) -> ApiKeySettings:
@@ -188,8 +205,9 @@ class ApiKeyAuthenticator:
 
     async def _authenticate(self, key: ParsedKey) -> Principal:
         digest = self._cache.digest(key.presented)
-        entry = self._cache.get(digest, time.monotonic(), time.time())
-        if entry is not None:
+        now = time.monotonic()
+        entry = self._cache.get(digest, now, time.time())
+        if entry is not None and not self._feed_stale(now):
             return entry.principal
         if self._lockout.is_locked(key.key_id, time.monotonic()):
             log.info("api key %s rejected: locked out after repeated failures", key.key_id)
@@ -255,6 +273,55 @@ class ApiKeyAuthenticator:
         """
         self._epoch += 1
         self._cache.evict_key(key_id)
+
+    # -- change feed (revocations and rotations made by other processes) -----------------------
+    async def start_change_feed(self) -> None:
+        """Follow the store's change feed from now on. Raises StorageUnavailableError."""
+        self._feed_cursor = await self._store.latest_change()
+        self._feed_read_at = time.monotonic()
+        self._feed_task = asyncio.create_task(self._follow_changes())
+
+    async def poll_changes(self) -> int:
+        """Read the feed once and forget the cached verifications of every changed key.
+
+        Returns the number of entries applied. Raises StorageUnavailableError."""
+        applied = 0
+        while True:
+            batch = await self._store.changes_after(self._feed_cursor, _FEED_BATCH)
+            for change_id, key_id in batch:
+                self._forget(key_id)
+                self._feed_cursor = change_id
+            applied += len(batch)
+            if len(batch) < _FEED_BATCH:
+                break
+        now = time.monotonic()
+        if self._feed_stale(now):
+            # After a gap the feed may have been pruned past entries we never read.
+            self._epoch += 1
+            self._cache.clear()
+        self._feed_read_at = now
+        return applied
+
+    def _feed_stale(self, now: float) -> bool:
+        if self._feed_read_at is None:  # no feed (a CLI, a single process): the TTL alone bounds it
+            return False
+        return now - self._feed_read_at > _STALE_POLLS * self._settings.change_poll_seconds
+
+    async def _follow_changes(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.change_poll_seconds)
+            try:
+                await self.poll_changes()
+            except StorageUnavailableError:
+                log.warning("api key change feed unreadable; cached verifications distrusted until it is")
+
+    async def aclose(self) -> None:
+        """Stop following the change feed."""
+        if self._feed_task is not None:
+            self._feed_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._feed_task
+            self._feed_task = None
 
     # -- management ---------------------------------------------------------------------------
     async def create_key(

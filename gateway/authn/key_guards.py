@@ -110,6 +110,10 @@ class VerifiedCache:
         for digest in self._by_key_id.pop(key_id, set()):
             self._entries.pop(digest, None)
 
+    def clear(self) -> None:
+        self._entries.clear()
+        self._by_key_id.clear()
+
     def _drop(self, digest: bytes) -> None:
         entry = self._entries.pop(digest, None)
         if entry is not None:

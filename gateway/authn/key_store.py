@@ -20,18 +20,22 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     DateTime,
     Index,
+    Integer,
     MetaData,
     String,
     Table,
+    delete,
+    func,
     insert,
     select,
     text,
@@ -44,9 +48,13 @@ from catalog.errors import StorageUnavailableError
 from catalog.store.sql import prepare_sqlite, run_migrations
 from gateway.authn.principal import PrincipalKind
 
-_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_gateway"
 _PG_MIGRATION_LOCK = 0x6B657973  # "keys": serialises gateway migrations of several processes
+# Serialises writers of the change feed on PostgreSQL, so feed ids are assigned in commit order
+# and a reader that has seen id N can never later find a smaller id committed (see KeyStore).
+_PG_FEED_LOCK = 0x6B6579666565  # "keyfee"
+FEED_RETENTION = timedelta(days=1)
 
 metadata = MetaData()
 
@@ -64,6 +72,18 @@ api_keys = Table(
     Column("rotated_at", DateTime(timezone=True), nullable=True),
     Column("description", String(1024), nullable=False),
     Index("ix_api_keys_principal", "principal"),
+)
+
+# The change feed: one row per revocation or rotation, read by every gateway process to evict
+# its cached verifications of that key (`ApiKeyAuthenticator.poll_changes`). Rows older than
+# FEED_RETENTION are pruned by the writers.
+api_key_changes = Table(
+    "api_key_changes",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("key_id", String(16), nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+    Index("ix_api_key_changes_changed_at", "changed_at"),
 )
 
 
@@ -157,7 +177,7 @@ class KeyStore:
         async with self._write() as conn:
             if not self._is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-            await conn.run_sync(run_migrations, _MIGRATIONS)
+            await conn.run_sync(run_migrations, MIGRATIONS)
 
     async def close(self) -> None:
         """Dispose of the engine if this store created it."""
@@ -231,7 +251,10 @@ class KeyStore:
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
                 .values(secret_hash=secret_hash, rotated_at=rotated_at)
             )
-            return result.rowcount == 1
+            changed = result.rowcount == 1
+            if changed:
+                await self._publish_change(conn, key_id, rotated_at)
+            return changed
 
     async def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
         """Replace a hash made with outdated parameters, unless the key was rotated meanwhile."""
@@ -251,10 +274,39 @@ class KeyStore:
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=revoked_at)
             )
-            return result.rowcount == 1
+            changed = result.rowcount == 1
+            if changed:
+                await self._publish_change(conn, key_id, revoked_at)
+            return changed
+
+    # -- change feed --------------------------------------------------------------------------
+    async def _publish_change(self, conn: AsyncConnection, key_id: str, at: datetime) -> None:
+        """Append to the change feed in the writer's transaction (so the feed and the row change
+        together), and prune entries past the retention."""
+        if not self._is_sqlite:  # SQLite writers are serialised by BEGIN IMMEDIATE already
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_FEED_LOCK})
+        await conn.execute(insert(api_key_changes).values(key_id=key_id, changed_at=at))
+        await conn.execute(delete(api_key_changes).where(api_key_changes.c.changed_at < at - FEED_RETENTION))
+
+    async def latest_change(self) -> int:
+        """The id of the newest feed entry (0 if none): where a new reader starts."""
+        async with self._read() as conn:
+            value = (await conn.execute(select(func.max(api_key_changes.c.id)))).scalar()
+        return int(value or 0)
+
+    async def changes_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, str]]:
+        """Feed entries (id, key id) with id > `cursor`, oldest first."""
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(api_key_changes.c.id, api_key_changes.c.key_id)
+                .where(api_key_changes.c.id > cursor)
+                .order_by(api_key_changes.c.id)
+                .limit(limit)
+            )
+            return [(int(row.id), str(row.key_id)) for row in rows]
 
 
-async def open_key_store(url: str) -> KeyStore:
+async def open_key_store(url: str, *, migrate: bool = True) -> KeyStore:
     """Create an engine for `url` (SQLite or PostgreSQL), apply migrations, return the store.
 
     The store owns the engine: `close()` disposes of it. To share the registry's engine instead,
@@ -269,6 +321,8 @@ async def open_key_store(url: str) -> KeyStore:
     else:
         engine = create_async_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
     store = KeyStore(engine, owns_engine=True)
+    if not migrate:  # the caller made sure the schema is current (`cedarberg serve` prepares it)
+        return store
     try:
         await store.migrate()
     except BaseException:

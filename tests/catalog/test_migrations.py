@@ -9,14 +9,14 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 
-from catalog.store.sql import _MIGRATIONS
+from catalog.store.sql import MIGRATIONS
 
 
 def _upgrade(url: str, revision: str) -> None:
     engine = create_engine(url)
     with engine.begin() as connection:
         config = Config()
-        config.set_main_option("script_location", str(_MIGRATIONS))
+        config.set_main_option("script_location", str(MIGRATIONS))
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     engine.dispose()

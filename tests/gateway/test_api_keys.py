@@ -258,6 +258,80 @@ async def test_revocation_elsewhere_takes_effect_within_the_cache_ttl(store: Key
     await _rejected(here, plaintext)
 
 
+async def test_change_feed_carries_revocations_and_rotations_to_other_processes(store: KeyStore) -> None:
+    # Two authenticators on one database stand for two gateway processes; `here` follows the feed.
+    here = ApiKeyAuthenticator(store, ApiKeySettings(change_poll_seconds=60))
+    elsewhere = ApiKeyAuthenticator(store)
+    revoked, revoked_key = await elsewhere.create_key("alice", PrincipalKind.USER)
+    rotated, rotated_key = await elsewhere.create_key("bob", PrincipalKind.USER)
+    await here.start_change_feed()
+    try:
+        await here.authenticate(revoked_key)
+        await here.authenticate(rotated_key)
+        assert here.cached_keys == 2
+        await elsewhere.revoke_key(revoked.key_id)
+        _, new_secret_key = await elsewhere.rotate_key(rotated.key_id)
+        await here.authenticate(revoked_key)  # not polled yet: still cached here (the bound)
+        assert await here.poll_changes() == 2
+        assert here.cached_keys == 0
+        await _rejected(here, revoked_key)
+        await _rejected(here, rotated_key)
+        assert (await here.authenticate(new_secret_key)).id == "bob"
+        assert await here.poll_changes() == 0  # the cursor moved on: nothing is applied twice
+        assert here.cached_keys == 1
+    finally:
+        await here.aclose()
+
+
+async def test_the_feed_is_polled_in_the_background(store: KeyStore) -> None:
+    here = ApiKeyAuthenticator(store, ApiKeySettings(change_poll_seconds=0.1))
+    elsewhere = ApiKeyAuthenticator(store)
+    record, plaintext = await elsewhere.create_key("alice", PrincipalKind.USER)
+    await here.start_change_feed()
+    try:
+        await here.authenticate(plaintext)
+        await elsewhere.revoke_key(record.key_id)
+        revoked_at = time.monotonic()
+        for _ in range(250):  # at most 5 s
+            if not here.cached_keys:
+                break
+            await asyncio.sleep(0.02)
+        assert here.cached_keys == 0
+        assert time.monotonic() - revoked_at < 1.0
+        await _rejected(here, plaintext)
+    finally:
+        await here.aclose()
+
+
+async def test_an_unread_feed_stops_trusting_the_cache(store: KeyStore) -> None:
+    here = ApiKeyAuthenticator(store, ApiKeySettings(change_poll_seconds=0.1))
+    _, plaintext = await here.create_key("alice", PrincipalKind.USER)
+    await here.start_change_feed()
+    await here.authenticate(plaintext)
+    hashes = here.hash_count
+    await here.authenticate(plaintext)
+    assert here.hash_count == hashes  # fresh feed: served from the cache
+    await here.aclose()  # the feed is no longer read (as when the store cannot be reached)
+    await asyncio.sleep(0.7)  # more than 5 poll intervals
+    assert (await here.authenticate(plaintext)).id == "alice"
+    assert here.hash_count == hashes + 1  # verified against the store again, not trusted blindly
+    await here.poll_changes()  # the feed is readable again: the cache is trusted again
+    await here.authenticate(plaintext)
+    await here.authenticate(plaintext)
+    assert here.hash_count == hashes + 2
+
+
+async def test_the_feed_prunes_old_entries(tmp_path: Path, store: KeyStore) -> None:
+    keys = ApiKeyAuthenticator(store)
+    old, _ = await keys.create_key("alice", PrincipalKind.USER)
+    new, _ = await keys.create_key("bob", PrincipalKind.USER)
+    assert await store.revoke(old.key_id, datetime.now(UTC) - timedelta(days=2))
+    assert [key for _, key in await store.changes_after(0)] == [old.key_id]
+    await keys.revoke_key(new.key_id)
+    assert [key for _, key in await store.changes_after(0)] == [new.key_id]
+    assert await store.latest_change() == (await store.changes_after(0))[0][0]
+
+
 async def test_repeated_failures_lock_the_id_out_without_hashing(keys: ApiKeyAuthenticator) -> None:
     record, plaintext = await keys.create_key("alice", PrincipalKind.USER)
     before = keys.hash_count
@@ -480,7 +554,7 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         gateway_version = db.execute("SELECT version_num FROM alembic_version_gateway").fetchall()
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
-    assert gateway_version == [("gw0001",)]
+    assert gateway_version == [("gw0002",)]
     assert catalog_version == [("0002",)]
     store = await open_key_store(url)
     try:

@@ -1,0 +1,253 @@
+"""`cedarberg serve` as a process tree and across schema versions.
+
+- `--workers N`: a supervisor and N workers on one port; a dead worker is replaced; SIGHUP reaches
+  every worker; SIGTERM stops them all with status 0; a supervisor killed outright takes its
+  workers with it.
+- `cedarberg db current|upgrade` on a registry left at the previous release's schema, and what
+  `serve` does with such a registry (`migrate_on_start`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
+from gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
+from tests.support.gateway import REPO_ROOT, GatewayProcess
+
+POLICIES = REPO_ROOT / "policies"
+DEADLINE_SECONDS = 15.0
+
+
+def _children(pid: int) -> set[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return {int(item) for item in path.read_text().split()} if path.exists() else set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(condition: Any, what: str, timeout: float = DEADLINE_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _request(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            raw = answer.read()
+            return answer.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def _create_namespace(gw: GatewayProcess, name: str) -> int:
+    status, _ = _request(f"{gw.url}/v1/namespaces", "POST", {"namespace": [name]})
+    return status
+
+
+def test_workers_share_the_port_and_are_replaced_when_they_die(tmp_path: Path) -> None:
+    gw = GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"])
+    with gw:
+        assert gw.pid is not None
+        _wait_for(lambda: len(_children(gw.pid or 0)) == 2, "two workers")
+        workers = _children(gw.pid)
+        # Writes from both workers on the one embedded SQLite registry.
+        assert [_create_namespace(gw, f"ns{i}") for i in range(30)] == [200] * 30
+        status, listing = _request(f"{gw.url}/v1/namespaces")
+        assert status == 200
+        assert sorted(ns[0] for ns in listing["namespaces"]) == sorted(f"ns{i}" for i in range(30))
+
+        victim = min(workers)
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(
+            lambda: victim not in _children(gw.pid or 0) and len(_children(gw.pid or 0)) == 2,
+            "the dead worker to be replaced",
+        )
+        replacement = _children(gw.pid) - workers
+        assert len(replacement) == 1
+        assert [_create_namespace(gw, f"after{i}") for i in range(10)] == [200] * 10
+        current = _children(gw.pid)
+        code = gw.stop()
+    assert code == 0
+    assert not any(_alive(pid) for pid in current)
+    assert "worker 0 started" in gw.log_text() or "worker 1 started" in gw.log_text()
+
+
+def test_sighup_reloads_the_policies_of_every_worker(tmp_path: Path) -> None:
+    policy_dir = tmp_path / "policies"
+    shutil.copytree(POLICIES, policy_dir, ignore=shutil.ignore_patterns("tests"))
+    config = {"authz": {"policy_dir": str(policy_dir), "reload_interval_seconds": 0}}
+    with GatewayProcess(tmp_path / "gw", config=config, extra_args=["--workers", "2"]) as gw:
+        assert gw.pid is not None
+        _wait_for(lambda: len(_children(gw.pid or 0)) == 2, "two workers")
+        assert _create_namespace(gw, "before") == 200
+        (policy_dir / "freeze.cedar").write_text(
+            '@id("freeze-namespaces")\n'
+            'forbid (principal, action == Cedarberg::Action::"createNamespace", resource);\n'
+        )
+        time.sleep(0.3)
+        assert _create_namespace(gw, "still-allowed") == 200  # the watcher is off: nothing yet
+        os.kill(gw.pid, signal.SIGHUP)
+        _wait_for(lambda: _create_namespace(gw, f"probe{time.monotonic_ns()}") == 403, "a reload")
+        time.sleep(0.5)  # both workers have had the signal for a while now
+        # New connections are spread over both workers: every one of them refuses now.
+        assert {_create_namespace(gw, f"after{i}") for i in range(20)} == {403}
+
+
+def test_a_killed_supervisor_takes_its_workers_with_it(tmp_path: Path) -> None:
+    gw = GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"])
+    with gw:
+        assert gw.pid is not None
+        _wait_for(lambda: len(_children(gw.pid or 0)) == 2, "two workers")
+        workers = _children(gw.pid)
+        gw.kill()
+        _wait_for(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"{gw.url}/v1/config", timeout=5)
+
+
+# -- schema upgrades ---------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")},
+    )
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(GATEWAY_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+def _downgrade_gateway_schema(url: str, revision: str) -> None:
+    """Put the gateway's migrations back where the previous release left them."""
+
+    async def run() -> None:
+        engine = create_async_engine(url)
+        async with engine.begin() as connection:
+            await connection.run_sync(_downgrade, revision)
+        await engine.dispose()
+
+    asyncio.run(run())
+
+
+def _gateway_revision(url: str) -> str:
+    async def run() -> str:
+        engine = create_async_engine(url)
+        async with engine.connect() as connection:
+            result = await connection.execute(text(f"SELECT version_num FROM {GATEWAY_VERSION_TABLE}"))
+            revision = result.scalar_one()
+        await engine.dispose()
+        return str(revision)
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | None, str]:
+    """(store URL for the gateway or None for embedded SQLite, the registry's URL for the test)."""
+    if request.param == "sqlite":
+        return None, f"sqlite+aiosqlite:///{tmp_path / 'gw' / 'catalog.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url, url
+
+
+def test_db_upgrade_brings_a_previous_release_registry_to_head(
+    tmp_path: Path, registry: tuple[str | None, str]
+) -> None:
+    store_url, sync_url = registry
+    data_dir = tmp_path / "gw"
+    location_args = ["--data-dir", str(data_dir)] + (["--store-url", store_url] if store_url else [])
+    gw = GatewayProcess(data_dir, store_url=store_url)
+    with gw:
+        key = gw.admin_key
+        assert _create_namespace(gw, "kept") == 200
+        status, _ = _request(
+            f"{gw.url}/v1/namespaces/kept/tables",
+            "POST",
+            {"name": "t", "schema": {"type": "struct", "fields": [
+                {"id": 1, "name": "id", "type": "long", "required": False}]}},
+        )  # fmt: skip
+        assert status == 200
+        _, loaded = _request(f"{gw.url}/v1/namespaces/kept/tables/t")
+    _downgrade_gateway_schema(sync_url, "gw0001")
+    assert _gateway_revision(sync_url) == "gw0001"
+
+    current = _cli("db", "current", *location_args)
+    assert current.returncode == 3, current.stderr
+    assert "gateway: gw0001 (needs gw0002)" in current.stdout
+    assert "catalog: 0002 (head)" in current.stdout
+
+    strict = GatewayProcess(data_dir, store_url=store_url, config={"migrate_on_start": False})
+    strict.config_path.write_text("migrate_on_start = false\n")
+    refused = _cli("serve", "--port", str(strict.port), "--config", str(strict.config_path), *location_args)
+    assert refused.returncode == 1
+    assert "registry schema is outdated" in refused.stderr
+    assert "cedarberg db upgrade" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert _gateway_revision(sync_url) == "gw0001"  # refusing changed nothing
+
+    upgraded = _cli("db", "upgrade", *location_args)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "gateway: gw0002 (from gw0001)" in upgraded.stdout
+    assert "catalog: 0002 (unchanged)" in upgraded.stdout
+    assert _cli("db", "current", *location_args).returncode == 0
+
+    with strict:  # the same data, served by a gateway that does not migrate by itself
+        request = urllib.request.Request(
+            f"{strict.url}/v1/namespaces/kept/tables/t", headers={"Authorization": f"Bearer {key}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.loads(answer.read())["metadata"] == loaded["metadata"]
+
+
+def test_serve_upgrades_an_outdated_registry_by_default(tmp_path: Path) -> None:
+    data_dir = tmp_path / "gw"
+    sync_url = f"sqlite+aiosqlite:///{data_dir / 'catalog.db'}"
+    with GatewayProcess(data_dir) as gw:
+        assert _create_namespace(gw, "kept") == 200
+    _downgrade_gateway_schema(sync_url, "gw0001")
+    with GatewayProcess(data_dir) as gw:
+        status, body = _request(f"{gw.url}/v1/namespaces/kept")
+        assert status == 200
+        assert body["namespace"] == ["kept"]
+    assert _gateway_revision(sync_url) == "gw0002"
