@@ -90,6 +90,12 @@ def serve(settings: Settings) -> int:
     if settings.workers == 1:
         run_worker(settings, ssl_context, None)
         return 0
+    if settings.rate_limits.enabled and settings.rate_limits.storage_uri.startswith("memory"):
+        log.warning(
+            "rate limits are kept in memory: each of the %d workers enforces them on its own "
+            "(set rate_limits.storage_uri to a redis:// URI to share one budget)",
+            settings.workers,
+        )
     # Imported here: only a multi-process server needs it.
     from gateway.supervisor import Supervisor
 

@@ -65,6 +65,7 @@ MAX_DESCRIPTION_LENGTH = 1024
 MAX_LIST_LIMIT = 1000
 _STALE_POLLS = 5  # missed feed polls after which cached verifications are no longer trusted
 _FEED_BATCH = 1000
+_FEED_STOP_SECONDS = 5.0
 
 
 class ApiKeySettings(BaseModel):
@@ -158,6 +159,7 @@ class ApiKeyAuthenticator:
         self._feed_cursor = 0
         self._feed_read_at: float | None = None  # monotonic time of the last good poll; None: off
         self._feed_task: asyncio.Task[None] | None = None
+        self._feed_stop = asyncio.Event()
 
     @property
     def settings(self) -> ApiKeySettings:
@@ -308,19 +310,24 @@ class ApiKeyAuthenticator:
         return now - self._feed_read_at > _STALE_POLLS * self._settings.change_poll_seconds
 
     async def _follow_changes(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.change_poll_seconds)
+        while not self._feed_stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._feed_stop.wait(), self._settings.change_poll_seconds)
+                return
             try:
                 await self.poll_changes()
             except StorageUnavailableError:
                 log.warning("api key change feed unreadable; cached verifications distrusted until it is")
 
     async def aclose(self) -> None:
-        """Stop following the change feed."""
+        """Stop following the change feed (after the poll in progress: cancelling it mid-query
+        would leave the store's connection pool to clean up a half-used connection)."""
         if self._feed_task is not None:
-            self._feed_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._feed_task
+            self._feed_stop.set()
+            try:
+                await asyncio.wait_for(self._feed_task, _FEED_STOP_SECONDS)
+            except TimeoutError:
+                log.warning("api key change feed did not stop in time")
             self._feed_task = None
 
     # -- management ---------------------------------------------------------------------------
