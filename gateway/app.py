@@ -17,9 +17,10 @@ from catalog.idempotency import Idempotency
 from catalog.sealing import Sealer
 from catalog.store.sql import Store
 from gateway.authz.operations import check_route_table
+from gateway.metrics import Metrics
 from gateway.middleware import MIDDLEWARES
 from gateway.pipeline import ROUTE_TABLE
-from gateway.routes import admin, config, namespaces, oauth, recovery, tables, views
+from gateway.routes import admin, config, namespaces, oauth, ops, recovery, tables, views
 from gateway.routes.route import Route
 from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
@@ -36,6 +37,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *views.ROUTES,
     *admin.ROUTES,
     *recovery.ROUTES,
+    *ops.ROUTES,
 )
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
@@ -68,12 +70,18 @@ async def _sweep_idempotency(store: Store, lifetime: int) -> None:
             log.exception("idempotency sweep failed")
 
 
-async def open_catalog(settings: Settings) -> CatalogContext:
+async def open_catalog(settings: Settings, *, migrate: bool = True) -> CatalogContext:
     """The registry, the key ring and the warehouses, as the catalog services need them (also used
-    by the CLI commands that work on the registry directly)."""
+    by the CLI commands that work on the registry directly). `migrate=False` when the caller has
+    made sure the schema is current (`cedarberg serve` prepares it before any worker starts)."""
     keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
     try:
-        store = await Store.open(settings.effective_store_url())
+        store = await Store.open(
+            settings.effective_store_url(),
+            migrate=migrate,
+            pool_size=settings.store_pool_size,
+            max_overflow=settings.store_max_overflow,
+        )
     except BaseException:
         await keyring.aclose()
         raise
@@ -111,9 +119,17 @@ def create_app(settings: Settings) -> web.Application:
     """Build the application; the registry opens when the app starts (cleanup context)."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
     app[ENDPOINTS] = [route.endpoint for route in ALL_ROUTES if route.advertised]
+    # Built here, in the worker process that serves (see gateway.metrics).
+    metrics = app[ops.METRICS] = Metrics.create()
+    lifecycle = app[ops.LIFECYCLE] = ops.Lifecycle()
+
+    async def drain(_app: web.Application) -> None:
+        lifecycle.draining = True  # the socket is closed already; /ready now says so
 
     async def catalog_resources(app: web.Application) -> AsyncIterator[None]:
-        ctx = await open_catalog(settings)
+        ctx = await open_catalog(settings, migrate=False)
+        ctx.sealer.keyring.observer = metrics
+        metrics.watch_pool(ctx.store.engine, ctx.store.pool_capacity)
         app[SERVICES] = Services.build(settings, ctx)
         sweepers = [
             asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
@@ -137,6 +153,7 @@ def create_app(settings: Settings) -> web.Application:
             loop.remove_signal_handler(signal.SIGHUP)
         await security.close()
 
+    app.on_shutdown.append(drain)
     app.cleanup_ctx.append(catalog_resources)
     app.cleanup_ctx.append(security_services)
     _register(app, ALL_ROUTES)

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
 
 from catalog.errors import CatalogError
 from gateway import config_reference
-from gateway.audit import SecretScrubbingFilter
 from gateway.authn.tokens import TokenKeyError
 from gateway.authz.cli import add_policy_commands, run_policy_command
 from gateway.authz.errors import PolicyLoadError
 from gateway.catalog_cli import add_catalog_commands, run_catalog_command
 from gateway.db_cli import add_db_commands, run_db_command
 from gateway.keys_cli import add_keys_commands, run_keys_command
+from gateway.logs import configure_logging
 from gateway.server import serve
 from gateway.settings import Settings, SettingsError, load_settings
 from gateway.tls import PlainHttpRefusedError, TlsConfigError
 from kms.errors import KmsError
-
-log = logging.getLogger("cedarberg")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,17 +42,6 @@ def _parser() -> argparse.ArgumentParser:
     add_catalog_commands(commands)
     add_db_commands(commands)
     return parser
-
-
-def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # Defence in depth: whatever a log call is handed, secrets never reach the log.
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(SecretScrubbingFilter())
 
 
 # Errors that mean "this configuration cannot serve": reported in one line, exit status 1.
@@ -107,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as err:
         print(f"cedarberg: {err}", file=sys.stderr)
         return 2
-    _configure_logging(settings)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         return serve(settings)
     except Exception as err:  # report_fatal re-raises what is not a setup error

@@ -11,7 +11,9 @@ from aiohttp import web
 
 from gateway import errors, pipeline
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from gateway.logs import bind_request
 from gateway.ratelimit import RateLimitUnavailableError
+from gateway.routes.ops import metrics
 from gateway.routes.route import Handler
 
 log = logging.getLogger("cedarberg.request")
@@ -20,62 +22,81 @@ access_log = logging.getLogger("cedarberg.access")
 REQUEST_ID_HEADER = "X-Request-ID"
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 REQUEST_ID = pipeline.REQUEST_ID
+# Metric labels stay bounded whatever clients send.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+_CONFLICT = "CommitFailedException"
 
 
 @web.middleware
 async def request_id_and_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give every request an id and turn every exception into an Iceberg ErrorModel response."""
+    """Give every request an id, turn every exception into an Iceberg ErrorModel response, and
+    count and log what was answered."""
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _CLIENT_REQUEST_ID.match(offered) else uuid.uuid4().hex
     request[REQUEST_ID] = request_id
+    bind_request(request_id)
     started = time.perf_counter()
+    error_type = None
+    stats = metrics(request)
+    stats.in_flight.inc()
     try:
         response = await handler(request)
-    except errors.NotImplementedOperation as err:
-        response = errors.error_response(501, "NotImplementedException", str(err))
-    except CredentialExpiredError:
-        response = errors.error_response(419, "AuthenticationTimeoutException", "Credentials have timed out")
-    except AuthenticationError:
-        # Why a credential failed is logged by the authenticator, never told to the client.
-        response = errors.error_response(
-            401, "NotAuthorizedException", "Not authorized", {"WWW-Authenticate": 'Bearer realm="cedarberg"'}
-        )
-    except pipeline.RateLimitedError as err:
-        response = errors.error_response(
-            429, "TooManyRequestsException", str(err), {"Retry-After": err.retry.header_value}
-        )
-    except RateLimitUnavailableError:
-        response = errors.error_response(503, "ServiceUnavailableException", "rate limiting is unavailable")
-    except pipeline.ForbiddenError as err:
-        response = errors.error_response(403, "ForbiddenException", str(err))
-    except web.HTTPException as err:
-        if err.status < 400:
-            raise
-        message = "request body is too large" if err.status == 413 else err.reason
-        headers = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
-        response = errors.error_response(err.status, errors.http_error_type(err.status), message, headers)
     except Exception as err:
-        mapped = errors.lookup(err)
-        if mapped is None:
-            log.exception("unhandled error in %s %s (request %s)", request.method, request.path, request_id)
-            response = errors.error_response(
-                500, "ServerErrorException", f"internal error; request id {request_id}"
-            )
-        else:
-            status, error_type = mapped
-            if status >= 500:
-                log.warning("%s %s failed: %s (request %s)", request.method, request.path, err, request_id)
-            response = errors.error_response(status, error_type, str(err))
+        response, error_type = _error_response(request, request_id, err)
+    finally:
+        stats.in_flight.dec()
+    elapsed = time.perf_counter() - started
     response.headers[REQUEST_ID_HEADER] = request_id
+    route = pipeline.route_of(request)
+    operation = route.operation if route is not None else "unmatched"
+    method = request.method if request.method in _METHODS else "other"
+    stats.requests.labels(operation, method, str(response.status)).inc()
+    stats.latency.labels(operation).observe(elapsed)
+    if error_type == _CONFLICT:
+        stats.conflicts.labels(operation).inc()
     access_log.info(
-        "%s %s %d %.1fms rid=%s",
-        request.method,
-        request.rel_url.raw_path,
-        response.status,
-        (time.perf_counter() - started) * 1000,
-        request_id,
+        "%s %s %d %.1fms", request.method, request.rel_url.raw_path, response.status, elapsed * 1000
     )
     return response
+
+
+def _answer(
+    status: int, error_type: str, message: str, headers: dict[str, str] | None = None
+) -> tuple[web.StreamResponse, str]:
+    return errors.error_response(status, error_type, message, headers), error_type
+
+
+def _error_response(request: web.Request, request_id: str, err: Exception) -> tuple[web.StreamResponse, str]:
+    """The ErrorModel response for `err` and its error type. Re-raises a redirect-class
+    HTTPException (aiohttp answers those itself)."""
+    if isinstance(err, errors.NotImplementedOperation):
+        return _answer(501, "NotImplementedException", str(err))
+    if isinstance(err, CredentialExpiredError):
+        return _answer(419, "AuthenticationTimeoutException", "Credentials have timed out")
+    if isinstance(err, AuthenticationError):
+        # Why a credential failed is logged by the authenticator, never told to the client.
+        challenge = {"WWW-Authenticate": 'Bearer realm="cedarberg"'}
+        return _answer(401, "NotAuthorizedException", "Not authorized", challenge)
+    if isinstance(err, pipeline.RateLimitedError):
+        return _answer(429, "TooManyRequestsException", str(err), {"Retry-After": err.retry.header_value})
+    if isinstance(err, RateLimitUnavailableError):
+        return _answer(503, "ServiceUnavailableException", "rate limiting is unavailable")
+    if isinstance(err, pipeline.ForbiddenError):
+        return _answer(403, "ForbiddenException", str(err))
+    if isinstance(err, web.HTTPException):
+        if err.status < 400:
+            raise err
+        message = "request body is too large" if err.status == 413 else err.reason
+        headers = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
+        return _answer(err.status, errors.http_error_type(err.status), message, headers)
+    mapped = errors.lookup(err)
+    if mapped is None:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return _answer(500, "ServerErrorException", f"internal error; request id {request_id}")
+    status, error_type = mapped
+    if status >= 500:
+        log.warning("%s %s failed: %s", request.method, request.path, err)
+    return _answer(status, error_type, str(err))
 
 
 MIDDLEWARES = (

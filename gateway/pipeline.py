@@ -32,7 +32,9 @@ from gateway.authz.authorizer import filter_visible
 from gateway.authz.context import RequestContext
 from gateway.authz.entities import EntityType
 from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
+from gateway.logs import bind_principal
 from gateway.ratelimit import OperationClass, RetryAfter
+from gateway.routes.ops import metrics
 from gateway.routes.route import Handler, Route
 from gateway.security import security
 from gateway.services import services
@@ -48,6 +50,7 @@ _CLASSES = {
     ActionGroup.WRITE: OperationClass.WRITE,
     ActionGroup.MANAGE: OperationClass.WRITE,
     ActionGroup.ADMIN: OperationClass.ADMIN,
+    ActionGroup.OPERATE: OperationClass.READ,
     ActionGroup.PUBLIC: OperationClass.TOKEN,
 }
 _HIDDEN: dict[EntityType, type[NotFoundError]] = {
@@ -82,11 +85,16 @@ def _spec(request: web.Request) -> OperationSpec | None:
     return None if route is None else operation_spec(route.operation)
 
 
+def _rate_limited(request: web.Request, retry: RetryAfter, scope: str, op_class: str) -> RateLimitedError:
+    metrics(request).rate_limited.labels(scope, op_class).inc()
+    return RateLimitedError(retry)
+
+
 @web.middleware
 async def limit_by_address(request: web.Request, handler: Handler) -> web.StreamResponse:
     retry = await security(request).limiter.hit_address(request.remote)
     if retry is not None:
-        raise RateLimitedError(retry)
+        raise _rate_limited(request, retry, "address", "any")
     return await handler(request)
 
 
@@ -109,7 +117,7 @@ async def _authenticate(request: web.Request) -> Principal:
     # Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch).
     retry = await sec.limiter.auth_failures_exceeded(request.remote)
     if retry is not None:
-        raise RateLimitedError(retry)
+        raise _rate_limited(request, retry, "auth_failures", "any")
     try:
         principal = await sec.authenticate_bearer(credential)
     except AuthenticationError:
@@ -130,11 +138,11 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     principal = await _authenticate(request)
     request[PRINCIPAL] = principal
-    retry = await security(request).limiter.hit_principal(
-        f"{principal.kind}:{principal.id}", _CLASSES[spec.group]
-    )
+    bind_principal(f"{principal.kind}:{principal.id}")
+    op_class = _CLASSES[spec.group]
+    retry = await security(request).limiter.hit_principal(f"{principal.kind}:{principal.id}", op_class)
     if retry is not None:
-        raise RateLimitedError(retry)
+        raise _rate_limited(request, retry, "principal", op_class.value)
     return await handler(request)
 
 
@@ -161,7 +169,9 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
         target=built.target,
         tables=built.tables,
     )
+    decisions = metrics(request).decisions
     for check, decision in verdict.decisions:
+        decisions.labels(check.action, "allow" if decision.allowed else "deny").inc()
         sec.audit.record_decision(
             request_id=_request_id(request),
             principal=principal,
@@ -179,7 +189,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
     response = await handler(request)
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
-    if spec.group is not ActionGroup.READ:
+    if spec.group not in (ActionGroup.READ, ActionGroup.OPERATE):
         sec.audit.record_mutation(
             request_id=_request_id(request),
             principal=principal,

@@ -90,6 +90,17 @@ class Settings(BaseModel):
         description="SQLAlchemy async URL of the registry (default: SQLite file under data_dir). "
         "Supported: sqlite+aiosqlite://, postgresql+asyncpg://.",
     )
+    store_pool_size: int = Field(
+        10,
+        ge=1,
+        le=500,
+        description="PostgreSQL connections each worker keeps open for the registry. A deployment "
+        "opens up to instances x workers x (store_pool_size + store_max_overflow + 8) connections "
+        "(8: the API key store); keep that under the server's max_connections.",
+    )
+    store_max_overflow: int = Field(
+        10, ge=0, le=500, description="Extra registry connections a worker may open under load."
+    )
     warehouses: dict[str, WarehouseSettings] = Field(
         default_factory=dict,
         description="Named warehouses; default: one warehouse 'default' under data_dir/warehouse.",

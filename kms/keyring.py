@@ -27,24 +27,29 @@ the settings. At most `MAX_PROVIDERS` providers are kept.
 Counters (`stats()`), flat names with Prometheus-style labels, stable for export:
 
     kms_calls{provider=SCHEME,op=OP,outcome=OUTCOME}   KMS calls made
-        OP: generate_data_key | wrap | unwrap | current_version
+        OP: generate_data_key | wrap | unwrap | current_version | probe_wrap | probe_unwrap
         OUTCOME: ok | refused | unavailable | timeout | error (a non-KmsError) | cancelled
     cache_hits, cache_misses          unwrap lookups served from / not found in the cache
     cache_evictions                   keys dropped to make room (LRU)
     cache_expirations                 keys dropped for age or use count
     cache_entries                     keys cached now (a gauge)
     unwrap_coalesced                  unwraps that joined another caller's in-flight KMS call
+
+`observer` (optional) is told of each KMS call and cache lookup as it happens, for metrics that
+must be summed over processes. `healthy()` wraps and unwraps a probe key under the default KEK
+(readiness), at most once per `_HEALTH_TTL_SECONDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from kms import registry
 from kms.cache import CacheKey, DataKeyCache, cache_key
@@ -56,6 +61,19 @@ from kms.settings import KmsSettings
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _NO_CONTEXT: Context = {}
+# Readiness probes of every worker of every pod must not turn into a stream of KMS calls.
+_HEALTH_TTL_SECONDS = 10.0
+_PROBE_CONTEXT: Context = {"purpose": "cedarberg-health-probe"}
+
+
+class KeyRingObserver(Protocol):
+    """Told of every KMS call and data-key cache lookup as it happens (the gateway's metrics)."""
+
+    def kms_call(self, provider: str, op: str, outcome: str) -> None: ...
+
+    def cache_lookup(self, hit: bool) -> None: ...
+
+
 MAX_PROVIDERS = 32
 # Schemes whose KEK URI names the host that receives our credentials.
 _HOST_SCHEMES = frozenset({"vault-transit", "azure-kv"})
@@ -95,6 +113,10 @@ class KeyRing:
         self._inflight: dict[CacheKey, asyncio.Task[bytes]] = {}
         self._counters: Counter[str] = Counter()
         self._closed = False
+        self._clock = clock
+        self._health: tuple[float, bool] | None = None  # (checked at, usable)
+        self._health_lock = asyncio.Lock()
+        self.observer: KeyRingObserver | None = None
 
     @classmethod
     def open(
@@ -132,6 +154,8 @@ class KeyRing:
         KmsUnavailableError (retry later)."""
         self._check_open()
         cached = self._cache.get(wrapped, context)
+        if self.observer is not None:
+            self.observer.cache_lookup(cached is not None)
         if cached is not None:
             return cached
         key = cache_key(wrapped, context)
@@ -169,6 +193,28 @@ class KeyRing:
         wrapped_id = (wrapped.kek_uri, wrapped.kek_version, wrapped.ciphertext)
         for key in [k for k in self._inflight if k[:3] == wrapped_id]:
             del self._inflight[key]
+
+    async def healthy(self) -> bool:
+        """Whether the default KEK wraps and unwraps a probe data key now. The answer is kept for
+        a few seconds (checks arriving meanwhile share it), so probes cost the KMS little."""
+        async with self._health_lock:
+            if self._health is not None and self._clock() - self._health[0] < _HEALTH_TTL_SECONDS:
+                return self._health[1]
+            usable = await self._probe()
+            self._health = (self._clock(), usable)
+            return usable
+
+    async def _probe(self) -> bool:
+        provider = self._default
+        ctx = self._context_for(provider, _PROBE_CONTEXT)
+        try:
+            data_key = await self._call(provider, "probe_wrap", lambda: provider.generate_data_key(ctx))
+            plaintext = await self._call(
+                provider, "probe_unwrap", lambda: provider.unwrap(data_key.wrapped, ctx)
+            )
+        except KmsError:
+            return False
+        return hmac.compare_digest(plaintext, data_key.plaintext)
 
     def stats(self) -> dict[str, int]:
         """Counters by stable name (see the module docstring)."""
@@ -275,6 +321,8 @@ class KeyRing:
             raise KmsUnavailableError(f"{scheme} KMS {op} failed") from None
         finally:
             self._counters[f"kms_calls{{provider={scheme},op={op},outcome={outcome}}}"] += 1
+            if self.observer is not None:
+                self.observer.kms_call(scheme, op, outcome)
 
 
 def _retrieve_exception(task: asyncio.Task[bytes]) -> None:

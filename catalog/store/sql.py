@@ -568,24 +568,32 @@ def prepare_sqlite(engine: AsyncEngine) -> None:
 class Store:
     """The registry connection pool. Open with `Store.open`, close with `close`."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, pool_capacity: int = 0) -> None:
         self._engine = engine
         self._is_sqlite = engine.dialect.name == "sqlite"
         self._sqlite_writer = asyncio.Lock()
+        self.pool_capacity = pool_capacity  # most connections the pool opens at once
 
     @classmethod
-    async def open(cls, url: str, *, migrate: bool = True) -> Store:
+    async def open(
+        cls, url: str, *, migrate: bool = True, pool_size: int = 10, max_overflow: int = 10
+    ) -> Store:
         """Connect and (unless `migrate` is False: the caller made sure the schema is current)
-        apply migrations. Raises StorageUnavailableError if unreachable."""
+        apply migrations. The pool sizes apply to PostgreSQL (SQLite needs only a few
+        connections: its writers are serialised). Raises StorageUnavailableError if unreachable."""
         if url.startswith("sqlite"):
             db_path = url.split("///", 1)[-1]
             if db_path and db_path != ":memory:":
                 Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_async_engine(url, pool_size=4, max_overflow=4)
+            # SQLite needs few connections: its writers are serialised.
+            pool_size, max_overflow = 4, 4
+            engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
             prepare_sqlite(engine)
         else:
-            engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
-        store = cls(engine)
+            engine = create_async_engine(
+                url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
+            )
+        store = cls(engine, pool_size + max_overflow)
         if not migrate:
             return store
         try:
@@ -601,6 +609,20 @@ class Store:
     @property
     def dialect(self) -> str:
         return self._engine.dialect.name
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine, for instrumentation (pool events); queries go through read/write."""
+        return self._engine
+
+    async def ping(self) -> bool:
+        """True if the registry answers a trivial query (callers bound the wait)."""
+        try:
+            async with self._engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except (OSError, SQLAlchemyError):
+            return False
+        return True
 
     async def close(self) -> None:
         await self._engine.dispose()

@@ -6,7 +6,7 @@ here, so a route cannot exist without authorization. Each entry names:
 - `action`: the Cedar action checked (the same name as the operation, so policies read like the
   spec), or None for the few public operations that authenticate themselves (the token endpoint);
 - `scope`: which resource the caller builds for it (see `Scope`);
-- `group`: the action group it belongs to in the schema (read, write, manage, admin);
+- `group`: the action group it belongs to in the schema (read, write, manage, admin, operate);
 - `creates`: the resource does not exist yet, so hiding it means hiding its parent;
 - `lists`: for listings, the kind of entry that is filtered by visibility;
 - `extra`: checks beyond the action on the resource (`Extra`).
@@ -28,6 +28,7 @@ class ActionGroup(StrEnum):
     WRITE = "write"
     MANAGE = "manage"
     ADMIN = "admin"
+    OPERATE = "operate"  # observing the gateway itself (metrics): no catalog data, no secrets
     PUBLIC = "public"  # not a Cedar action group: no decision at all
 
 
@@ -88,6 +89,11 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("getConfig", Scope.WAREHOUSE, R),
     _op("getToken", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("getJwks", Scope.PUBLIC, ActionGroup.PUBLIC),
+    # operations: probes are public (they say "ok" or name a failing dependency, nothing else);
+    # metrics are decided by Cedar like everything else
+    _op("checkHealth", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("checkReadiness", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("readMetrics", Scope.CATALOG, ActionGroup.OPERATE),
     # namespaces
     _op("listNamespaces", Scope.CONTAINER, R, lists=EntityType.NAMESPACE),
     _op("createNamespace", Scope.NAMESPACE, M, creates=True),

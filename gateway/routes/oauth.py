@@ -25,6 +25,7 @@ import orjson
 from aiohttp import hdrs, web
 
 from gateway.authn.oauth import INVALID_CLIENT, OAuthError, TokenResponse
+from gateway.routes.ops import metrics
 from gateway.routes.route import Route
 from gateway.security import security
 
@@ -110,12 +111,16 @@ async def get_token(request: web.Request) -> web.Response:
     """OAuth2 token endpoint (client credentials, token exchange)."""
     basic = _basic_auth(request)
     if isinstance(basic, OAuthError):
+        metrics(request).token_request(None, issued=False)
         return _oauth_response(basic)
     try:
         form = await _form(request)
     except _BadForm as err:
+        metrics(request).token_request(None, issued=False)
         return _invalid_request(str(err))
-    return _oauth_response(await security(request).token_endpoint.handle(form, basic))
+    result = await security(request).token_endpoint.handle(form, basic)
+    metrics(request).token_request(form.get("grant_type"), issued=isinstance(result, TokenResponse))
+    return _oauth_response(result)
 
 
 async def get_jwks(request: web.Request) -> web.Response:

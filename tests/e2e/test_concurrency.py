@@ -27,6 +27,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from tests.support.engines import make_catalog
 from tests.support.gateway import GatewayProcess
+from tests.support.redis import RedisServer
 
 WRITERS = 16
 APPENDS_PER_WRITER = 3
@@ -145,21 +146,30 @@ def test_sixteen_concurrent_writers(store_gateway: Any) -> None:
 
 
 def test_sixteen_writers_through_two_gateways_on_one_postgres(postgres_url: str, tmp_path: Path) -> None:
-    """Two gateway processes share one PostgreSQL registry (and data dir): the compare-and-swap
-    must hold across processes, not just inside one."""
+    """Two gateway processes share one PostgreSQL registry, one Redis (rate limits) and one data
+    dir, as two instances behind a load balancer: the compare-and-swap must hold across processes,
+    not just inside one, and lost races must reach the writers as 409s they retry."""
+    redis = RedisServer()
+    redis.start()
+    limits = {key: "1000000/minute" for key in ("per_address", "read", "write", "admin", "token")}
+    config = {"rate_limits": {"storage_uri": redis.url, **limits}}
     data_dir = tmp_path / "shared"
-    first = GatewayProcess(data_dir, store_url=postgres_url, log_path=tmp_path / "gw1.log")
-    second = GatewayProcess(data_dir, store_url=postgres_url, log_path=tmp_path / "gw2.log")
-    with first, second:
-        try:
-            create_table(first)
-            out, _elapsed = run_writers([first, second])
-            check_table(first, out)
-            check_table(second, out)
-        except BaseException:
-            for gw in (first, second):
-                print(f"--- {gw.log_path} (tail) ---\n{gw.log_text()[-4000:]}")
-            raise
+    first = GatewayProcess(data_dir, store_url=postgres_url, config=config, log_path=tmp_path / "gw1.log")
+    second = GatewayProcess(data_dir, store_url=postgres_url, config=config, log_path=tmp_path / "gw2.log")
+    try:
+        with first, second:
+            try:
+                create_table(first)
+                out, _elapsed = run_writers([first, second])
+                assert out.conflicts > 0  # sixteen writers on one table do collide; each was retried
+                check_table(first, out)
+                check_table(second, out)
+            except BaseException:
+                for gw in (first, second):
+                    print(f"--- {gw.log_path} (tail) ---\n{gw.log_text()[-4000:]}")
+                raise
+    finally:
+        redis.stop()
 
 
 def check_table(gateway: Any, out: Outcome) -> None:

@@ -131,6 +131,7 @@ def test_default_policy_set_loads_with_a_content_version(engine: PolicyEngine) -
         "writers-write-granted",
         "protected-refs",
         "schema-locked",
+        "monitoring-reads-metrics",
     }
     assert engine.active.locations["admins-manage-everything"] == "admins.cedar:3"
 
@@ -376,7 +377,7 @@ def test_action_groups_in_the_schema_match_the_table(policy_dir: Path) -> None:
     (policy_dir / "groups.cedar").write_text(
         "".join(
             f'@id("{g}") permit (principal, action in Cedarberg::Action::"{g}", resource);\n'
-            for g in ("read", "write", "manage", "admin")
+            for g in ("read", "write", "manage", "admin", "operate")
         )
     )
     eng = PolicyEngine(policy_dir)
@@ -614,7 +615,7 @@ def test_a_failing_fixture_fails_the_run(policy_dir: Path) -> None:
 def test_validate_prints_file_and_line(policy_dir: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert validate(policy_dir, out, err) == 0
-    assert "7 policies in 3 file(s) valid" in out.getvalue()
+    assert "8 policies in 4 file(s) valid" in out.getvalue()
     (policy_dir / "zz.cedar").write_text(
         "permit (principal, action, resource);\n\npermit (principal, action, resource)\nwhen { x };\n"
     )

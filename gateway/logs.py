@@ -1,0 +1,83 @@
+"""Process logging: JSON lines (default) or text, each line carrying the request id and the
+principal of the request it was written for.
+
+    configure_logging("INFO", "json")          # once, at start-up (cedarberg serve and workers)
+    bind_request(request_id)                   # by the outermost middleware, per request
+    bind_principal("service:etl")              # after authentication
+
+aiohttp runs every request in its own task, and a task runs in its own copy of the context, so
+the context variables below hold the current request's values in every log call made while
+serving it, whichever module makes the call. Outside a request both are null.
+
+Every handler gets `SecretScrubbingFilter`: whatever a log call is handed, secrets never reach
+the log (the filter also renders and scrubs tracebacks before the formatter sees them).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import logging
+import sys
+from typing import Literal
+
+import orjson
+
+from gateway.audit import SecretScrubbingFilter
+
+_REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+_PRINCIPAL: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal", default=None)
+
+
+def bind_request(request_id: str) -> None:
+    _REQUEST_ID.set(request_id)
+    _PRINCIPAL.set(None)
+
+
+def bind_principal(principal: str) -> None:
+    _PRINCIPAL.set(principal)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, request_id, principal[, exception]."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, object] = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")[:-6]
+            + "Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": _REQUEST_ID.get(),
+            "principal": _PRINCIPAL.get(),
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            document["exception"] = record.exc_text
+        return orjson.dumps(document).decode()
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = _REQUEST_ID.get()
+        if request_id is None:
+            return line
+        return f"{line} [rid={request_id} principal={_PRINCIPAL.get() or '-'}]"
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+    """Send every logger's records to stderr in `fmt`, scrubbed, at `level` and above."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else _TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    )
+    handler.addFilter(SecretScrubbingFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    # Alembic's migration chatter ("Context impl ...") is noise at INFO in a server's log.
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,177 @@
+"""Prometheus metrics of one worker process, summed over all workers by `/metrics`.
+
+`Metrics.create()` builds the families (names below) when the application starts, never at
+import: a worker forked by the supervisor (`gateway.supervisor`) must create them after the fork,
+in multiprocess mode, so that each worker writes its own files under PROMETHEUS_MULTIPROC_DIR and
+`/metrics` sums them whichever worker answers. Without that variable (one process) the families
+live in a private registry.
+
+Families (labels):
+    cedarberg_http_requests_total              operation, method, status
+    cedarberg_http_request_duration_seconds    operation                    (histogram)
+    cedarberg_http_requests_in_flight          -
+    cedarberg_authz_decisions_total            action, outcome (allow|deny)
+    cedarberg_commit_conflicts_total           operation
+    cedarberg_kms_calls_total                  provider, op, outcome
+    cedarberg_kms_data_key_cache_total         result (hit|miss)
+    cedarberg_tokens_total                     grant_type, outcome (issued|refused)
+    cedarberg_rate_limit_rejections_total      scope (address|auth_failures|principal), op_class
+    cedarberg_store_pool_connections           state (checked_out|capacity)
+Labels are bounded: operations and actions come from the route table, never from request paths,
+principals or table names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_GRANT_TYPES = frozenset(
+    {
+        "client_credentials",
+        "refresh_token",
+        "urn:ietf:params:oauth:grant-type:token-exchange",
+    }
+)
+
+
+def _multiprocess() -> bool:
+    """True when PROMETHEUS_MULTIPROC_DIR is set now. prometheus_client picks its value class
+    (in-memory or per-process files) when it is first imported, and a worker inherits the
+    supervisor's import from before the variable was set: choose again, here, before any family
+    of this process is created."""
+    enabled = bool(os.environ.get(MULTIPROC_ENV))
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    return enabled
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    multiprocess: bool
+    registry: CollectorRegistry | None  # None in multiprocess mode: families go to files
+    requests: Counter
+    latency: Histogram
+    in_flight: Gauge
+    decisions: Counter
+    conflicts: Counter
+    kms_calls: Counter
+    data_key_cache: Counter
+    tokens: Counter
+    rate_limited: Counter
+    pool: Gauge
+
+    @classmethod
+    def create(cls) -> Metrics:
+        multi = _multiprocess()
+        registry = None if multi else CollectorRegistry(auto_describe=True)
+        where: dict[str, Any] = {"registry": registry}
+        return cls(
+            multiprocess=multi,
+            registry=registry,
+            requests=Counter(
+                "cedarberg_http_requests",
+                "HTTP requests answered, by operation, method and status.",
+                ["operation", "method", "status"],
+                **where,
+            ),
+            latency=Histogram(
+                "cedarberg_http_request_duration_seconds",
+                "Time from receiving a request to its response, by operation.",
+                ["operation"],
+                buckets=_LATENCY_BUCKETS,
+                **where,
+            ),
+            in_flight=Gauge(
+                "cedarberg_http_requests_in_flight",
+                "Requests being served.",
+                multiprocess_mode="livesum",
+                **where,
+            ),
+            decisions=Counter(
+                "cedarberg_authz_decisions",
+                "Cedar authorization decisions, by action and outcome.",
+                ["action", "outcome"],
+                **where,
+            ),
+            conflicts=Counter(
+                "cedarberg_commit_conflicts",
+                "Commits refused because their requirements no longer held (409), by operation.",
+                ["operation"],
+                **where,
+            ),
+            kms_calls=Counter(
+                "cedarberg_kms_calls",
+                "Calls to the key management service, by provider, operation and outcome.",
+                ["provider", "op", "outcome"],
+                **where,
+            ),
+            data_key_cache=Counter(
+                "cedarberg_kms_data_key_cache",
+                "Data key lookups, by result (hit: no KMS call).",
+                ["result"],
+                **where,
+            ),
+            tokens=Counter(
+                "cedarberg_tokens",
+                "Token requests at /v1/oauth/tokens, by grant type and outcome.",
+                ["grant_type", "outcome"],
+                **where,
+            ),
+            rate_limited=Counter(
+                "cedarberg_rate_limit_rejections",
+                "Requests refused with 429, by limit scope and operation class.",
+                ["scope", "op_class"],
+                **where,
+            ),
+            pool=Gauge(
+                "cedarberg_store_pool_connections",
+                "Registry connections checked out, and the pool's capacity.",
+                ["state"],
+                multiprocess_mode="livesum",
+                **where,
+            ),
+        )
+
+    # -- recording ---------------------------------------------------------------------------
+    def kms_call(self, provider: str, op: str, outcome: str) -> None:
+        self.kms_calls.labels(provider, op, outcome).inc()
+
+    def cache_lookup(self, hit: bool) -> None:
+        self.data_key_cache.labels("hit" if hit else "miss").inc()
+
+    def token_request(self, grant_type: str | None, issued: bool) -> None:
+        grant = grant_type if grant_type in _GRANT_TYPES else "other"
+        self.tokens.labels(grant, "issued" if issued else "refused").inc()
+
+    def watch_pool(self, engine: AsyncEngine, capacity: int) -> None:
+        """Count the registry's checked-out connections (SQLAlchemy pool events)."""
+        self.pool.labels("capacity").set(capacity)
+        checked_out = self.pool.labels("checked_out")
+        checked_out.set(0)
+        event.listen(engine.sync_engine, "checkout", lambda *_: checked_out.inc())
+        event.listen(engine.sync_engine, "checkin", lambda *_: checked_out.dec())
+
+    # -- exposition --------------------------------------------------------------------------
+    def exposition(self) -> bytes:
+        """The text format of every family, summed over the workers in multiprocess mode."""
+        if self.registry is not None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
