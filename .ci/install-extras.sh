@@ -34,3 +34,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends redis-server
 fi
 # The Debian package starts a system-wide instance on :6379; the tests do not use it.
+
+# -- deploy/: docker-compose (Debian) validates deploy/compose.yaml offline ---------------------
+# tests/deploy/test_compose_and_image.py runs `docker-compose config`, which needs no engine.
+if ! command -v docker-compose >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends docker-compose
+fi
