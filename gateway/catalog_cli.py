@@ -37,17 +37,31 @@ from kms.errors import KmsError
 PROG = "cedarberg"
 
 
-def _common() -> argparse.ArgumentParser:
+def offline_options(*, warehouse: bool = True) -> argparse.ArgumentParser:
+    """The options of commands that work on the registry without a server (as for serve)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, help="TOML configuration file (as for serve)")
     common.add_argument("--data-dir", type=Path, help="data directory (as for serve)")
     common.add_argument("--store-url", help="registry URL (as for serve)")
-    common.add_argument("--warehouse", help="warehouse name (default: the default warehouse)")
+    if warehouse:
+        common.add_argument("--warehouse", help="warehouse name (default: the default warehouse)")
     return common
 
 
+def offline_settings(
+    args: argparse.Namespace, environ: Mapping[str, str] | None, err: TextIO
+) -> Settings | None:
+    """The settings `offline_options` name, or None after printing why they are invalid."""
+    flags = {"data_dir": args.data_dir, "store_url": args.store_url}
+    try:
+        return load_settings(args.config, os.environ if environ is None else environ, flags)
+    except SettingsError as error:
+        print(f"{PROG}: {error}", file=err)
+        return None
+
+
 def add_catalog_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = _common()
+    common = offline_options()
     kms = subparsers.add_parser("kms", help="key encryption keys: status, rotation")
     kms_commands = kms.add_subparsers(dest="kms_command", required=True)
     kms_commands.add_parser("status", parents=[common], help="current KEK and keys behind it")
@@ -150,11 +164,8 @@ def run_catalog_command(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    flags = {"data_dir": args.data_dir, "store_url": args.store_url}
-    try:
-        settings = load_settings(args.config, os.environ if environ is None else environ, flags)
-    except SettingsError as error:
-        print(f"{PROG}: {error}", file=err)
+    settings = offline_settings(args, environ, err)
+    if settings is None:
         return 2
     warehouse = args.warehouse
     try:

@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TextIO
 
 from catalog.errors import CatalogError
+from gateway.catalog_cli import offline_options, offline_settings
 from gateway.schema import schema_states, upgrade
-from gateway.settings import SettingsError, load_settings
 
 PROG = "cedarberg"
 EXIT_BEHIND = 3
 
 
 def add_db_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, help="TOML configuration file (as for serve)")
-    common.add_argument("--data-dir", type=Path, help="data directory (as for serve)")
-    common.add_argument("--store-url", help="registry URL (as for serve)")
+    common = offline_options(warehouse=False)
     db = subparsers.add_parser("db", help="registry schema: current revision, upgrade")
     commands = db.add_subparsers(dest="db_command", required=True)
     commands.add_parser("current", parents=[common], help="show the schema revisions and whether at head")
@@ -45,11 +40,8 @@ def run_db_command(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    flags = {"data_dir": args.data_dir, "store_url": args.store_url}
-    try:
-        settings = load_settings(args.config, os.environ if environ is None else environ, flags)
-    except SettingsError as error:
-        print(f"{PROG}: {error}", file=err)
+    settings = offline_settings(args, environ, err)
+    if settings is None:
         return 2
     url = settings.effective_store_url()
     try:

@@ -57,6 +57,13 @@ def _wait_for(condition: Any, what: str, timeout: float = DEADLINE_SECONDS) -> N
         time.sleep(0.05)
 
 
+def _workers(gw: GatewayProcess, count: int = 2) -> set[int]:
+    """The pids of the supervisor's workers, once all `count` run."""
+    assert gw.pid is not None
+    _wait_for(lambda: len(_children(gw.pid or 0)) == count, f"{count} workers")
+    return _children(gw.pid)
+
+
 def _request(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
@@ -78,9 +85,7 @@ def _create_namespace(gw: GatewayProcess, name: str) -> int:
 def test_workers_share_the_port_and_are_replaced_when_they_die(tmp_path: Path) -> None:
     gw = GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"])
     with gw:
-        assert gw.pid is not None
-        _wait_for(lambda: len(_children(gw.pid or 0)) == 2, "two workers")
-        workers = _children(gw.pid)
+        workers = _workers(gw)
         # Writes from both workers on the one embedded SQLite registry.
         assert [_create_namespace(gw, f"ns{i}") for i in range(30)] == [200] * 30
         status, listing = _request(f"{gw.url}/v1/namespaces")
@@ -108,8 +113,7 @@ def test_sighup_reloads_the_policies_of_every_worker(tmp_path: Path) -> None:
     shutil.copytree(POLICIES, policy_dir, ignore=shutil.ignore_patterns("tests"))
     config = {"authz": {"policy_dir": str(policy_dir), "reload_interval_seconds": 0}}
     with GatewayProcess(tmp_path / "gw", config=config, extra_args=["--workers", "2"]) as gw:
-        assert gw.pid is not None
-        _wait_for(lambda: len(_children(gw.pid or 0)) == 2, "two workers")
+        _workers(gw)
         assert _create_namespace(gw, "before") == 200
         (policy_dir / "freeze.cedar").write_text(
             '@id("freeze-namespaces")\n'
@@ -127,9 +131,7 @@ def test_sighup_reloads_the_policies_of_every_worker(tmp_path: Path) -> None:
 def test_a_killed_supervisor_takes_its_workers_with_it(tmp_path: Path) -> None:
     gw = GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"])
     with gw:
-        assert gw.pid is not None
-        _wait_for(lambda: len(_children(gw.pid or 0)) == 2, "two workers")
-        workers = _children(gw.pid)
+        workers = _workers(gw)
         gw.kill()
         _wait_for(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
         with pytest.raises(urllib.error.URLError):
