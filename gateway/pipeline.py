@@ -138,9 +138,10 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     principal = await _authenticate(request)
     request[PRINCIPAL] = principal
-    bind_principal(f"{principal.kind}:{principal.id}")
+    who = f"{principal.kind}:{principal.id}"
+    bind_principal(who)
     op_class = _CLASSES[spec.group]
-    retry = await security(request).limiter.hit_principal(f"{principal.kind}:{principal.id}", op_class)
+    retry = await security(request).limiter.hit_principal(who, op_class)
     if retry is not None:
         raise _rate_limited(request, retry, "principal", op_class.value)
     return await handler(request)

@@ -100,15 +100,19 @@ class Supervisor:
         log.info("worker %d started (pid %d)", slot, pid)
 
     def _work(self) -> int:
-        # Imported here so that the supervisor itself never builds the application.
+        # Imported here: both modules import this one's importer (gateway.server).
         from gateway.cli import report_fatal
         from gateway.server import run_worker
 
         assert self._sock is not None
         try:
             run_worker(self._settings, self._ssl_context, self._sock)
-        except Exception as err:  # reported in one line, as `serve` does
-            return report_fatal(err, self._settings)
+        except Exception as err:
+            try:
+                return report_fatal(err, self._settings)  # a setup error: one line, as `serve` does
+            except Exception:
+                log.exception("worker %d failed", os.getpid())  # a bug: the whole traceback
+                return 1
         return 0
 
     def _supervise(self) -> int:
