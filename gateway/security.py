@@ -18,13 +18,13 @@ from gateway.authn.api_keys import ApiKeyAuthenticator
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.key_format import MalformedKeyError, parse_api_key
 from gateway.authn.key_store import KeyStore, open_key_store
-from gateway.authn.oauth import TokenEndpoint
+from gateway.authn.oauth import Admission, TokenEndpoint
 from gateway.authn.oidc import OidcAuthenticator
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from gateway.authn.tokens import TokenIssuer
 from gateway.authz.engine import PolicyEngine
 from gateway.authz.reload import PolicyWatcher
-from gateway.ratelimit import RateLimiter
+from gateway.ratelimit import OperationClass, RateLimiter
 from gateway.settings import Settings
 
 log = logging.getLogger("cedarberg.security")
@@ -67,13 +67,14 @@ class Security:
                 groups=frozenset(settings.anonymous.groups),
                 auth_method=AuthMethod.ANONYMOUS,
             )
+        limiter = RateLimiter.open(settings.rate_limits)
         security = cls(
             settings=settings,
-            limiter=RateLimiter.open(settings.rate_limits),
+            limiter=limiter,
             key_store=key_store,
             api_keys=api_keys,
             tokens=tokens,
-            token_endpoint=TokenEndpoint(api_keys, tokens),
+            token_endpoint=TokenEndpoint(api_keys, tokens, admit=_token_budget(limiter)),
             oidc=oidc,
             policies=policies,
             audit=AuditLog.open(settings.audit),
@@ -110,6 +111,17 @@ class Security:
         await self.limiter.aclose()
         await self.audit.aclose()
         await self.key_store.close()
+
+
+def _token_budget(limiter: RateLimiter) -> Admission:
+    """Token issuance counts against the principal's `rate_limits.token` budget (after the
+    credentials verified, so nobody can spend another principal's budget)."""
+
+    async def admit(principal: Principal) -> int | None:
+        retry = await limiter.hit_principal(f"{principal.kind}:{principal.id}", OperationClass.TOKEN)
+        return None if retry is None else retry.seconds
+
+    return admit
 
 
 SECURITY = web.AppKey("security", Security)

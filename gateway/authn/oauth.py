@@ -2,7 +2,7 @@
 
 Public API::
 
-    endpoint = TokenEndpoint(keys, issuer)      # keys: ApiKeyAuthenticator, issuer: TokenIssuer
+    endpoint = TokenEndpoint(keys, issuer, admit=None)   # keys: ApiKeyAuthenticator, issuer: TokenIssuer
     result = await endpoint.handle(form, basic_auth)   # TokenResponse | OAuthError
     result.status, result.headers, result.to_json()    # what the HTTP handler sends
 
@@ -23,13 +23,16 @@ first `:`, or None. Grants:
 
 Anything else is `unsupported_grant_type`; missing or repeated-method parameters are
 `invalid_request` (400). Responses carry `Cache-Control: no-store` (RFC 6749 section 5.1).
+
+With `admit` (the gateway passes the principal's `rate_limits.token` budget), a principal over its
+budget gets `temporarily_unavailable` (429, `Retry-After`) after its credentials verified.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote_plus
@@ -83,15 +86,22 @@ class OAuthError:
     error: str
     description: str
     status: int
+    retry_after_seconds: int | None = None  # with 429: when the client may ask again
 
     @property
     def headers(self) -> Mapping[str, str]:
         if self.status == 401:
             return {**_NO_STORE, "WWW-Authenticate": _CHALLENGE}
+        if self.retry_after_seconds is not None:
+            return {**_NO_STORE, "Retry-After": str(self.retry_after_seconds)}
         return _NO_STORE
 
     def to_json(self) -> dict[str, Any]:
         return {"error": self.error, "error_description": self.description}
+
+
+# Seconds until `principal` may have another token, or None to issue one now (rate limits).
+Admission = Callable[[Principal], Awaitable[int | None]]
 
 
 def _invalid_request(description: str) -> OAuthError:
@@ -126,9 +136,10 @@ def _client_credentials(
 class TokenEndpoint:
     """Exchanges API key credentials (or a still-valid token) for a gateway access token."""
 
-    def __init__(self, keys: KeyVerifier, issuer: TokenIssuer) -> None:
+    def __init__(self, keys: KeyVerifier, issuer: TokenIssuer, admit: Admission | None = None) -> None:
         self._keys = keys
         self._issuer = issuer
+        self._admit = admit
 
     async def handle(
         self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
@@ -143,7 +154,13 @@ class TokenEndpoint:
             return await self.refresh(form, basic_auth)
         return OAuthError("unsupported_grant_type", "Unsupported grant_type", 400)
 
-    def _issue(self, principal: Principal) -> TokenResponse:
+    async def _issue(self, principal: Principal) -> TokenResponse | OAuthError:
+        """A token for an authenticated principal, within its token budget (`admit`)."""
+        retry_after = None if self._admit is None else await self._admit(principal)
+        if retry_after is not None:
+            return OAuthError(
+                "temporarily_unavailable", "Too many token requests; retry later", 429, retry_after
+            )
         token, expires_in = self._issuer.issue(principal)
         return TokenResponse(token, expires_in)
 
@@ -163,7 +180,7 @@ class TokenEndpoint:
             principal = await self._keys.authenticate_parts(*credentials)
         except AuthenticationError:
             return INVALID_CLIENT
-        return self._issue(principal)
+        return await self._issue(principal)
 
     async def refresh(
         self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
@@ -179,7 +196,7 @@ class TokenEndpoint:
             if isinstance(credentials, OAuthError):
                 return credentials
             try:
-                return self._issue(await self._keys.authenticate_parts(*credentials))
+                return await self._issue(await self._keys.authenticate_parts(*credentials))
             except AuthenticationError:
                 return INVALID_CLIENT
         try:
@@ -194,4 +211,4 @@ class TokenEndpoint:
             principal = await self._keys.active_principal(key_id)
         except AuthenticationError:
             return _invalid_request("subject_token is not valid")
-        return self._issue(principal)
+        return await self._issue(principal)

@@ -119,7 +119,10 @@ async def get_token(request: web.Request) -> web.Response:
         metrics(request).token_request(None, issued=False)
         return _invalid_request(str(err))
     result = await security(request).token_endpoint.handle(form, basic)
-    metrics(request).token_request(form.get("grant_type"), issued=isinstance(result, TokenResponse))
+    stats = metrics(request)
+    stats.token_request(form.get("grant_type"), issued=isinstance(result, TokenResponse))
+    if result.status == 429:
+        stats.rate_limited.labels("principal", "token").inc()
     return _oauth_response(result)
 
 

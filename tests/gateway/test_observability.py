@@ -66,7 +66,7 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
 
 
 def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
-    config = {"rate_limits": {"admin": "3/minute"}}
+    config = {"rate_limits": {"admin": "3/minute", "token": "1/minute"}}
     with GatewayProcess(tmp_path / "gw", config=config) as gw:
         monitoring = _create_key(gw, "prometheus", ["monitoring"])  # admin operation 1
         stranger = _create_key(gw, "stranger", ["nobody"])  # admin operation 2
@@ -107,6 +107,14 @@ def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
             timeout=30,
         )
         assert refused.status_code == 401
+        throttled = requests.post(  # right credentials, over the principal's token budget
+            f"{gw.url}/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": key_id, "client_secret": secret},
+            timeout=30,
+        )
+        assert throttled.status_code == 429
+        assert int(throttled.headers["Retry-After"]) >= 1
+        assert throttled.json()["error"] == "temporarily_unavailable"
 
         forbidden = requests.get(f"{gw.url}/metrics", headers=_bearer(stranger["key"]), timeout=30)
         assert forbidden.status_code == 403
@@ -131,7 +139,8 @@ def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
     assert _value(samples, limited_total, scope="principal", op_class="admin") == 1
     tokens = "cedarberg_tokens_total"
     assert _value(samples, tokens, grant_type="client_credentials", outcome="issued") == 1
-    assert _value(samples, tokens, grant_type="client_credentials", outcome="refused") == 1
+    assert _value(samples, tokens, grant_type="client_credentials", outcome="refused") == 2
+    assert _value(samples, limited_total, scope="principal", op_class="token") == 1
     kms = "cedarberg_kms_calls_total"
     assert _value(samples, kms, provider="local", op="generate_data_key", outcome="ok") >= 1
     assert _value(samples, "cedarberg_kms_data_key_cache_total", result="hit") >= 3
