@@ -361,10 +361,9 @@ def _refuses_connections(gw: GatewayProcess) -> bool:
         return True
 
 
-def _single(tmp_path: Path, store_url: str, redis_url: str, shutdown_timeout: float) -> Any:
-    return _cluster(
-        tmp_path, store_url, redis_url, extra={"shutdown_timeout_seconds": shutdown_timeout}, count=1
-    )
+def _single(tmp_path: Path, store_url: str, redis_url: str, shutdown_timeout: float, workers: int = 1) -> Any:
+    extra = {"shutdown_timeout_seconds": shutdown_timeout, "workers": workers}
+    return _cluster(tmp_path, store_url, redis_url, extra=extra, count=1)
 
 
 def _start_commit(cluster: Cluster, table: str, marker: str) -> tuple[threading.Thread, dict[str, Any]]:
@@ -399,10 +398,15 @@ def _create_crash_table(cluster: Cluster, table: str) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "supervisor-and-two-workers"])
 def test_sigterm_lets_a_commit_in_flight_finish(
-    postgres_url: str, redis_server: RedisServer, postgres_server: PostgresServer, tmp_path: Path
+    postgres_url: str,
+    redis_server: RedisServer,
+    postgres_server: PostgresServer,
+    tmp_path: Path,
+    workers: int,
 ) -> None:
-    with _single(tmp_path, postgres_url, redis_server.url, shutdown_timeout=20) as cluster:
+    with _single(tmp_path, postgres_url, redis_server.url, shutdown_timeout=20, workers=workers) as cluster:
         gw = cluster.instances[0]
         _create_crash_table(cluster, "t")
         lock = _hold_row_lock(postgres_server, postgres_url, "t", 3)
