@@ -143,7 +143,8 @@ def create_app(settings: Settings) -> web.Application:
         await close_catalog(ctx)
 
     async def security_services(app: web.Application) -> AsyncIterator[None]:
-        security = await Security.open(settings)
+        # catalog_resources (registered first) has opened the registry by now.
+        security = await Security.open(settings, app[SERVICES].ctx.store.engine)
         app[SECURITY] = security
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -10,9 +10,8 @@
 Settings come from the same sources as `cedarberg serve`, in the same order (config file, then
 `CEDARBERG_*` environment variables, then flags), so the command finds the store the server uses.
 It works while a server runs on that store: SQLite runs in WAL mode with a busy timeout and writers
-take the write lock up front (see `gateway.authn.key_store`). A revocation reaches a running server
-when its cache entry expires (`api_keys.cache_ttl_seconds`); revoke through the admin API to take
-effect at once in that process.
+take the write lock up front (see `gateway.authn.key_store`). A revocation or rotation reaches every
+running gateway process through the key change feed within `api_keys.change_poll_seconds`.
 
 Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
 arguments (one line on stderr). Nothing secret is logged or printed except the created key.

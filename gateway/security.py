@@ -12,12 +12,13 @@ import logging
 from dataclasses import dataclass
 
 from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.audit import AuditLog
 from gateway.authn.api_keys import ApiKeyAuthenticator
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.key_format import MalformedKeyError, parse_api_key
-from gateway.authn.key_store import KeyStore, open_key_store
+from gateway.authn.key_store import KeyStore
 from gateway.authn.oauth import Admission, TokenEndpoint
 from gateway.authn.oidc import OidcAuthenticator
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
@@ -45,12 +46,15 @@ class Security:
     watcher: PolicyWatcher | None = None
 
     @classmethod
-    async def open(cls, settings: Settings) -> Security:
-        """Build every service. Raises on unusable configuration (policies, keys, audit file)."""
+    async def open(cls, settings: Settings, registry: AsyncEngine) -> Security:
+        """Build every service. Raises on unusable configuration (policies, keys, audit file).
+
+        API keys live beside the registry and use its connection pool (`registry`), so a worker
+        holds one pool, not two."""
         policies = PolicyEngine(settings.authz.policy_dir, entity_cache_size=settings.authz.entity_cache_size)
         policies.load()
         # `serve` upgraded or checked the schema before any worker started (gateway.server).
-        key_store = await open_key_store(settings.effective_store_url(), migrate=False)
+        key_store = KeyStore(registry)
         api_keys = ApiKeyAuthenticator(key_store, settings.api_keys)
         tokens = TokenIssuer.open(settings.tokens, settings.data_dir)
         oidc = OidcAuthenticator(settings.oidc)
@@ -110,7 +114,6 @@ class Security:
         await self.oidc.close()
         await self.limiter.aclose()
         await self.audit.aclose()
-        await self.key_store.close()
 
 
 def _token_budget(limiter: RateLimiter) -> Admission:

@@ -94,9 +94,9 @@ class Settings(BaseModel):
         10,
         ge=1,
         le=500,
-        description="PostgreSQL connections each worker keeps open for the registry. A deployment "
-        "opens up to instances x workers x (store_pool_size + store_max_overflow + 8) connections "
-        "(8: the API key store); keep that under the server's max_connections.",
+        description="PostgreSQL connections each worker keeps open for the registry (API keys "
+        "included). A deployment opens up to instances x workers x (store_pool_size + "
+        "store_max_overflow) connections; keep that under the server's max_connections.",
     )
     store_max_overflow: int = Field(
         10, ge=0, le=500, description="Extra registry connections a worker may open under load."

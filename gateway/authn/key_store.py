@@ -306,7 +306,7 @@ class KeyStore:
             return [(int(row.id), str(row.key_id)) for row in rows]
 
 
-async def open_key_store(url: str, *, migrate: bool = True) -> KeyStore:
+async def open_key_store(url: str) -> KeyStore:
     """Create an engine for `url` (SQLite or PostgreSQL), apply migrations, return the store.
 
     The store owns the engine: `close()` disposes of it. To share the registry's engine instead,
@@ -321,8 +321,6 @@ async def open_key_store(url: str, *, migrate: bool = True) -> KeyStore:
     else:
         engine = create_async_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
     store = KeyStore(engine, owns_engine=True)
-    if not migrate:  # the caller made sure the schema is current (`cedarberg serve` prepares it)
-        return store
     try:
         await store.migrate()
     except BaseException:
