@@ -42,7 +42,6 @@ from gateway.tls import peer_subject
 
 PRINCIPAL = "cedarberg.principal"
 REQUEST_ID = "cedarberg.request_id"
-ROUTE = "cedarberg.route"
 ROUTE_TABLE = web.AppKey("route_table", dict[tuple[str, str], Route])
 
 _CLASSES = {

@@ -35,6 +35,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from gateway.metrics import MULTIPROC_ENV
 from gateway.settings import Settings
 
 log = logging.getLogger("cedarberg.supervisor")
@@ -44,7 +45,6 @@ _STARTUP_SECONDS = 5.0  # a first-generation worker dying sooner means the confi
 _KILL_GRACE_SECONDS = 5.0
 _MAX_RESTARTS = 5
 _RESTART_WINDOW_SECONDS = 60.0
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -208,4 +208,4 @@ def _stop_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-__all__ = ["MULTIPROC_ENV", "Supervisor"]
+__all__ = ["Supervisor"]
