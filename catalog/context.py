@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from catalog.errors import NoSuchWarehouseError
 from catalog.idempotency import Idempotency
+from catalog.load_results import LoadResultCache
 from catalog.sealing import Sealer
 from catalog.store.sql import Store
 
@@ -34,6 +35,7 @@ class CatalogContext:
     default_warehouse: str
     idempotency: Idempotency
     limits: Limits
+    load_results: LoadResultCache = field(default_factory=lambda: LoadResultCache(max_bytes=0))
 
     def warehouse(self, name: str | None) -> Warehouse:
         """The named warehouse, or the default one for None. Raises NoSuchWarehouseError."""

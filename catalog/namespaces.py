@@ -8,7 +8,8 @@ from catalog.errors import NoSuchNamespaceError, UnprocessableError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Namespace
 from catalog.pagination import PageRequest, fetch_page
-from catalog.store.sql import StoreTx
+from catalog.store.cache import RegistryKey
+from catalog.store.sql import Store, StoreTx
 
 LOCATION_PROPERTY = "location"
 
@@ -28,6 +29,43 @@ async def require_namespace(
     return properties
 
 
+async def read_namespace(store: Store, warehouse: str, namespace: Namespace) -> dict[str, str]:
+    """`require_namespace` for reads: the registry's properties or their short-lived cached copy
+    (callers must not modify them). Raises NoSuchNamespaceError."""
+    properties = await read_properties(store, warehouse, namespace.key)
+    if properties is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+    return properties
+
+
+async def read_properties(store: Store, warehouse: str, name: str) -> dict[str, str] | None:
+    """A namespace's properties (None if it does not exist), through the read cache."""
+    return await store.cached(
+        RegistryKey.namespace(warehouse, name), lambda tx: tx.get_namespace(warehouse, name)
+    )
+
+
+async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict[str, str] | None]:
+    """Properties of several namespaces (None where one does not exist), in order, through the
+    read cache; whatever is not cached is read in one query."""
+    cache = store.cache
+    found: dict[str, dict[str, str] | None] = {}
+    if cache.enabled:
+        for name in names:
+            hit, value = cache.lookup(RegistryKey.namespace(warehouse, name))
+            if hit:
+                found[name] = value
+    missing = [name for name in names if name not in found]
+    if missing:
+        generation = cache.generation
+        async with store.read() as tx:
+            read = await tx.namespace_properties(warehouse, missing)
+        for name in missing:
+            found[name] = read.get(name)
+            cache.store(RegistryKey.namespace(warehouse, name), found[name], generation)
+    return [found[name] for name in names]
+
+
 class NamespaceService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
@@ -36,15 +74,18 @@ class NamespaceService:
         self, warehouse_name: str | None, parent: Namespace | None, page: PageRequest
     ) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            if parent is not None:
-                await require_namespace(tx, warehouse.name, parent)
-            result = await fetch_page(
-                page,
-                lambda after, limit: tx.list_namespaces(
-                    warehouse.name, None if parent is None else parent.key, after, limit
-                ),
+        store = self._ctx.store
+        if parent is not None:
+            await read_namespace(store, warehouse.name, parent)
+        parent_key = None if parent is None else parent.key
+
+        async def fetch(after: str | None, limit: int) -> list[str]:
+            key = store.cache.listing_key(("namespaces", warehouse.name), parent_key, after, limit)
+            return await store.cached(
+                key, lambda tx: tx.list_namespaces(warehouse.name, parent_key, after, limit)
             )
+
+        result = await fetch_page(page, fetch)
         return documents.dumps(
             {
                 "namespaces": [Namespace.parse(key).levels for key in result.items],
@@ -71,8 +112,7 @@ class NamespaceService:
 
     async def load(self, warehouse_name: str | None, namespace: Namespace) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            properties = await require_namespace(tx, warehouse.name, namespace)
+        properties = await read_namespace(self._ctx.store, warehouse.name, namespace)
         return documents.dumps({"namespace": namespace.levels, "properties": properties})
 
     async def exists(self, warehouse_name: str | None, namespace: Namespace) -> None:

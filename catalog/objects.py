@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from catalog import documents
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import AlreadyExistsError, NoSuchTableError, NoSuchViewError, NotFoundError
 from catalog.idempotency import Recorder
 from catalog.identifiers import Identifier, Namespace
-from catalog.namespaces import require_namespace
+from catalog.namespaces import read_namespace, require_namespace
 from catalog.pagination import PageRequest, fetch_page
-from catalog.store.sql import ObjectRow, StoreTx
+from catalog.store.cache import RegistryKey
+from catalog.store.sql import ObjectRow, Store, StoreTx
 
 TABLE = "table"
 VIEW = "view"
@@ -24,16 +27,40 @@ async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, ki
     return row
 
 
+async def read_object(store: Store, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
+    """`require_object` for reads: the registry's row, or its short-lived cached copy (never for
+    a mutation, which compares against the database). Raises NoSuchTableError / NoSuchViewError."""
+    namespace, name = identifier.namespace.key, identifier.name
+    row = await store.cached(
+        RegistryKey.object(warehouse, namespace, name), lambda tx: tx.get_object(warehouse, namespace, name)
+    )
+    if row is None or row.kind != kind:
+        raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
+    return row
+
+
+async def load_object(
+    ctx: CatalogContext, row: ObjectRow, variant: str, render: Callable[[], Awaitable[bytes]]
+) -> bytes:
+    """The load result of `row` in `variant`, unsealed once per metadata version."""
+    return await ctx.load_results.get((row.uuid, row.metadata_location, variant), render)
+
+
 async def list_objects(
     ctx: CatalogContext, warehouse_name: str | None, namespace: Namespace, kind: str, page: PageRequest
 ) -> bytes:
     """A ListTablesResponse document for the tables or views of a namespace."""
     warehouse = ctx.warehouse(warehouse_name)
-    async with ctx.store.read() as tx:
-        await require_namespace(tx, warehouse.name, namespace)
-        result = await fetch_page(
-            page, lambda after, limit: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
+    store = ctx.store
+    await read_namespace(store, warehouse.name, namespace)
+
+    async def fetch(after: str | None, limit: int) -> list[str]:
+        key = store.cache.listing_key(("objects", warehouse.name, namespace.key), kind, after, limit)
+        return await store.cached(
+            key, lambda tx: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
         )
+
+    result = await fetch_page(page, fetch)
     return documents.dumps(
         {
             "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],

@@ -25,7 +25,7 @@ from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequest
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
-from catalog.objects import TABLE, list_objects, rename_object, require_object
+from catalog.objects import TABLE, list_objects, load_object, read_object, rename_object, require_object
 from catalog.pagination import PageRequest
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
 from catalog.store.sql import ObjectRow
@@ -87,22 +87,26 @@ class TableService:
         if snapshots not in SNAPSHOT_MODES:
             raise InvalidRequestError("snapshots must be 'all' or 'refs'")
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            row = await require_object(tx, warehouse.name, identifier, TABLE)
+        row = await read_object(self._ctx.store, warehouse.name, identifier, TABLE)
         tag = documents.etag(row.metadata_location, snapshots)
         if if_none_match is not None and (
             if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))
         ):
             return tag, None
-        metadata_json = await self._ctx.sealer.open_row(row)
-        if snapshots == "refs":
-            metadata_json = documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
-        return tag, documents.load_result(row.metadata_location, metadata_json)
+
+        async def render() -> bytes:
+            metadata_json = await self._ctx.sealer.open_row(row)
+            if snapshots == "refs":
+                metadata_json = documents.model_json(
+                    table_metadata.filter_to_refs(parse_metadata(metadata_json))
+                )
+            return documents.load_result(row.metadata_location, metadata_json)
+
+        return tag, await load_object(self._ctx, row, snapshots, render)
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            await require_object(tx, warehouse.name, identifier, TABLE)
+        await read_object(self._ctx.store, warehouse.name, identifier, TABLE)
 
     async def commit(
         self,

@@ -15,7 +15,7 @@ from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequest
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
-from catalog.objects import VIEW, list_objects, rename_object, require_object
+from catalog.objects import VIEW, list_objects, load_object, read_object, rename_object, require_object
 from catalog.pagination import PageRequest
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from catalog.sealing import ObjectKey
@@ -93,14 +93,16 @@ class ViewService:
 
     async def load(self, warehouse_name: str | None, identifier: Identifier) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            row = await require_object(tx, warehouse.name, identifier, VIEW)
-        return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
+        row = await read_object(self._ctx.store, warehouse.name, identifier, VIEW)
+
+        async def render() -> bytes:
+            return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
+
+        return await load_object(self._ctx, row, "view", render)
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
-        async with self._ctx.store.read() as tx:
-            await require_object(tx, warehouse.name, identifier, VIEW)
+        await read_object(self._ctx.store, warehouse.name, identifier, VIEW)
 
     async def replace(
         self,

@@ -14,7 +14,9 @@ from aiohttp import web
 from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
+from catalog.load_results import LoadResultCache
 from catalog.sealing import Sealer
+from catalog.store.cache import RegistryCache
 from catalog.store.sql import Store
 from gateway.authz.operations import check_route_table
 from gateway.metrics import Metrics
@@ -70,17 +72,20 @@ async def _sweep_idempotency(store: Store, lifetime: int) -> None:
             log.exception("idempotency sweep failed")
 
 
-async def open_catalog(settings: Settings, *, migrate: bool = True) -> CatalogContext:
+async def open_catalog(settings: Settings, *, migrate: bool = True, serving: bool = False) -> CatalogContext:
     """The registry, the key ring and the warehouses, as the catalog services need them (also used
     by the CLI commands that work on the registry directly). `migrate=False` when the caller has
-    made sure the schema is current (`cedarberg serve` prepares it before any worker starts)."""
+    made sure the schema is current (`cedarberg serve` prepares it before any worker starts).
+    `serving`: a server process, whose reads use the read-path caches (`[cache]`)."""
     keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
+    cache = settings.cache
     try:
         store = await Store.open(
             settings.effective_store_url(),
             migrate=migrate,
             pool_size=settings.store_pool_size,
             max_overflow=settings.store_max_overflow,
+            cache=RegistryCache(cache.registry_ttl_seconds, cache.registry_max_entries) if serving else None,
         )
     except BaseException:
         await keyring.aclose()
@@ -98,6 +103,9 @@ async def open_catalog(settings: Settings, *, migrate: bool = True) -> CatalogCo
         default_warehouse=settings.default_warehouse,
         idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
         limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
+        load_results=LoadResultCache(
+            cache.load_result_max_bytes if serving else 0, cache.load_result_max_age_seconds
+        ),
     )
 
 
@@ -127,7 +135,7 @@ def create_app(settings: Settings) -> web.Application:
         lifecycle.draining = True  # the socket is closed already; /ready now says so
 
     async def catalog_resources(app: web.Application) -> AsyncIterator[None]:
-        ctx = await open_catalog(settings, migrate=False)
+        ctx = await open_catalog(settings, migrate=False, serving=True)
         ctx.sealer.keyring.observer = metrics
         metrics.watch_pool(ctx.store.engine, ctx.store.pool_capacity)
         app[SERVICES] = Services.build(settings, ctx)

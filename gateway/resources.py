@@ -16,16 +16,20 @@ from aiohttp import web
 
 from catalog.errors import InvalidRequestError
 from catalog.identifiers import SEPARATOR, Identifier, Namespace
+from catalog.namespaces import read_many
 from gateway.authn.api_keys import ApiKeyError
 from gateway.authz import entities
 from gateway.authz.context import ChangeSummary
 from gateway.authz.entities import Resource
-from gateway.authz.operations import OperationSpec, Scope
+from gateway.authz.operations import ActionGroup, OperationSpec, Scope
 from gateway.security import Security
 from gateway.services import Services
 
 _CREATE_NAMED_BY_BODY = frozenset({"createTable", "registerTable", "createView", "registerView"})
 _COMMITS = frozenset({"updateTable", "replaceView"})
+# Reads may be decided on grants up to `cache.registry_ttl_seconds` old (when changed by another
+# process); everything else on the database's.
+_CACHED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +55,31 @@ def _warehouse(request: web.Request, services: Services) -> str:
     return request.match_info.get("prefix") or services.ctx.default_warehouse
 
 
-async def _chain(services: Services, warehouse: str, namespace: Namespace) -> list[dict[str, str]]:
+async def _chain(
+    services: Services, warehouse: str, namespace: Namespace, fresh: bool
+) -> list[dict[str, str]]:
     keys = [SEPARATOR.join(namespace.levels[: i + 1]) for i in range(len(namespace.levels))]
+    if not fresh:
+        return [found or {} for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
-        found = await tx.namespace_properties(warehouse, keys)
-    return [found.get(key, {}) for key in keys]
+        read = await tx.namespace_properties(warehouse, keys)
+    return [read.get(key, {}) for key in keys]
 
 
-async def namespace_of(services: Services, warehouse: str, namespace: Namespace) -> Resource:
+async def namespace_of(
+    services: Services, warehouse: str, namespace: Namespace, fresh: bool = False
+) -> Resource:
+    """The namespace's resource with the grants of its chain. Reads may use the registry's
+    short-lived read cache; mutations pass `fresh` and are decided on the database's grants."""
     return entities.namespace_resource(
-        warehouse, namespace.levels, await _chain(services, warehouse, namespace)
+        warehouse, namespace.levels, await _chain(services, warehouse, namespace, fresh)
     )
 
 
-async def object_of(services: Services, warehouse: str, identifier: Identifier, view: bool) -> Resource:
-    parent = await namespace_of(services, warehouse, identifier.namespace)
+async def object_of(
+    services: Services, warehouse: str, identifier: Identifier, view: bool, fresh: bool = False
+) -> Resource:
+    parent = await namespace_of(services, warehouse, identifier.namespace, fresh)
     return (
         entities.child_view(parent, identifier.name)
         if view
@@ -84,6 +98,7 @@ async def build(
     warehouse = _warehouse(request, services)
     match = request.match_info
     view = spec.scope is Scope.VIEW
+    fresh = spec.group not in _CACHED_GROUPS
     if spec.scope is Scope.CATALOG:
         return RequestResources(entities.catalog_resource())
     if spec.scope is Scope.API_KEY:
@@ -98,14 +113,14 @@ async def build(
     if spec.scope is Scope.CONTAINER:
         parent = request.query.get("parent")
         if parent:
-            return RequestResources(await namespace_of(services, warehouse, Namespace.parse(parent)))
+            return RequestResources(await namespace_of(services, warehouse, Namespace.parse(parent), fresh))
         return RequestResources(entities.warehouse_resource(warehouse))
     if spec.scope is Scope.NAMESPACE:
         if spec.operation == "createNamespace":
             namespace = Namespace.of((await _body(request)).get("namespace"))
         else:
             namespace = Namespace.parse(match["namespace"])
-        return RequestResources(await namespace_of(services, warehouse, namespace))
+        return RequestResources(await namespace_of(services, warehouse, namespace, fresh))
     # tables and views
     if spec.operation == "commitTransaction":
         changes = (await _body(request)).get("table-changes")
@@ -117,20 +132,23 @@ async def build(
                 raise InvalidRequestError("every table change must be an object")
             summary = ChangeSummary.of_commit(change.get("updates") or [], change.get("requirements") or [])
             tables.append(
-                (await object_of(services, warehouse, _identifier(change.get("identifier")), False), summary)
+                (
+                    await object_of(services, warehouse, _identifier(change.get("identifier")), False, fresh),
+                    summary,
+                )
             )
         return RequestResources(tables=tables)
     if spec.operation in ("renameTable", "renameView"):
         body = await _body(request)
-        source = await object_of(services, warehouse, _identifier(body.get("source")), view)
-        target = await object_of(services, warehouse, _identifier(body.get("destination")), view)
+        source = await object_of(services, warehouse, _identifier(body.get("source")), view, fresh)
+        target = await object_of(services, warehouse, _identifier(body.get("destination")), view, fresh)
         return RequestResources(source, target)
     namespace = Namespace.parse(match["namespace"])
     if spec.operation in _CREATE_NAMED_BY_BODY:
         identifier = Identifier.of(namespace, (await _body(request)).get("name"))
     else:
         identifier = Identifier.of(namespace, match["view" if view else "table"])
-    resource = await object_of(services, warehouse, identifier, view)
+    resource = await object_of(services, warehouse, identifier, view, fresh)
     if spec.operation in _COMMITS:
         body = await _body(request)
         summary = ChangeSummary.of_commit(body.get("updates") or [], body.get("requirements") or [])
@@ -146,8 +164,7 @@ async def visible_children(
     if spec.operation == "listNamespaces":
         levels = [tuple(item) for item in document.get("namespaces", [])]
         keys = [SEPARATOR.join(item) for item in levels]
-        async with services.ctx.store.read() as tx:
-            own = await tx.namespace_properties(warehouse, keys)
+        own = dict(zip(keys, await read_many(services.ctx.store, warehouse, keys), strict=True))
         parent_param = request.query.get("parent")
         parent = (
             await namespace_of(services, warehouse, Namespace.parse(parent_param))
@@ -155,7 +172,7 @@ async def visible_children(
             else entities.warehouse_resource(warehouse)
         )
         return [
-            entities.child_namespace(parent, item[-1], own.get(key, {}))
+            entities.child_namespace(parent, item[-1], own[key] or {})
             for item, key in zip(levels, keys, strict=True)
         ]
     namespace = await namespace_of(services, warehouse, Namespace.parse(request.match_info["namespace"]))

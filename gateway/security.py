@@ -22,6 +22,7 @@ from gateway.authn.key_store import KeyStore
 from gateway.authn.oauth import Admission, TokenEndpoint
 from gateway.authn.oidc import OidcAuthenticator
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.token_cache import VerifiedTokenCache
 from gateway.authn.tokens import TokenIssuer
 from gateway.authz.engine import PolicyEngine
 from gateway.authz.reload import PolicyWatcher
@@ -43,6 +44,7 @@ class Security:
     policies: PolicyEngine
     audit: AuditLog
     anonymous: Principal | None
+    verified_tokens: VerifiedTokenCache
     watcher: PolicyWatcher | None = None
 
     @classmethod
@@ -51,7 +53,11 @@ class Security:
 
         API keys live beside the registry and use its connection pool (`registry`), so a worker
         holds one pool, not two."""
-        policies = PolicyEngine(settings.authz.policy_dir, entity_cache_size=settings.authz.entity_cache_size)
+        policies = PolicyEngine(
+            settings.authz.policy_dir,
+            entity_cache_size=settings.authz.entity_cache_size,
+            decision_cache_size=settings.authz.decision_cache_size,
+        )
         policies.load()
         # `serve` upgraded or checked the schema before any worker started (gateway.server).
         key_store = KeyStore(registry)
@@ -83,6 +89,7 @@ class Security:
             policies=policies,
             audit=AuditLog.open(settings.audit),
             anonymous=anonymous,
+            verified_tokens=VerifiedTokenCache(settings.tokens.verified_cache_size),
         )
         await oidc.warm_up()
         await api_keys.start_change_feed()
@@ -103,9 +110,15 @@ class Security:
         with contextlib.suppress(MalformedKeyError):
             parse_api_key(token)
             return await self.api_keys.authenticate(token)
+        principal = self.verified_tokens.get(token)
+        if principal is not None:
+            return principal
         if self.oidc.handles(token):
-            return await self.oidc.authenticate(token)
-        return self.tokens.verify(token)
+            principal = await self.oidc.authenticate(token)
+        else:
+            principal = self.tokens.verify(token)
+        self.verified_tokens.put(token, principal)
+        return principal
 
     async def close(self) -> None:
         if self.watcher is not None:

@@ -59,11 +59,30 @@ def listening_context(settings: Settings) -> ssl.SSLContext | None:
     return None
 
 
+def _event_loop(settings: Settings) -> asyncio.AbstractEventLoop:
+    """A new event loop of the configured kind (see `Settings.event_loop`)."""
+    if settings.event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if settings.event_loop == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket | None) -> None:
     """Serve until SIGTERM/SIGINT, on `sock` (shared by workers) or on host:port."""
     app = create_app(settings)
+    loop = _event_loop(settings)
+    asyncio.set_event_loop(loop)
+    if settings.slow_callback_warning_ms > 0:
+        loop.set_debug(True)
+        loop.slow_callback_duration = settings.slow_callback_warning_ms / 1000
     web.run_app(
         app,
+        loop=loop,
         host=None if sock is not None else settings.host,
         port=None if sock is not None else settings.port,
         sock=sock,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import Connection, and_, delete, event, func, insert, select, text, update
@@ -31,6 +31,7 @@ from catalog.errors import (
     NoSuchNamespaceError,
     StorageUnavailableError,
 )
+from catalog.store.cache import RegistryCache, Touched
 from catalog.store.schema import (
     catalog_objects,
     dropped_objects,
@@ -41,6 +42,7 @@ from catalog.store.schema import (
 )
 from kms.keys import WrappedKey
 
+T = TypeVar("T")
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
 
@@ -136,6 +138,7 @@ class StoreTx:
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
+        self.touched = Touched()  # what this transaction changed, for the read cache
 
     # -- namespaces -------------------------------------------------------------------------
     async def get_namespace(
@@ -173,6 +176,7 @@ class StoreTx:
     async def insert_namespace(
         self, warehouse: str, name: str, parent: str | None, properties: dict[str, str]
     ) -> None:
+        self.touched.namespaces.add((warehouse, name))
         try:
             await self._conn.execute(
                 insert(namespaces).values(
@@ -189,6 +193,7 @@ class StoreTx:
             raise AlreadyExistsError("namespace already exists") from None
 
     async def set_namespace_properties(self, warehouse: str, name: str, properties: dict[str, str]) -> None:
+        self.touched.namespaces.add((warehouse, name))
         await self._conn.execute(
             update(namespaces)
             .where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
@@ -197,6 +202,7 @@ class StoreTx:
 
     async def delete_namespace(self, warehouse: str, name: str) -> bool:
         """Delete an empty namespace; False if absent. Raises NamespaceNotEmptyError."""
+        self.touched.namespaces.add((warehouse, name))
         children = await self._conn.execute(
             select(func.count())
             .select_from(namespaces)
@@ -254,6 +260,7 @@ class StoreTx:
 
     async def insert_object(self, row: ObjectRow) -> None:
         """Insert a new pointer. Raises AlreadyExistsError or NoSuchNamespaceError."""
+        self.touched.objects.add((row.warehouse, row.namespace, row.name))
         try:
             await self._conn.execute(insert(catalog_objects).values(**asdict(row), updated_at_ms=_now_ms()))
         except IntegrityError as err:
@@ -276,6 +283,7 @@ class StoreTx:
         new_metadata: bytes,
     ) -> bool:
         """Compare-and-swap the pointer; True if it still named `expected_location` and now moved."""
+        self.touched.objects.add((warehouse, namespace, name))
         result = await self._conn.execute(
             update(catalog_objects)
             .where(
@@ -297,6 +305,7 @@ class StoreTx:
         self, warehouse: str, namespace: str, name: str, kind: str, expected_location: str | None = None
     ) -> bool:
         """Delete a pointer (only if it still names `expected_location`, when given)."""
+        self.touched.objects.add((warehouse, namespace, name))
         query = delete(catalog_objects).where(
             catalog_objects.c.warehouse == warehouse,
             catalog_objects.c.namespace == namespace,
@@ -316,6 +325,7 @@ class StoreTx:
         Raises AlreadyExistsError if the target name is taken, NoSuchNamespaceError if the target
         namespace is missing.
         """
+        self.touched.objects.update({(warehouse, source[0], source[1]), (warehouse, target[0], target[1])})
         try:
             result = await self._conn.execute(
                 update(catalog_objects)
@@ -523,6 +533,7 @@ class StoreTx:
 
     async def replace_key(self, ref: KeyRef, new: WrappedKey) -> bool:
         """Swap a wrapped key for its rewrapped form, only if it is still the one read."""
+        self.touched.everything = True
         table, id_column = _KEY_TABLES[ref.table]
         result = await self._conn.execute(
             update(table)
@@ -568,15 +579,25 @@ def prepare_sqlite(engine: AsyncEngine) -> None:
 class Store:
     """The registry connection pool. Open with `Store.open`, close with `close`."""
 
-    def __init__(self, engine: AsyncEngine, pool_capacity: int = 0) -> None:
+    def __init__(
+        self, engine: AsyncEngine, pool_capacity: int = 0, cache: RegistryCache | None = None
+    ) -> None:
         self._engine = engine
         self._is_sqlite = engine.dialect.name == "sqlite"
         self._sqlite_writer = asyncio.Lock()
         self.pool_capacity = pool_capacity  # most connections the pool opens at once
+        # Off unless the caller gives one: CLI commands and migrations read the registry directly.
+        self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
 
     @classmethod
     async def open(
-        cls, url: str, *, migrate: bool = True, pool_size: int = 10, max_overflow: int = 10
+        cls,
+        url: str,
+        *,
+        migrate: bool = True,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+        cache: RegistryCache | None = None,
     ) -> Store:
         """Connect and (unless `migrate` is False: the caller made sure the schema is current)
         apply migrations. The pool sizes apply to PostgreSQL (SQLite needs only a few
@@ -593,7 +614,7 @@ class Store:
             engine = create_async_engine(
                 url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
             )
-        store = cls(engine, pool_size + max_overflow)
+        store = cls(engine, pool_size + max_overflow, cache)
         if not migrate:
             return store
         try:
@@ -651,11 +672,30 @@ class Store:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[StoreTx]:
         """A read-write transaction: committed on normal exit, rolled back on error."""
+        tx: StoreTx | None = None
         try:
             async with self._write_connection() as conn:
-                yield StoreTx(conn)
+                tx = StoreTx(conn)
+                yield tx
         except (DBAPIError, OSError) as err:
             raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err
+        finally:
+            # Committed, rolled back or unknown: cached reads of what it touched are not trusted.
+            if tx is not None:
+                self.cache.forget(tx.touched)
+
+    async def cached(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
+        """`load` run in a read transaction, or its cached result (see `catalog.store.cache`)."""
+        cache = self.cache
+        if cache.enabled:
+            hit, value = cache.lookup(key)
+            if hit:
+                return value  # type: ignore[no-any-return]
+        generation = cache.generation
+        async with self.read() as tx:
+            value = await load(tx)
+        cache.store(key, value, generation)
+        return value
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[StoreTx]:

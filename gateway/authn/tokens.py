@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
 
 log = logging.getLogger("cedarberg.authn.tokens")
 
@@ -75,6 +76,13 @@ class TokenSettings(BaseModel):
     )
     max_token_bytes: int = Field(
         4096, ge=512, le=65_536, description="Longer bearer tokens are refused unparsed."
+    )
+    verified_cache_size: int = Field(
+        DEFAULT_VERIFIED_CACHE_SIZE,
+        ge=0,
+        le=1_000_000,
+        description="Verified bearer JWTs (gateway-issued and OIDC) remembered, by SHA-256, until "
+        "they expire, so a token's signature is checked once. 0: verify every request.",
     )
 
 

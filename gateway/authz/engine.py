@@ -12,6 +12,9 @@ Invariants:
 - Decisions use pre-parsed handles: the policy set and schema are parsed once per load; the entity
   set of a (principal, resource) pair is parsed once and kept in a bounded LRU cache, which a load
   clears (entities are validated against the schema they were parsed with).
+- Decisions are kept in a bounded LRU keyed by everything a decision depends on (policy-set
+  version, principal entity JSON, action, resource entity JSON with its ancestors, context), so a
+  change to policies, group membership, grants or context is a different key, never a stale hit.
 - Anything but Allow is deny: Deny, NoDecision, no active set, or entities that do not conform.
 - Every `Decision` names the policy-set version it was made with.
 """
@@ -46,6 +49,8 @@ from gateway.authz.loader import CompiledPolicySet, compile_sources, read_direct
 log = logging.getLogger("gateway.authz")
 
 DEFAULT_ENTITY_CACHE_SIZE = 4096
+DEFAULT_DECISION_CACHE_SIZE = 65536
+_DecisionKey = tuple[str, str, str, str, RequestContext]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,13 @@ class ReloadOutcome(StrEnum):
 class PolicyEngine:
     """Holds the active policy set of one directory and decides requests with it. Thread-safe."""
 
-    def __init__(self, directory: Path, *, entity_cache_size: int = DEFAULT_ENTITY_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        entity_cache_size: int = DEFAULT_ENTITY_CACHE_SIZE,
+        decision_cache_size: int = DEFAULT_DECISION_CACHE_SIZE,
+    ) -> None:
         self._directory = Path(directory)
         self._active: CompiledPolicySet | None = None
         self._last_error: RefusedPolicySet | None = None
@@ -86,6 +97,9 @@ class PolicyEngine:
         self._cache: OrderedDict[tuple[str, str, str], cedarpy.Entities] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._cache_size = entity_cache_size
+        self._decisions: OrderedDict[_DecisionKey, Decision] = OrderedDict()
+        self._decision_cache_size = decision_cache_size
+        self.decision_hits = 0
 
     # -- the policy set ---------------------------------------------------------------------------
 
@@ -147,6 +161,7 @@ class PolicyEngine:
             self._last_error = None
             with self._cache_lock:
                 self._cache.clear()
+                self._decisions.clear()
             log.info(
                 "policy set loaded",
                 extra={"policy_version": version, "policy_files": sorted(compiled.sources)},
@@ -202,6 +217,34 @@ class PolicyEngine:
         if active is None:
             return [self._deny(p_uid, action, r, "no policy set is active") for action, r, _ in checks]
         p_json = orjson.dumps(principal_entities(principal)).decode()
+        if self._decision_cache_size <= 0:
+            return self._decide_uncached(active, p_uid, p_json, checks)
+        keys = [(active.version, p_json, action, r.entities_json, context) for action, r, context in checks]
+        with self._cache_lock:
+            found = [self._decisions.get(key) for key in keys]
+            for key, decision in zip(keys, found, strict=True):
+                if decision is not None:
+                    self._decisions.move_to_end(key)
+                    self.decision_hits += 1
+        missing = [i for i, decision in enumerate(found) if decision is None]
+        if missing:
+            made = self._decide_uncached(active, p_uid, p_json, [checks[i] for i in missing])
+            with self._cache_lock:
+                for i, decision in zip(missing, made, strict=True):
+                    found[i] = decision
+                    if not decision.errors:  # a failed evaluation is decided again next time
+                        self._decisions[keys[i]] = decision
+                while len(self._decisions) > self._decision_cache_size:
+                    self._decisions.popitem(last=False)
+        return [decision for decision in found if decision is not None]
+
+    def _decide_uncached(
+        self,
+        active: CompiledPolicySet,
+        p_uid: EntityUid,
+        p_json: str,
+        checks: Sequence[tuple[str, Resource, RequestContext]],
+    ) -> list[Decision]:
         resources_json = {r.entities_json: r for _, r, _ in checks}
         try:
             if len(resources_json) == 1:

@@ -30,3 +30,12 @@ class AuthzSettings(BaseModel):
     entity_cache_size: int = Field(
         4096, ge=0, le=1_000_000, description="Parsed entity sets kept for reuse between decisions."
     )
+    decision_cache_size: int = Field(
+        65536,
+        ge=0,
+        le=10_000_000,
+        description="Decisions kept for reuse, keyed by everything they depend on: the policy-set "
+        "version, the principal with its groups and attributes, the action, the resource with "
+        "its ancestors' attributes (the grants) and the request context. Any change to one of "
+        "these is a new key; a policy reload empties it. 0: decide every request.",
+    )

@@ -1,0 +1,39 @@
+"""Settings of the read-path caches (`[cache]`). Each cache is bounded; each can be turned off."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES
+from catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
+
+
+class CacheSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    registry_ttl_seconds: float = Field(
+        DEFAULT_TTL_SECONDS,
+        ge=0,
+        le=60,
+        description="How long a registry read (table pointer, namespace properties and grants, "
+        "listing page) is reused for reads. A process forgets what it writes at once; a change "
+        "made by another worker or instance is seen within this time. 0: every read goes to the "
+        "registry (mutations always do).",
+    )
+    registry_max_entries: int = Field(
+        DEFAULT_MAX_ENTRIES, ge=0, le=10_000_000, description="Most registry reads kept per worker."
+    )
+    load_result_max_bytes: int = Field(
+        DEFAULT_MAX_BYTES,
+        ge=0,
+        le=16 * 1024**3,
+        description="Memory per worker for unsealed loadTable/loadView responses, kept per metadata "
+        "version (a new version is a new entry, so nothing stale is ever served). 0: off.",
+    )
+    load_result_max_age_seconds: float = Field(
+        DEFAULT_MAX_AGE_SECONDS,
+        gt=0,
+        le=86_400,
+        description="Longest an unsealed response stays in memory (a dropped table's plaintext "
+        "leaves memory within this time).",
+    )
