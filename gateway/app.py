@@ -20,7 +20,7 @@ from catalog.store.cache import RegistryCache
 from catalog.store.sql import Store
 from gateway.authz.operations import check_route_table
 from gateway.metrics import Metrics
-from gateway.middleware import MIDDLEWARES
+from gateway.middleware import ACCESS_LOG, MIDDLEWARES
 from gateway.pipeline import ROUTE_TABLE
 from gateway.routes import admin, config, namespaces, oauth, ops, recovery, tables, views
 from gateway.routes.route import Route
@@ -127,6 +127,7 @@ def create_app(settings: Settings) -> web.Application:
     """Build the application; the registry opens when the app starts (cleanup context)."""
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
     app[ENDPOINTS] = [route.endpoint for route in ALL_ROUTES if route.advertised]
+    app[ACCESS_LOG] = settings.access_log
     # Built here, in the worker process that serves (see gateway.metrics).
     metrics = app[ops.METRICS] = Metrics.create()
     lifecycle = app[ops.LIFECYCLE] = ops.Lifecycle()

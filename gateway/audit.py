@@ -40,13 +40,14 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import functools
 import logging
 import os
 import queue
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -218,8 +219,40 @@ def _write_all(stream: IO[bytes], data: bytes) -> None:
         view = view[written:]
 
 
+_second: tuple[int, str] = (-1, "")
+
+
 def _utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """ISO 8601 UTC with milliseconds; the date-time part is formatted once per second."""
+    global _second  # noqa: PLW0603 - a one-entry cache, replaced whole (safe across threads)
+    now = time.time()
+    whole = int(now)
+    cached = _second
+    if cached[0] != whole:
+        cached = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{cached[1]}.{int((now - whole) * 1000):03d}Z"
+
+
+# Names, actions, resources, addresses and policy ids repeat from request to request: each distinct
+# string is scrubbed once. Bounded, so unique strings cannot grow it.
+@functools.lru_cache(maxsize=8192)
+def _scrub_repeated(text: str, free_form: bool) -> str:
+    return scrub_text(text, free_form)
+
+
+# The gateway's own request ids (uuid4 hex) are never secret-looking; only client-chosen ids are
+# scrubbed.
+_OWN_REQUEST_ID: Final = re.compile(r"[0-9a-f]{32}")
+
+
+def _scrub_request_id(request_id: str | None) -> str | None:
+    if request_id is None or _OWN_REQUEST_ID.fullmatch(request_id):
+        return request_id
+    return scrub_text(request_id)
+
+
+def _scrub_short(text: str | None) -> str | None:
+    return None if text is None else _scrub_repeated(text, False)
 
 
 class AuditLog:
@@ -335,16 +368,16 @@ class AuditLog:
         record = {
             "time": _utc_now(),
             "event": event,
-            "request_id": scrub(request_id),
-            "principal": scrub(principal.id, free_form=False) if principal else None,
+            "request_id": _scrub_request_id(request_id),
+            "principal": _scrub_short(principal.id) if principal else None,
             "principal_kind": principal.kind.value if principal else None,
             "auth_method": principal.auth_method.value if principal else None,
-            "client_address": scrub(client_address),
-            "action": scrub(action, free_form=False),
-            "resource": scrub(resource, free_form=False),
+            "client_address": None if client_address is None else _scrub_repeated(client_address, True),
+            "action": _scrub_short(action),
+            "resource": _scrub_short(resource),
             "decision": decision,
-            "policy_ids": scrub(policy_ids, free_form=False),
-            "policy_version": scrub(policy_version, free_form=False),
+            "policy_ids": [_scrub_short(policy_id) for policy_id in policy_ids],
+            "policy_version": _scrub_short(policy_version),
             "outcome": outcome,
             "status": status,
             "detail": scrub(detail),

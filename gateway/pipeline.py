@@ -42,6 +42,7 @@ from gateway.tls import peer_subject
 
 PRINCIPAL = "cedarberg.principal"
 REQUEST_ID = "cedarberg.request_id"
+ROUTE = "cedarberg.route"
 ROUTE_TABLE = web.AppKey("route_table", dict[tuple[str, str], Route])
 
 _CLASSES = {
@@ -73,10 +74,15 @@ class ForbiddenError(Exception):
 
 
 def route_of(request: web.Request) -> Route | None:
+    """The request's entry in the route table (looked up once per request)."""
+    try:
+        return request[ROUTE]  # type: ignore[no-any-return]
+    except KeyError:
+        pass
     resource = request.match_info.route.resource
-    if resource is None:
-        return None
-    return request.app[ROUTE_TABLE].get((request.method, resource.canonical))
+    route = None if resource is None else request.app[ROUTE_TABLE].get((request.method, resource.canonical))
+    request[ROUTE] = route
+    return route
 
 
 def _spec(request: web.Request) -> OperationSpec | None:

@@ -29,6 +29,7 @@ _CREATE_NAMED_BY_BODY = frozenset({"createTable", "registerTable", "createView",
 _COMMITS = frozenset({"updateTable", "replaceView"})
 # Reads may be decided on grants up to `cache.registry_ttl_seconds` old (when changed by another
 # process); everything else on the database's.
+_NO_PROPERTIES: dict[str, str] = {}  # one object, so the resource memo recognises "absent"
 _CACHED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
 
 
@@ -60,7 +61,7 @@ async def _chain(
 ) -> list[dict[str, str]]:
     keys = [SEPARATOR.join(namespace.levels[: i + 1]) for i in range(len(namespace.levels))]
     if not fresh:
-        return [found or {} for found in await read_many(services.ctx.store, warehouse, keys)]
+        return [found or _NO_PROPERTIES for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
         read = await tx.namespace_properties(warehouse, keys)
     return [read.get(key, {}) for key in keys]
@@ -71,20 +72,23 @@ async def namespace_of(
 ) -> Resource:
     """The namespace's resource with the grants of its chain. Reads may use the registry's
     short-lived read cache; mutations pass `fresh` and are decided on the database's grants."""
-    return entities.namespace_resource(
-        warehouse, namespace.levels, await _chain(services, warehouse, namespace, fresh)
-    )
+    chain = await _chain(services, warehouse, namespace, fresh)
+    if fresh:
+        return entities.namespace_resource(warehouse, namespace.levels, chain)
+    return services.resources.namespace(warehouse, namespace.levels, chain)
 
 
 async def object_of(
     services: Services, warehouse: str, identifier: Identifier, view: bool, fresh: bool = False
 ) -> Resource:
     parent = await namespace_of(services, warehouse, identifier.namespace, fresh)
-    return (
-        entities.child_view(parent, identifier.name)
-        if view
-        else entities.child_table(parent, identifier.name)
-    )
+    if fresh:
+        return (
+            entities.child_view(parent, identifier.name)
+            if view
+            else entities.child_table(parent, identifier.name)
+        )
+    return services.resources.child(parent, identifier.name, view)
 
 
 def _identifier(document: Any) -> Identifier:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -13,6 +13,7 @@ from catalog.pagination import PageRequest
 from catalog.tables import TableService
 from catalog.views import ViewService
 from gateway import http
+from gateway.resource_memo import ResourceMemo
 from gateway.settings import Settings
 
 
@@ -23,6 +24,7 @@ class Services:
     namespaces: NamespaceService
     tables: TableService
     views: ViewService
+    resources: ResourceMemo = field(default_factory=ResourceMemo)
 
     @classmethod
     def build(cls, settings: Settings, ctx: CatalogContext) -> Services:

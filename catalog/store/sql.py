@@ -588,6 +588,7 @@ class Store:
         self.pool_capacity = pool_capacity  # most connections the pool opens at once
         # Off unless the caller gives one: CLI commands and migrations read the registry directly.
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
+        self._reading: dict[Hashable, asyncio.Future[Any]] = {}
 
     @classmethod
     async def open(
@@ -687,13 +688,29 @@ class Store:
     async def cached(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
         """`load` run in a read transaction, or its cached result (see `catalog.store.cache`)."""
         cache = self.cache
-        if cache.enabled:
-            hit, value = cache.lookup(key)
-            if hit:
-                return value  # type: ignore[no-any-return]
+        if not cache.enabled:
+            async with self.read() as tx:
+                return await load(tx)
+        hit, value = cache.lookup(key)
+        if hit:
+            return value  # type: ignore[no-any-return]
+        # Single flight: requests missing the same entry together share one read.
+        pending = self._reading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
         generation = cache.generation
-        async with self.read() as tx:
-            value = await load(tx)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._reading[key] = future
+        try:
+            async with self.read() as tx:
+                value = await load(tx)
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._reading[key]
+        future.set_result(value)
         cache.store(key, value, generation)
         return value
 
