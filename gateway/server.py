@@ -80,6 +80,10 @@ def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: soc
     if settings.slow_callback_warning_ms > 0:
         loop.set_debug(True)
         loop.slow_callback_duration = settings.slow_callback_warning_ms / 1000
+        log.warning(
+            "event loop debug mode: every callback holding the loop longer than %g ms is logged",
+            settings.slow_callback_warning_ms,
+        )
     web.run_app(
         app,
         loop=loop,

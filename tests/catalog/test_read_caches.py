@@ -1,0 +1,148 @@
+"""The registry read cache and the load-result cache: bounds, expiry, invalidation, and the
+generation guard that keeps a read racing a write out of the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from catalog.load_results import LoadResultCache
+from catalog.store.cache import RegistryCache, RegistryKey, Touched
+from catalog.store.sql import Store
+
+
+def test_entries_expire_after_the_ttl() -> None:
+    cache = RegistryCache(ttl_seconds=0.05)
+    key = RegistryKey.object("w", "ns", "t")
+    cache.store(key, "row", cache.generation)
+    assert cache.lookup(key) == (True, "row")
+    time.sleep(0.06)
+    assert cache.lookup(key) == (False, None)
+
+
+def test_a_write_forgets_what_it_touched_and_only_that() -> None:
+    cache = RegistryCache(ttl_seconds=60)
+    table, other = RegistryKey.object("w", "ns", "t"), RegistryKey.object("w", "ns", "u")
+    props = RegistryKey.namespace("w", "ns")
+    for key in (table, other, props):
+        cache.store(key, key, cache.generation)
+    cache.forget(Touched(objects={("w", "ns", "t")}))
+    assert cache.lookup(table) == (False, None)
+    assert cache.lookup(other) == (True, other)
+    assert cache.lookup(props) == (True, props)
+    cache.forget(Touched(namespaces={("w", "ns")}))
+    assert cache.lookup(props) == (False, None)
+    cache.forget(Touched(everything=True))
+    assert cache.lookup(other) == (False, None)
+
+
+def test_a_read_that_raced_a_write_is_not_kept() -> None:
+    cache = RegistryCache(ttl_seconds=60)
+    key = RegistryKey.object("w", "ns", "t")
+    generation = cache.generation  # a reader starts
+    cache.forget(Touched(objects={("w", "ns", "t")}))  # a write ends meanwhile
+    cache.store(key, "maybe stale", generation)
+    assert cache.lookup(key) == (False, None)
+    cache.forget(Touched())  # a transaction that changed nothing invalidates nothing
+    cache.store(key, "fresh", cache.generation)
+    assert cache.lookup(key) == (True, "fresh")
+
+
+def test_a_change_in_a_container_forgets_all_its_listing_pages() -> None:
+    cache = RegistryCache(ttl_seconds=60)
+    page = cache.listing_key(("objects", "w", "ns"), "table", None, 100)
+    sibling = cache.listing_key(("objects", "w", "other"), "table", None, 100)
+    cache.store(page, ["t"], cache.generation)
+    cache.store(sibling, ["x"], cache.generation)
+    cache.forget(Touched(objects={("w", "ns", "u")}))
+    assert cache.lookup(cache.listing_key(("objects", "w", "ns"), "table", None, 100)) == (False, None)
+    assert cache.lookup(cache.listing_key(("objects", "w", "other"), "table", None, 100)) == (True, ["x"])
+
+
+def test_size_is_bounded_least_recently_used_first() -> None:
+    cache = RegistryCache(ttl_seconds=60, max_entries=2)
+    for name in ("a", "b"):
+        cache.store(name, name, cache.generation)
+    cache.lookup("a")
+    cache.store("c", "c", cache.generation)
+    assert len(cache) == 2
+    assert cache.lookup("b") == (False, None)
+    assert cache.lookup("a") == (True, "a")
+
+
+def test_a_zero_ttl_turns_the_cache_off() -> None:
+    cache = RegistryCache(ttl_seconds=0)
+    cache.store("k", "v", cache.generation)
+    assert not cache.enabled
+    assert cache.lookup("k") == (False, None)
+
+
+async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", cache=RegistryCache(ttl_seconds=60))
+    reads = 0
+
+    async def load(tx: object) -> int:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.01)
+        return reads
+
+    try:
+        key = RegistryKey.namespace("w", "ns")
+        assert await asyncio.gather(*(store.cached(key, load) for _ in range(8))) == [1] * 8
+        assert reads == 1
+        async with store.write() as tx:
+            await tx.insert_namespace("w", "ns", None, {})
+        assert await store.cached(key, load) == 2
+    finally:
+        await store.close()
+
+
+async def test_a_failed_write_still_forgets_what_it_touched(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", cache=RegistryCache(ttl_seconds=60))
+    key = RegistryKey.namespace("w", "ns")
+    try:
+        store.cache.store(key, {"old": "grant"}, store.cache.generation)
+
+        async def fail_midway() -> None:
+            async with store.write() as tx:
+                await tx.set_namespace_properties("w", "ns", {"new": "grant"})
+                raise RuntimeError("midway")
+
+        with pytest.raises(RuntimeError):
+            await fail_midway()
+        assert store.cache.lookup(key) == (False, None)
+    finally:
+        await store.close()
+
+
+async def test_load_results_are_bounded_by_bytes_and_age() -> None:
+    cache = LoadResultCache(max_bytes=400, max_age_seconds=0.05)
+    renders = 0
+
+    def body(size: int) -> Callable[[], Awaitable[bytes]]:
+        async def render() -> bytes:
+            nonlocal renders
+            renders += 1
+            return b"x" * size
+
+        return render
+
+    assert await cache.get(("u", "v1", "all"), body(100)) == b"x" * 100
+    assert await cache.get(("u", "v1", "all"), body(100)) == b"x" * 100
+    assert renders == 1
+    await cache.get(("u", "v2", "all"), body(100))
+    await cache.get(("u", "v3", "all"), body(100))
+    await cache.get(("u", "v4", "all"), body(100))
+    assert cache.bytes <= 400
+    kept = len(cache)
+    await cache.get(("big", "v1", "all"), body(200))
+    assert len(cache) == kept  # over a quarter of the budget: answered, not kept
+    await asyncio.sleep(0.06)
+    renders = 0
+    await cache.get(("u", "v4", "all"), body(100))
+    assert renders == 1, "an entry past its age is rendered again"
