@@ -7,7 +7,9 @@ re-validates names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, field
 
 from catalog.errors import InvalidRequestError
 
@@ -15,6 +17,7 @@ SEPARATOR = "\x1f"
 MAX_LEVEL_LENGTH = 255
 MAX_DEPTH = 16
 MAX_NAMESPACE_LENGTH = 1024  # the registry's column width for a joined namespace
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _check_level(level: object, what: str) -> str:
@@ -24,7 +27,7 @@ def _check_level(level: object, what: str) -> str:
         raise InvalidRequestError(f"{what} must not be empty")
     if len(level) > MAX_LEVEL_LENGTH:
         raise InvalidRequestError(f"{what} is longer than {MAX_LEVEL_LENGTH} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in level):
+    if _CONTROL.search(level):
         raise InvalidRequestError(f"{what} must not contain control characters")
     return level
 
@@ -32,6 +35,11 @@ def _check_level(level: object, what: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Namespace:
     levels: tuple[str, ...]
+    # The stored form: levels joined by the separator (unambiguous since levels cannot hold it).
+    key: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", SEPARATOR.join(self.levels))
 
     @classmethod
     def of(cls, levels: object) -> Namespace:
@@ -48,12 +56,7 @@ class Namespace:
     @classmethod
     def parse(cls, encoded: str) -> Namespace:
         """Parse a namespace from a URL path or `parent` parameter (levels joined by 0x1F)."""
-        return cls.of(encoded.split(SEPARATOR))
-
-    @property
-    def key(self) -> str:
-        """The stored form: levels joined by the separator (unambiguous since levels cannot hold it)."""
-        return SEPARATOR.join(self.levels)
+        return _parse_namespace(encoded)
 
     @property
     def parent_key(self) -> str:
@@ -85,3 +88,10 @@ class Identifier:
 
     def __str__(self) -> str:
         return f"{self.namespace}.{self.name}"
+
+
+# Every request names its namespace in the path; each distinct string is validated once (a
+# Namespace is immutable, so the parsed value can be shared; invalid strings raise, uncached).
+@functools.lru_cache(maxsize=4096)
+def _parse_namespace(encoded: str) -> Namespace:
+    return Namespace.of(encoded.split(SEPARATOR))

@@ -50,6 +50,7 @@ log = logging.getLogger("gateway.authz")
 
 DEFAULT_ENTITY_CACHE_SIZE = 4096
 DEFAULT_DECISION_CACHE_SIZE = 65536
+_PRINCIPAL_CACHE_SIZE = 4096
 _DecisionKey = tuple[str, str, str, str, RequestContext]
 
 
@@ -100,6 +101,7 @@ class PolicyEngine:
         self._decisions: OrderedDict[_DecisionKey, Decision] = OrderedDict()
         self._decision_cache_size = decision_cache_size
         self.decision_hits = 0
+        self._principals: OrderedDict[int, tuple[Principal, str]] = OrderedDict()
 
     # -- the policy set ---------------------------------------------------------------------------
 
@@ -216,7 +218,7 @@ class PolicyEngine:
         active = self._active
         if active is None:
             return [self._deny(p_uid, action, r, "no policy set is active") for action, r, _ in checks]
-        p_json = orjson.dumps(principal_entities(principal)).decode()
+        p_json = self._principal_json(principal)
         if self._decision_cache_size <= 0:
             return self._decide_uncached(active, p_uid, p_json, checks)
         keys = [(active.version, p_json, action, r.entities_json, context) for action, r, context in checks]
@@ -237,6 +239,21 @@ class PolicyEngine:
                 while len(self._decisions) > self._decision_cache_size:
                     self._decisions.popitem(last=False)
         return [decision for decision in found if decision is not None]
+
+    def _principal_json(self, principal: Principal) -> str:
+        """The principal's entities as Cedar JSON, rendered once per principal object (the
+        authenticators hand out the same object for every request of a cached credential)."""
+        with self._cache_lock:
+            held = self._principals.get(id(principal))
+            if held is not None and held[0] is principal:
+                return held[1]
+        rendered = orjson.dumps(principal_entities(principal)).decode()
+        with self._cache_lock:
+            # The entry keeps the principal alive, so its id cannot be reused while cached.
+            self._principals[id(principal)] = (principal, rendered)
+            while len(self._principals) > _PRINCIPAL_CACHE_SIZE:
+                self._principals.popitem(last=False)
+        return rendered
 
     def _decide_uncached(
         self,
