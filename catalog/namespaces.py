@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from catalog import documents, locations
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import NoSuchNamespaceError, UnprocessableError
@@ -38,11 +40,13 @@ async def read_namespace(store: Store, warehouse: str, namespace: Namespace) -> 
     return properties
 
 
+def _properties_of(warehouse: str, name: str) -> Callable[[StoreTx], Awaitable[dict[str, str] | None]]:
+    return lambda tx: tx.get_namespace(warehouse, name)
+
+
 async def read_properties(store: Store, warehouse: str, name: str) -> dict[str, str] | None:
     """A namespace's properties (None if it does not exist), through the read cache."""
-    return await store.cached(
-        RegistryKey.namespace(warehouse, name), lambda tx: tx.get_namespace(warehouse, name)
-    )
+    return await store.cached(RegistryKey.namespace(warehouse, name), _properties_of(warehouse, name))
 
 
 async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict[str, str] | None]:
@@ -52,9 +56,12 @@ async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict
     found: dict[str, dict[str, str] | None] = {}
     if cache.enabled:
         for name in names:
-            hit, value = cache.lookup(RegistryKey.namespace(warehouse, name))
+            key = RegistryKey.namespace(warehouse, name)
+            hit, value, stale = cache.lookup_stale(key)
             if hit:
                 found[name] = value
+                if stale:
+                    store.refresh_later(key, _properties_of(warehouse, name))
     missing = [name for name in names if name not in found]
     if missing:
         generation = cache.generation

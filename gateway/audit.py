@@ -206,6 +206,7 @@ class SecretScrubbingFilter(logging.Filter):
 
 # -- the log -----------------------------------------------------------------------------------
 
+_BATCH_PAUSE_SECONDS: Final = 0.01
 _STOP: Final = object()
 _REOPEN: Final = object()
 
@@ -479,6 +480,9 @@ class AuditLog:
                 self._write(b"".join(lines))
             if stop:
                 return
+            # Gather the next batch for a moment: a writer woken for every record would take the
+            # interpreter lock from the event loop thousands of times a second.
+            time.sleep(_BATCH_PAUSE_SECONDS)
 
     def _reopen_now(self) -> None:
         if self._settings.destination == "stdout":

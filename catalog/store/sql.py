@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -43,6 +44,7 @@ from catalog.store.schema import (
 from kms.keys import WrappedKey
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
 
@@ -589,6 +591,7 @@ class Store:
         # Off unless the caller gives one: CLI commands and migrations read the registry directly.
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
         self._reading: dict[Hashable, asyncio.Future[Any]] = {}
+        self._refreshes: set[asyncio.Task[Any]] = set()  # held so they are not collected mid-read
 
     @classmethod
     async def open(
@@ -647,6 +650,9 @@ class Store:
         return True
 
     async def close(self) -> None:
+        for task in list(self._refreshes):
+            task.cancel()
+        await asyncio.gather(*self._refreshes, return_exceptions=True)
         await self._engine.dispose()
 
     @asynccontextmanager
@@ -691,13 +697,32 @@ class Store:
         if not cache.enabled:
             async with self.read() as tx:
                 return await load(tx)
-        hit, value = cache.lookup(key)
-        if hit:
+        found, value, stale = cache.lookup_stale(key)
+        if found:
+            if stale:
+                self.refresh_later(key, load)
             return value  # type: ignore[no-any-return]
-        # Single flight: requests missing the same entry together share one read.
         pending = self._reading.get(key)
-        if pending is not None:
+        if pending is not None:  # single flight: misses of one entry share one read
             return await asyncio.shield(pending)
+        return await self._read_into_cache(key, load)
+
+    def refresh_later(self, key: Hashable, load: Callable[[StoreTx], Awaitable[Any]]) -> None:
+        """Re-read a stale entry in the background (once at a time per entry)."""
+        if key in self._reading:
+            return
+        task = asyncio.get_running_loop().create_task(self._read_into_cache(key, load))
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshed)
+
+    def _refreshed(self, task: asyncio.Task[Any]) -> None:
+        self._refreshes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The stale entry ages out; the next request reads (and reports) for itself.
+            log.warning("registry cache refresh failed: %s", type(task.exception()).__name__)
+
+    async def _read_into_cache(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
+        cache = self.cache
         generation = cache.generation
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._reading[key] = future
