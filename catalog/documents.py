@@ -6,6 +6,7 @@ read path never pays for pydantic.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -33,6 +34,7 @@ def load_result(metadata_location: str | None, metadata_json: bytes) -> bytes:
     return head + sep + b'"metadata":' + metadata_json + b',"config":{}}'
 
 
+@functools.lru_cache(maxsize=8192)
 def etag(metadata_location: str, variant: str) -> str:
     """A strong ETag, unique per metadata version and representation variant."""
     digest = hashlib.sha256(f"{metadata_location}\x00{variant}".encode()).hexdigest()[:40]

@@ -206,6 +206,10 @@ class LocalMovingWindowStorage(Storage, MovingWindowSupport):
         return ()
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        return self.acquire_now(key, limit, expiry, amount)
+
+    def acquire_now(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        """`acquire_entry` without the coroutine (the limiter's hot path calls it directly)."""
         now = time.time()
         self._sweep(now)
         if amount > limit:
@@ -218,6 +222,11 @@ class LocalMovingWindowStorage(Storage, MovingWindowSupport):
             return False
         events.extend([now] * amount)
         return True
+
+    def has_room(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        """Whether `amount` more hits fit in the window now (consumes nothing; `limits`' test)."""
+        events = self._window(key, expiry, time.time())
+        return (len(events) if events else 0) + amount <= limit
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
         now = time.time()
@@ -275,6 +284,12 @@ class LocalMovingWindowStorage(Storage, MovingWindowSupport):
         self._expiry.pop(key, None)
 
 
+@functools.lru_cache(maxsize=4096)
+def _window_key(item: RateLimitItem, ident: tuple[str, ...]) -> str:
+    """The storage key of a window: `limits`' own key, built once per (limit, identity)."""
+    return item.key_for(*ident)
+
+
 class RateLimiter:
     """Moving-window limits over one storage. Create with `open`; close with `aclose`."""
 
@@ -290,6 +305,7 @@ class RateLimiter:
             # Belt and braces: any driver error limits leaves unwrapped still fails closed.
             self._failures += (redis.exceptions.RedisError,)
         self._strategy = MovingWindowRateLimiter(storage)
+        self._local = storage if isinstance(storage, LocalMovingWindowStorage) else None
         self._address_items = parse_many(settings.per_address)
         self._auth_failure_items = parse_many(settings.auth_failures_per_address)
         self._class_items = {c: parse_many(settings.limit_for(c)) for c in OperationClass}
@@ -360,6 +376,12 @@ class RateLimiter:
         if not self._settings.enabled:
             return None
         ident = ("authfail", self._client(addr))
+        local = self._local
+        if local is not None:
+            for item in self._auth_failure_items:
+                if not local.has_room(_window_key(item, ident), item.amount, item.get_expiry()):
+                    return await self._retry_after(item, ident)
+            return None
         async with self._guard():
             for item in self._auth_failure_items:
                 if not await self._strategy.test(item, *ident):
@@ -373,6 +395,12 @@ class RateLimiter:
 
     async def _hit(self, items: list[RateLimitItem], *ident: str) -> RetryAfter | None:
         if not self._settings.enabled:
+            return None
+        local = self._local
+        if local is not None:  # in memory: no I/O, no guard, no coroutine per window
+            for item in items:
+                if not local.acquire_now(_window_key(item, ident), item.amount, item.get_expiry()):
+                    return await self._retry_after(item, ident)
             return None
         async with self._guard():
             for item in items:

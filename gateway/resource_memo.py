@@ -39,7 +39,7 @@ class ResourceMemo:
     def child(self, parent: Resource, name: str, view: bool) -> Resource:
         """The table (or view) `name` in `parent`, reused while `parent` is the same object."""
         make = entities.child_view if view else entities.child_table
-        return self._get(("obj", str(parent.uid), name, view), (parent,), lambda: make(parent, name))
+        return self._get(("obj", parent.uid, name, view), (parent,), lambda: make(parent, name))
 
     def _get(self, key: Hashable, sources: tuple[Any, ...], build: Callable[[], Resource]) -> Resource:
         entry = self._entries.get(key)
