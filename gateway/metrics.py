@@ -24,7 +24,7 @@ principals or table names.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import (
@@ -75,6 +75,17 @@ class Metrics:
     tokens: Counter
     rate_limited: Counter
     pool: Gauge
+    # Labelled children by (family, labels): `labels()` takes a lock and builds a key on every
+    # call; label values here are bounded (operations, methods, statuses, actions, outcomes).
+    _children: dict[tuple[int, tuple[str, ...]], Any] = field(default_factory=dict)
+
+    def child(self, family: Counter | Histogram, *labels: str) -> Any:
+        """`family.labels(*labels)`, looked up once per distinct label set."""
+        key = (id(family), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = family.labels(*labels)
+        return found
 
     @classmethod
     def create(cls) -> Metrics:

@@ -72,8 +72,8 @@ async def request_id_and_errors(request: web.Request, handler: Handler) -> web.S
     route = pipeline.route_of(request)
     operation = route.operation if route is not None else "unmatched"
     method = request.method if request.method in _METHODS else "other"
-    stats.requests.labels(operation, method, str(response.status)).inc()
-    stats.latency.labels(operation).observe(elapsed)
+    stats.child(stats.requests, operation, method, str(response.status)).inc()
+    stats.child(stats.latency, operation).observe(elapsed)
     if error_type == _CONFLICT:
         stats.conflicts.labels(operation).inc()
     if request.app[ACCESS_LOG]:

@@ -175,9 +175,9 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
         target=built.target,
         tables=built.tables,
     )
-    decisions = metrics(request).decisions
+    stats = metrics(request)
     for check, decision in verdict.decisions:
-        decisions.labels(check.action, "allow" if decision.allowed else "deny").inc()
+        stats.child(stats.decisions, check.action, "allow" if decision.allowed else "deny").inc()
         sec.audit.record_decision(
             request_id=_request_id(request),
             principal=principal,
