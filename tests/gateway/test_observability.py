@@ -143,7 +143,9 @@ def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
     assert _value(samples, limited_total, scope="principal", op_class="token") == 1
     kms = "cedarberg_kms_calls_total"
     assert _value(samples, kms, provider="local", op="generate_data_key", outcome="ok") >= 1
-    assert _value(samples, "cedarberg_kms_data_key_cache_total", result="hit") >= 3
+    # The first load and the refused commit open the table's metadata with its cached data key;
+    # the other loads of that version are answered from the load-result cache without unsealing.
+    assert _value(samples, "cedarberg_kms_data_key_cache_total", result="hit") >= 2
     assert _value(samples, "cedarberg_store_pool_connections", state="capacity") == 8  # SQLite: 4 + 4
     assert _value(samples, "cedarberg_store_pool_connections", state="checked_out") == 0
     # Labels never carry principals, table names or raw paths.
@@ -227,7 +229,7 @@ def _log_records(gw: GatewayProcess) -> list[dict[str, Any]]:
 
 
 def test_json_log_lines_carry_the_request_id_and_principal(tmp_path: Path) -> None:
-    with GatewayProcess(tmp_path / "gw") as gw:
+    with GatewayProcess(tmp_path / "gw", config={"access_log": True}) as gw:
         etl = _create_key(gw, "etl", ["admins"])
         request_id = f"client-{uuid.uuid4().hex[:12]}"
         answer = requests.get(
