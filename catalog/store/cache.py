@@ -12,9 +12,9 @@ Invariants:
 - A read that raced a write is not stored: the cache's generation is taken before the database is
   read, and a value is kept only if no write ended in between.
 - Writes made by other processes (another worker, another instance, an offline CLI command) are
-  seen once an entry is older than `ttl_seconds` plus the time of one registry read: an entry past
-  its TTL is still answered while one background read refreshes it (so a busy worker never stalls
-  all its requests on one read), and an entry older than twice its TTL is not answered at all.
+  seen within `ttl_seconds` (plus the time of one registry read): an entry is answered as it is for
+  half its TTL; in the second half it is still answered while one background read refreshes it
+  (so a busy worker never stalls its requests on a refresh); past its TTL it is not answered.
   A TTL of 0 turns the cache off.
 - Listings are keyed by a per-container generation, so one change forgets every page of that
   container without scanning.
@@ -86,21 +86,21 @@ class RegistryCache:
         return (found and not stale), (None if stale else value)
 
     def lookup_stale(self, key: Hashable) -> tuple[bool, Any, bool]:
-        """(found, value, stale): an entry past its TTL but within twice the TTL is answered as
-        stale (the caller refreshes it); an older one is forgotten and not answered."""
+        """(found, value, stale): an entry in the second half of its TTL is answered as stale
+        (the caller refreshes it); one past its TTL is forgotten and not answered."""
         entry = self._entries.get(key)
         if entry is None:
             self.misses += 1
             return False, None, False
         stored_at, value = entry
         age = time.monotonic() - stored_at
-        if age > 2 * self.ttl_seconds:
+        if age > self.ttl_seconds:
             del self._entries[key]
             self.misses += 1
             return False, None, False
         self._entries.move_to_end(key)
         self.hits += 1
-        return True, value, age > self.ttl_seconds
+        return True, value, age > self.ttl_seconds / 2
 
     def store(self, key: Hashable, value: Any, generation: int) -> None:
         """Keep `value`, read after `generation` was taken, unless a write ended since."""

@@ -146,3 +146,29 @@ async def test_load_results_are_bounded_by_bytes_and_age() -> None:
     renders = 0
     await cache.get(("u", "v4", "all"), body(100))
     assert renders == 1, "an entry past its age is rendered again"
+
+
+async def test_a_stale_entry_is_answered_while_one_read_refreshes_it(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", cache=RegistryCache(ttl_seconds=0.4))
+    reads = 0
+
+    async def load(tx: object) -> int:
+        nonlocal reads
+        reads += 1
+        return reads
+
+    try:
+        key = RegistryKey.object("w", "ns", "t")
+        assert await store.cached(key, load) == 1
+        await asyncio.sleep(0.25)  # the second half of the TTL: answered, and refreshed once
+        assert await asyncio.gather(*(store.cached(key, load) for _ in range(5))) == [1] * 5
+        deadline = time.monotonic() + 5
+        while reads < 2:
+            assert time.monotonic() < deadline, "the stale entry was not refreshed"
+            await asyncio.sleep(0.01)
+        assert reads == 2
+        assert await store.cached(key, load) == 2
+        await asyncio.sleep(0.45)  # past the TTL: never answered, read again before answering
+        assert await store.cached(key, load) == 3
+    finally:
+        await store.close()
