@@ -705,15 +705,21 @@ class Store:
         pending = self._reading.get(key)
         if pending is not None:  # single flight: misses of one entry share one read
             return await asyncio.shield(pending)
-        return await self._read_into_cache(key, load)
+        return await self._read_into_cache(key, load, self._claim(key))
 
     def refresh_later(self, key: Hashable, load: Callable[[StoreTx], Awaitable[Any]]) -> None:
         """Re-read a stale entry in the background (once at a time per entry)."""
         if key in self._reading:
             return
-        task = asyncio.get_running_loop().create_task(self._read_into_cache(key, load))
+        task = asyncio.get_running_loop().create_task(self._read_into_cache(key, load, self._claim(key)))
         self._refreshes.add(task)
         task.add_done_callback(self._refreshed)
+
+    def _claim(self, key: Hashable) -> asyncio.Future[Any]:
+        """Mark `key` as being read (synchronously, so no second read of it can start)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._reading[key] = future
+        return future
 
     def _refreshed(self, task: asyncio.Task[Any]) -> None:
         self._refreshes.discard(task)
@@ -721,11 +727,12 @@ class Store:
             # The stale entry ages out; the next request reads (and reports) for itself.
             log.warning("registry cache refresh failed: %s", type(task.exception()).__name__)
 
-    async def _read_into_cache(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
+    async def _read_into_cache(
+        self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]], future: asyncio.Future[Any]
+    ) -> T:
+        """Read `key` for the claim `future` (see `_claim`), share the outcome, cache the value."""
         cache = self.cache
         generation = cache.generation
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._reading[key] = future
         try:
             async with self.read() as tx:
                 value = await load(tx)

@@ -163,10 +163,10 @@ async def test_a_stale_entry_is_answered_while_one_read_refreshes_it(tmp_path: P
         await asyncio.sleep(0.25)  # the second half of the TTL: answered, and refreshed once
         assert await asyncio.gather(*(store.cached(key, load) for _ in range(5))) == [1] * 5
         deadline = time.monotonic() + 5
-        while reads < 2:
+        while store.cache.lookup(key) != (True, 2):
             assert time.monotonic() < deadline, "the stale entry was not refreshed"
             await asyncio.sleep(0.01)
-        assert reads == 2
+        assert reads == 2, "one refresh for all the requests that found the entry stale"
         assert await store.cached(key, load) == 2
         await asyncio.sleep(0.45)  # past the TTL: never answered, read again before answering
         assert await store.cached(key, load) == 3
