@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
@@ -257,14 +257,28 @@ async def _swap_all(
 async def commit(
     ctx: CatalogContext,
     warehouse: Warehouse,
+    tables: Iterable[Identifier],
     plan: Callable[[], Awaitable[list[PlannedChange]]],
     render: Callable[[Sequence[PlannedChange]], Body],
     rec: Recorder | None,
 ) -> Body:
     """Plan, write and swap, retrying lost races. `plan()` re-reads the pointers each attempt.
+    Commits to the same `tables` in this process run one at a time (`catalog.commit_locks`).
 
     Raises CommitFailedError when retries are exhausted, and whatever planning raises.
     """
+    keys = [(warehouse.name, table.namespace.key, table.name) for table in tables]
+    async with ctx.commit_locks.hold(keys):
+        return await _commit(ctx, warehouse, plan, render, rec)
+
+
+async def _commit(
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    plan: Callable[[], Awaitable[list[PlannedChange]]],
+    render: Callable[[Sequence[PlannedChange]], Body],
+    rec: Recorder | None,
+) -> Body:
     for _attempt in range(ctx.limits.commit_retries):
         changes = await plan()
         body = render(changes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from catalog.commit_locks import CommitLocks
 from catalog.errors import NoSuchWarehouseError
 from catalog.idempotency import Idempotency
 from catalog.load_results import LoadResultCache
@@ -36,6 +37,7 @@ class CatalogContext:
     idempotency: Idempotency
     limits: Limits
     load_results: LoadResultCache = field(default_factory=lambda: LoadResultCache(max_bytes=0))
+    commit_locks: CommitLocks = field(default_factory=CommitLocks)
 
     def warehouse(self, name: str | None) -> Warehouse:
         """The named warehouse, or the default one for None. Raises NoSuchWarehouseError."""

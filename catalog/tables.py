@@ -78,7 +78,9 @@ class TableService:
         async def plan() -> list[PlannedChange]:
             return [change]
 
-        return await commit(self._ctx, warehouse, plan, lambda changes: commit_response(changes[0]), rec)
+        return await commit(
+            self._ctx, warehouse, [identifier], plan, lambda changes: commit_response(changes[0]), rec
+        )
 
     async def load(
         self, warehouse_name: str | None, identifier: Identifier, snapshots: str, if_none_match: str | None
@@ -133,7 +135,12 @@ class TableService:
             return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
 
         body = await commit(
-            self._ctx, warehouse, plan, lambda changes: commit_response(changes[0]) if changes else None, rec
+            self._ctx,
+            warehouse,
+            [identifier],
+            plan,
+            lambda changes: commit_response(changes[0]) if changes else None,
+            rec,
         )
         # A commit without updates changes nothing and answers the current metadata.
         return body if body is not None else await current()
@@ -169,7 +176,8 @@ class TableService:
                     planned[identifier] = step
             return list(planned.values())
 
-        await commit(self._ctx, warehouse, plan, lambda _changes: None, rec)
+        tables = [identifier for identifier, _change in changes]
+        await commit(self._ctx, warehouse, tables, plan, lambda _changes: None, rec)
         return None
 
     async def drop(
