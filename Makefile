@@ -4,11 +4,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 DEMO_DIR := .demo
 PYTEST_ARGS ?=
+ARGS ?=
 
 .DEFAULT_GOAL := test
-.PHONY: venv test lint format demo demo-clean clean distclean
+.PHONY: venv test lint format bench demo demo-clean clean distclean
 
 # The stamp is newer than pyproject.toml once its dependencies are installed.
 $(STAMP): pyproject.toml
@@ -30,6 +32,17 @@ lint: venv
 format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The benchmark suite (bench/README.md): `make bench`, or e.g. `make bench ARGS=--quick`.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -e '.[dev,bench]'
+	touch $@
+
+bench: $(BENCH_STAMP)
+	@command -v wrk >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get install -y wrk || { $$SUDO apt-get update && $$SUDO apt-get install -y wrk; }; }
+	$(BIN)/python -m bench.suite $(ARGS)
 
 demo: venv
 	bash scripts/demo.sh

@@ -1,0 +1,114 @@
+"""Cedarberg as it runs in production, started for a benchmark variant.
+
+No anonymous access; the bundled Cedar policies; the default warehouse seals metadata files;
+rate limiting on with budgets far above the load (so it is measured, never hit); JWT bearer
+auth: an admin API key is bootstrapped offline (``cedarberg keys create``) before the server
+starts, a writer key of group ``etl`` is created through the admin API, and both keys are
+exchanged for gateway JWTs at ``POST /v1/oauth/tokens``. Every measured request carries
+``Authorization: Bearer <jwt>``. Variants: TLS off/on, 1 or 2 workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench import fixtures
+from bench.endpoint import Endpoint
+from bench.http import HttpClient, bearer, client_token
+from bench.procstat import loaded_event_loop
+from tests.support.gateway import GatewayProcess, to_toml
+from tests.support.secure import keys_create, split_key
+from tests.support.tls import TestPki
+
+HUGE_BUDGET = "100000000/minute"
+RATE_LIMITS = {name: HUGE_BUDGET for name in ("per_address", "read", "write", "admin", "token")}
+TOKEN_TTL_SECONDS = 86_400  # the largest the gateway allows; a run lasts well under that
+WRITER_GROUP = "etl"
+
+
+def gateway_config(tls_pki: TestPki | None) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "rate_limits": {"enabled": True, **RATE_LIMITS},
+        "tokens": {"ttl_seconds": TOKEN_TTL_SECONDS},
+    }
+    if tls_pki is not None:
+        config["tls"] = {"cert_file": str(tls_pki.server_cert), "key_file": str(tls_pki.server_key)}
+    return config
+
+
+def variant_name(tls: bool, workers: int) -> str:
+    return f"{'tls' if tls else 'http'}-{workers}w"
+
+
+@contextlib.contextmanager
+def running_cedarberg(work_dir: Path, *, tls_pki: TestPki | None, workers: int) -> Iterator[Endpoint]:
+    """Start a gateway in ``work_dir`` (TLS when ``tls_pki`` is given), seed the catalog, and
+    yield its Endpoint; the gateway is stopped on exit."""
+    data_dir = work_dir / "gateway"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = gateway_config(tls_pki)
+    config_path = work_dir / "gateway.toml"  # where GatewayProcess writes it, too
+    config_path.write_text(to_toml(config))
+    admin_key = keys_create(data_dir, "bench-admin", ["admins"], config_path=config_path)
+    gateway = GatewayProcess(
+        data_dir,
+        config=config,
+        extra_args=["--workers", str(workers)],
+        anonymous=False,
+        ca_cert=tls_pki.ca_cert if tls_pki is not None else None,
+        probe_headers=bearer(admin_key),
+    )
+    gateway.start()
+    try:
+        yield _prepare(gateway, admin_key, tls_pki, workers)
+    finally:
+        gateway.stop()
+
+
+def _prepare(gateway: GatewayProcess, admin_key: str, tls_pki: TestPki | None, workers: int) -> Endpoint:
+    cafile = tls_pki.ca_cert if tls_pki is not None else None
+    client = HttpClient(cafile)
+    reply = client.post_json(
+        f"{gateway.url}/admin/v1/api-keys",
+        {"principal": "bench-writer", "kind": "service", "groups": [WRITER_GROUP]},
+        bearer(admin_key),
+    )
+    if reply.status not in (200, 201):
+        raise RuntimeError(f"creating the writer key failed: {reply.status} {reply.text()}")
+    writer_id, writer_secret = split_key(str(reply.json()["key"]))
+    admin_id, admin_secret = split_key(admin_key)
+    token_url = f"{gateway.url}/v1/oauth/tokens"
+    tokens = {
+        "writer": client_token(client, token_url, writer_id, writer_secret),
+        "admin": client_token(client, token_url, admin_id, admin_secret),
+    }
+    config = client.get(f"{gateway.url}/v1/config", bearer(tokens["writer"]))
+    if config.status != 200:
+        raise RuntimeError(f"GET /v1/config as the writer failed: {config.status} {config.text()}")
+    prefix = str(config.json().get("overrides", {}).get("prefix", ""))
+
+    from pyiceberg.catalog.rest import RestCatalog
+
+    properties: dict[str, Any] = {"uri": gateway.url, "token": tokens["admin"]}
+    if cafile is not None:
+        properties["ssl"] = {"cabundle": str(cafile)}
+    fixtures.seed(RestCatalog("bench-admin", **properties), {"cedarberg.writers": WRITER_GROUP})
+    assert gateway.pid is not None
+    return Endpoint(
+        system="cedarberg",
+        variant=variant_name(tls_pki is not None, workers),
+        base_url=gateway.url,
+        pid=gateway.pid,
+        workers=workers,
+        tls=tls_pki is not None,
+        cafile=cafile,
+        prefix=prefix,
+        tokens=tokens,
+        client_id=writer_id,
+        client_secret=writer_secret,
+        event_loop=loaded_event_loop(gateway.pid),
+        log_path=gateway.log_path,
+    )

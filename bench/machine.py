@@ -1,0 +1,51 @@
+"""A description of the machine and software a run was measured on."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def describe(versions: dict[str, str]) -> dict[str, Any]:
+    import aiohttp
+
+    try:
+        uvloop_version = importlib.metadata.version("uvloop")
+    except importlib.metadata.PackageNotFoundError:
+        uvloop_version = "not installed"
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_gib": round(_memory_gib(), 1),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "aiohttp": aiohttp.__version__,
+        "uvloop": uvloop_version,
+        **versions,
+    }

@@ -1,0 +1,163 @@
+"""Write a run's results: results.json (everything), results.md (tables), results.png (chart)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.model import OK, Scenario, Soak, Target
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+BACKGROUND_NOTE_CORES = 0.25  # CPU used by neither server nor wrk during a run, worth a note
+DASH, TIMES = "\u2013", "\u00d7"  # written as escapes: ruff flags the characters themselves
+
+
+def write_all(
+    directory: Path,
+    machine: dict[str, Any],
+    settings: dict[str, Any],
+    scenarios: list[Scenario],
+    soak: Soak | None,
+    targets: list[Target],
+) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    document = {
+        "machine": machine,
+        "settings": settings,
+        "scenarios": [_scenario_json(s) for s in scenarios],
+        "soak": dataclasses.asdict(soak) if soak else None,
+        "targets": [dataclasses.asdict(t) for t in targets],
+    }
+    (directory / "results.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    from bench.plot import plot
+
+    plot(directory / "results.png", scenarios, soak)
+    (directory / "results.md").write_text(markdown(machine, settings, scenarios, soak, targets))
+
+
+def _scenario_json(scenario: Scenario) -> dict[str, Any]:
+    document = dataclasses.asdict(scenario)
+    if scenario.runs:
+        document["summary"] = {
+            attribute: dataclasses.asdict(scenario.spread(attribute))
+            for attribute in ("rps", "p50_ms", "p99_ms", "p999_ms", "cpu_us_per_request", "rss_mb")
+        }
+    return document
+
+
+def _notes(scenario: Scenario) -> str:
+    notes = []
+    if scenario.status != OK:
+        notes.append(f"**{scenario.status}**: {scenario.error}")
+    if scenario.runs:
+        statuses: dict[str, int] = {}
+        for run in scenario.runs:
+            for code, count in run.statuses.items():
+                statuses[code] = statuses.get(code, 0) + count
+        shown = {code: n for code, n in statuses.items() if code not in ("200", "201")}
+        if shown:
+            notes.append(", ".join(f"{code}: {n}" for code, n in shown.items()))
+        background = max(run.background_cores for run in scenario.runs)
+        if background > BACKGROUND_NOTE_CORES:
+            notes.append(f"other load on the machine: up to {background:.2f} cores")
+    return "; ".join(notes).replace("|", "\\|").replace("\n", " ")[:400]
+
+
+def _row(scenario: Scenario) -> str:
+    cells = [
+        scenario.title,
+        scenario.system,
+        scenario.variant,
+        str(scenario.workers),
+        str(scenario.connections),
+    ]
+    if scenario.runs:
+        rps = scenario.spread("rps")
+        cells += [
+            f"{rps.median:,.0f}",
+            f"{rps.low:,.0f}{DASH}{rps.high:,.0f}",
+            f"{scenario.median('p50_ms'):.2f}",
+            f"{scenario.median('p99_ms'):.2f}",
+            f"{scenario.median('p999_ms'):.2f}",
+            f"{scenario.median('cpu_us_per_request'):,.0f}",
+            f"{scenario.median('rss_mb'):.0f}",
+        ]
+    else:
+        cells += [DASH] * 7
+    cells.append(_notes(scenario))
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(
+    machine: dict[str, Any],
+    settings: dict[str, Any],
+    scenarios: list[Scenario],
+    soak: Soak | None,
+    targets: list[Target],
+) -> str:
+    command = " ".join(["python -m bench.suite", settings["argv"]]).strip()
+    passed = sum(t.verdict == "PASS" for t in targets)
+    failed = sum(t.verdict == "FAIL" for t in targets)
+    lines = [
+        "# Cedarberg benchmark results",
+        "",
+        f"Measured {machine['date']} by `make bench` (`{command}`, {settings['wall_seconds'] / 60:.0f} min); "
+        f"targets: {passed} PASS, {failed} FAIL, {len(targets) - passed - failed} SKIP.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {machine['nproc']} {TIMES} {machine['cpu_model']}; RAM {machine['memory_gib']} GiB; "
+        f"Linux {machine['kernel']}",
+        f"- Python {machine['python']}, aiohttp {machine['aiohttp']}, uvloop {machine['uvloop']}",
+        f"- Event loop: Cedarberg {machine.get('gateway_event_loop', '?')}, "
+        f"ceiling {machine.get('ceiling_event_loop', '?')}",
+        f"- Load generator: {machine.get('wrk', '?')}; peer: SeaweedFS `weed` {machine.get('weed', '?')}",
+        f"- Runs: {settings['reps']} {TIMES} {settings['duration_s']} s per scenario after a "
+        f"{settings['warmup_s']} s warm-up; medians, spread = min-max over the runs",
+        "",
+        "Server, load generator and peer share the machine's cores: a 2-worker gateway competes with "
+        "wrk for the CPU.",
+        "",
+        "## Targets",
+        "",
+        "| Target | Verdict | Measured | Required | Margin | Detail |",
+        "|---|---|---|---|---|---|",
+    ]
+    for target in targets:
+        margin = DASH if target.ratio is None else f"{TIMES}{target.ratio:.2f} ({(target.ratio - 1):+.0%})"
+        detail = target.detail.replace("|", "\\|").replace("\n", " ")[:300]
+        cells = [target.name, f"**{target.verdict}**", target.measured, target.required, margin, detail]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Margin: measured ÷ bound for “at least” targets, bound ÷ measured for “at most” ones; "
+        f"≥ {TIMES}1 passes.",
+        "",
+        "## All scenarios",
+        "",
+        "req/s counts successful responses (2xx; 304 for the conditional loadTable): for 8 writers "
+        "on one table, successful commits/s (409 CommitFailedException responses are listed in the "
+        "notes). CPU µs/req: user+system CPU of the server's whole process tree (supervisor and "
+        "workers) over the run ÷ completed responses. RSS: resident memory of that tree at the end. "
+        "The notes name statuses other than 200/201 and CPU used by neither server nor wrk during a run "
+        "(other processes on the machine: a disturbed measurement).",
+        "",
+        "| Scenario | System | Variant | Workers | Conns | req/s | spread | p50 ms | p99 ms | p99.9 ms "
+        "| CPU µs/req | RSS MB | Notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(_row(scenario) for scenario in scenarios),
+        "",
+    ]
+    if soak is not None:
+        lines += [
+            "## Soak",
+            "",
+            f"loadTable at 32 connections for {soak.seconds} s on cedarberg/http-1w: "
+            f"{soak.rps:,.0f} req/s; RSS after 10 s {soak.baseline_mb:.1f} MB, at the end "
+            f"{soak.final_mb:.1f} MB ({soak.drift:+.1%}).",
+            "",
+        ]
+    lines += ["## Chart", "", "![throughput and CPU per request](results.png)", ""]
+    return "\n".join(lines)

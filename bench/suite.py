@@ -1,0 +1,288 @@
+"""The benchmark suite: Cedarberg (4 variants), the SeaweedFS peer and a bare aiohttp ceiling,
+measured in one run on this machine; writes bench/results/results.{json,md,png} and exits 1 if
+a target is missed.
+
+    python -m bench.suite [--quick] [--reps N] [--soak-seconds S] [--only REGEX]
+
+``--only`` keeps the scenarios whose key ``system/variant/operation`` (e.g.
+``cedarberg/http-1w/load_table``, ``seaweedfs/peer/commit_seq``, ``cedarberg/http-1w/soak``)
+matches the regular expression.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import bench  # noqa: F401  (puts the repo root on sys.path, turns the test fork server off)
+from bench import report
+from bench.cedarberg import running_cedarberg, variant_name
+from bench.ceiling import running_ceiling
+from bench.endpoint import Endpoint
+from bench.http import HttpClient, bearer
+from bench.machine import describe
+from bench.measure import Plan, Prepared, new_scenario, prepare, run_once, server_exit, soak
+from bench.model import FAILED, UNSUPPORTED, Scenario, Soak
+from bench.peer import running_seaweedfs, weed_version
+from bench.procstat import is_alive
+from bench.scenarios import ALL, BY_NAME, CEILING, READ, TLS_SUBSET, Operation, operations_for
+from bench.targets import FAIL, TIMES, evaluate
+from bench.wrk import wrk_version
+from tests.support.secure import AMBIENT_CA_VARIABLES
+from tests.support.tls import make_pki
+
+# (TLS, workers, operations) of the Cedarberg variants, in the order they run.
+VARIANTS: tuple[tuple[bool, int, tuple[str, ...]], ...] = (
+    (False, 1, ALL),
+    (False, 2, ALL),
+    (True, 1, TLS_SUBSET),
+    (True, 2, TLS_SUBSET),
+)
+PEER_OPERATIONS = ALL
+SOAK_KEY = "cedarberg/http-1w/soak"
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.suite",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke test: 1 repetition, 2 s runs, no soak")
+    parser.add_argument("--reps", type=int, default=2, help="measured runs per scenario (default 2)")
+    parser.add_argument("--duration", type=int, default=5, help="seconds per measured run (5; max 20)")
+    parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up before each run (1)")
+    parser.add_argument("--soak-seconds", type=int, default=60, help="soak length; 0 skips it (default 60)")
+    parser.add_argument("--only", metavar="REGEX", help="run only scenarios whose key matches")
+    parser.add_argument("--output", type=Path, default=report.RESULTS_DIR, help="results directory")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (data, server logs)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.reps, args.duration, args.soak_seconds = 1, 2, 0
+    if not 1 <= args.duration <= 20:
+        parser.error("--duration must be 1..20 seconds")
+    if args.reps < 1 or args.warmup < 0 or args.soak_seconds < 0:
+        parser.error("--reps must be >= 1, --warmup and --soak-seconds >= 0")
+    return args
+
+
+class Suite:
+    def __init__(self, args: argparse.Namespace, work_dir: Path) -> None:
+        self.args = args
+        self.work_dir = work_dir
+        self.plan = Plan(reps=args.reps, duration_s=args.duration, warmup_s=args.warmup)
+        self.pattern = re.compile(args.only) if args.only else None
+        self.scenarios: list[Scenario] = []
+        self.soak: Soak | None = None
+        self.versions: dict[str, str] = {}
+        self.server_died = False  # then the work directory (with the server logs) is kept
+
+    def selected(self, key: str) -> bool:
+        return self.pattern is None or bool(self.pattern.search(key))
+
+    def chosen(self, label: str, names: tuple[str, ...]) -> list[Operation]:
+        return [op for op in operations_for(names) if self.selected(f"{label}/{op.name}")]
+
+    # -- the servers -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        pki = make_pki(self.work_dir / "pki")
+        ceiling_ops = self.chosen("ceiling/bare-aiohttp", CEILING)
+        ceiling_body: bytes | None = None
+        ceiling_tokens: dict[str, str] = {}
+        for tls, workers, names in VARIANTS:
+            label = f"cedarberg/{variant_name(tls, workers)}"
+            operations = self.chosen(label, names)
+            main = (tls, workers) == (False, 1)
+            want_soak = main and self.args.soak_seconds > 0 and self.selected(SOAK_KEY)
+            want_body = main and bool(ceiling_ops)
+            if not (operations or want_soak or want_body):
+                continue
+            directory = self.work_dir / variant_name(tls, workers)
+            start = functools.partial(
+                running_cedarberg, directory, tls_pki=pki if tls else None, workers=workers
+            )
+            with self._started(label, start, operations) as endpoint:
+                if endpoint is None:
+                    continue
+                self.versions.setdefault("gateway_event_loop", endpoint.event_loop)
+                if want_body:
+                    ceiling_body = _load_table_body(endpoint)
+                    # The ceiling gets byte-identical requests (it ignores the header).
+                    ceiling_tokens = dict(endpoint.tokens)
+                self.measure(endpoint, operations)
+                if want_soak:
+                    self.run_soak(endpoint)
+        if ceiling_ops:
+            if ceiling_body is None:
+                self._record_failure(
+                    "ceiling/bare-aiohttp", ceiling_ops, "no loadTable body from the gateway"
+                )
+            else:
+                start_ceiling = functools.partial(running_ceiling, ceiling_body, self.work_dir / "ceiling")
+                with self._started("ceiling/bare-aiohttp", start_ceiling, ceiling_ops) as endpoint:
+                    if endpoint is not None:
+                        self.versions["ceiling_event_loop"] = endpoint.event_loop
+                        endpoint.tokens = ceiling_tokens
+                        self.measure(endpoint, ceiling_ops)
+        peer_ops = self.chosen("seaweedfs/peer", PEER_OPERATIONS)
+        if peer_ops:
+            start_peer = functools.partial(running_seaweedfs, self.work_dir / "seaweedfs")
+            with self._started("seaweedfs/peer", start_peer, peer_ops) as endpoint:
+                if endpoint is not None:
+                    self.measure(endpoint, peer_ops)
+
+    @contextlib.contextmanager
+    def _started(
+        self, label: str, start: Callable[[], AbstractContextManager[Endpoint]], operations: list[Operation]
+    ) -> Iterator[Endpoint | None]:
+        """Enter ``start()``; if the server cannot start, record its scenarios as failed
+        (unsupported for the peer) and yield None instead of raising."""
+        print(f"\n== {label}: starting", flush=True)
+        begun = time.monotonic()
+        with contextlib.ExitStack() as stack:
+            try:
+                endpoint = stack.enter_context(start())
+            except Exception as err:  # a server that cannot start is a result, not a crash
+                print(f"== {label}: could not start: {err}", flush=True)
+                self._record_failure(label, operations, f"server did not start: {err}")
+                yield None
+                return
+            print(f"== {label}: ready in {time.monotonic() - begun:.1f}s at {endpoint.base_url}", flush=True)
+            yield endpoint
+        print(f"== {label}: stopped", flush=True)
+
+    def _record_failure(self, label: str, operations: list[Operation], error: str) -> None:
+        system, variant = label.split("/")
+        for operation in operations:
+            scenario = Scenario(
+                system, variant, operation.name, operation.title, 0, False, operation.connections
+            )
+            scenario.status = UNSUPPORTED if system == "seaweedfs" else FAILED
+            scenario.error = error
+            self.scenarios.append(scenario)
+
+    # -- the measurements --------------------------------------------------------------------
+
+    def measure(self, endpoint: Endpoint, operations: list[Operation]) -> None:
+        prepared: list[tuple[Scenario, Prepared]] = []
+        for operation in operations:
+            scenario = new_scenario(endpoint, operation)
+            self.scenarios.append(scenario)
+            ready = prepare(endpoint, operation, scenario)
+            if ready is None:
+                print(f"   {scenario.key}: {scenario.status}: {scenario.error}", flush=True)
+            else:
+                prepared.append((scenario, ready))
+        # All reads first: the writes add namespaces and tables that some listings would show.
+        for kind_is_read in (True, False):
+            for rep in range(self.plan.reps):
+                for scenario, ready in prepared:
+                    if (ready.operation.kind == READ) != kind_is_read:
+                        continue
+                    if not is_alive(endpoint.pid):
+                        self.server_died = True
+                        scenario.status = UNSUPPORTED if endpoint.system == "seaweedfs" else FAILED
+                        scenario.error = scenario.error or server_exit(endpoint).removeprefix("; ")
+                        continue
+                    run_once(endpoint, ready, self.plan, scenario)
+                    self.server_died = self.server_died or not is_alive(endpoint.pid)
+                    _print_run(scenario, rep)
+
+    def run_soak(self, endpoint: Endpoint) -> None:
+        operation = BY_NAME["load_table"]
+        scenario = new_scenario(endpoint, operation)
+        ready = prepare(endpoint, operation, scenario)
+        if ready is None:
+            self.soak = Soak(self.args.soak_seconds, [], 0.0, 0.0, 0, 0.0, [scenario.error])
+            return
+        print(f"   {SOAK_KEY}: {self.args.soak_seconds}s of loadTable at 32 connections", flush=True)
+        self.soak = soak(endpoint, ready, self.args.soak_seconds)
+        print(
+            f"   {SOAK_KEY}: RSS {self.soak.baseline_mb:.1f} MB after 10 s -> {self.soak.final_mb:.1f} MB "
+            f"({self.soak.drift:+.1%}), {self.soak.rps:,.0f} req/s {'; '.join(self.soak.problems)}",
+            flush=True,
+        )
+
+
+def _load_table_body(endpoint: Endpoint) -> bytes:
+    operation = BY_NAME["load_table"]
+    reply = HttpClient(endpoint.cafile).get(
+        endpoint.base_url + endpoint.expand(operation.path), bearer(endpoint.tokens[operation.role])
+    )
+    if reply.status != 200:
+        raise RuntimeError(f"loadTable for the ceiling's body failed: {reply.status} {reply.text()}")
+    return reply.body
+
+
+def _print_run(scenario: Scenario, rep: int) -> None:
+    if not scenario.runs or len(scenario.runs) <= rep:
+        print(f"   {scenario.key} #{rep + 1}: {scenario.status}: {scenario.error}", flush=True)
+        return
+    run = scenario.runs[-1]
+    extra = f"  PROBLEM: {'; '.join(run.problems)}" if run.problems else ""
+    print(
+        f"   {scenario.key:<44} #{rep + 1} {run.rps:>9,.0f} req/s"
+        f"  p50 {run.p50_ms:7.2f}  p99 {run.p99_ms:7.2f}"
+        f"  p99.9 {run.p999_ms:7.2f} ms  cpu {run.cpu_us_per_request:7,.0f} µs/req  rss {run.rss_mb:5.0f} MB"
+        f"  bg {run.background_cores:4.2f} cores  {run.statuses or ''}{extra}",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    for variable in list(os.environ):
+        # requests (pyiceberg) would trust these CA bundles over our CA; CEDARBERG_* variables
+        # would configure `cedarberg keys create` (GatewayProcess drops them for the server).
+        if variable in AMBIENT_CA_VARIABLES or variable.startswith("CEDARBERG_"):
+            del os.environ[variable]
+    began = time.monotonic()
+    work_dir = Path(tempfile.mkdtemp(prefix="cedarberg-bench-"))
+    suite = Suite(args, work_dir)
+    try:
+        suite.run()
+    finally:
+        if args.keep or suite.server_died:
+            print(f"work directory kept (server data and logs): {work_dir}")
+        else:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    versions = {"wrk": wrk_version(), "weed": weed_version(), **suite.versions}
+    machine = describe(versions)
+    targets = evaluate(suite.scenarios, suite.soak)
+    wall = time.monotonic() - began
+    settings: dict[str, Any] = {
+        "argv": shlex.join(sys.argv[1:] if argv is None else argv),
+        "reps": args.reps,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "soak_seconds": args.soak_seconds,
+        "only": args.only,
+        "wall_seconds": round(wall),
+    }
+    report.write_all(args.output, machine, settings, suite.scenarios, suite.soak, targets)
+    print("\n== targets")
+    for target in targets:
+        margin = "" if target.ratio is None else f"  margin {TIMES}{target.ratio:.2f}"
+        detail = f"  ({target.detail})" if target.detail else ""
+        print(
+            f"{target.verdict}  {target.name}: {target.measured} (required {target.required}){margin}{detail}"
+        )
+    print(f"\nresults in {args.output} (wall time {wall / 60:.1f} min)")
+    return 1 if any(target.verdict == FAIL for target in targets) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
