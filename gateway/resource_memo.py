@@ -36,6 +36,19 @@ class ResourceMemo:
             lambda: entities.namespace_resource(warehouse, levels, chain),
         )
 
+    def warehouse(self, name: str) -> Resource:
+        """`entities.warehouse_resource(name)`: it depends on nothing else."""
+        return self._get(("wh", name), (), lambda: entities.warehouse_resource(name))
+
+    def child_namespace(self, parent: Resource, level: str, properties: dict[str, str]) -> Resource:
+        """The namespace `level` in `parent` with its own `properties` (for listings), reused
+        while `parent` and `properties` are the same objects."""
+        return self._get(
+            ("child-ns", parent.uid, level),
+            (parent, properties),
+            lambda: entities.child_namespace(parent, level, properties),
+        )
+
     def child(self, parent: Resource, name: str, view: bool) -> Resource:
         """The table (or view) `name` in `parent`, reused while `parent` is the same object."""
         make = entities.child_view if view else entities.child_table

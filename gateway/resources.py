@@ -173,12 +173,14 @@ async def visible_children(
         parent = (
             await namespace_of(services, warehouse, Namespace.parse(parent_param))
             if parent_param
-            else entities.warehouse_resource(warehouse)
+            else services.resources.warehouse(warehouse)
         )
         return [
-            entities.child_namespace(parent, item[-1], own[key] or {})
+            services.resources.child_namespace(parent, item[-1], own[key] or _NO_PROPERTIES)
             for item, key in zip(levels, keys, strict=True)
         ]
     namespace = await namespace_of(services, warehouse, Namespace.parse(request.match_info["namespace"]))
-    make = entities.child_view if spec.operation == "listViews" else entities.child_table
-    return [make(namespace, item["name"]) for item in document.get("identifiers", [])]
+    view = spec.operation == "listViews"
+    return [
+        services.resources.child(namespace, item["name"], view) for item in document.get("identifiers", [])
+    ]
