@@ -104,9 +104,20 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
         default_warehouse=settings.default_warehouse,
         idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
         limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
-        load_results=LoadResultCache(
-            cache.load_result_max_bytes if serving else 0, cache.load_result_max_age_seconds
-        ),
+        load_results=_load_result_cache(settings, serving),
+    )
+
+
+def _load_result_cache(settings: Settings, serving: bool) -> LoadResultCache:
+    """Unsealed metadata is kept no longer than the data key that unsealed it may be: with the
+    data-key cache off (every read must reach the KMS) it is not kept at all, and its age is capped
+    by the key cache's, so disabling a key in the KMS stops reads as soon as it did before."""
+    keys = settings.kms.cache
+    if not serving or keys.max_entries == 0 or keys.max_uses == 0 or keys.max_age_seconds <= 0:
+        return LoadResultCache(max_bytes=0)
+    return LoadResultCache(
+        settings.cache.load_result_max_bytes,
+        min(settings.cache.load_result_max_age_seconds, keys.max_age_seconds),
     )
 
 

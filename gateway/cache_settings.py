@@ -35,5 +35,6 @@ class CacheSettings(BaseModel):
         gt=0,
         le=86_400,
         description="Longest an unsealed response stays in memory (a dropped table's plaintext "
-        "leaves memory within this time).",
+        "leaves memory within this time). Never longer than kms.cache.max_age_seconds, and "
+        "nothing is kept when the data-key cache is off: reads then always reach the KMS.",
     )

@@ -83,7 +83,10 @@ def secure(
     request: pytest.FixtureRequest, session_pki: TestPki, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SecureGateway]:
     """The module's gateway: TLS with the session CA (which the shared Spark JVM trusts)."""
-    gw = SecureGateway(tmp_path_factory.mktemp("secure-clients"), pki=session_pki)
+    # The access log on: the secrets check at the end then also covers a line per request.
+    gw = SecureGateway(
+        tmp_path_factory.mktemp("secure-clients"), pki=session_pki, config={"access_log": True}
+    )
     failed_before = request.session.testsfailed
     with gw:
         for engine in ("spark", "pyi", "duck"):
