@@ -28,8 +28,6 @@ class LoadResultCache:
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds
         self.bytes = 0
-        self.hits = 0
-        self.misses = 0
         self._entries: OrderedDict[Key, tuple[float, bytes]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -42,10 +40,8 @@ class LoadResultCache:
         if entry is not None:
             if now - entry[0] <= self.max_age_seconds:
                 self._entries.move_to_end(key)
-                self.hits += 1
                 return entry[1]
             self._drop(key)
-        self.misses += 1
         body = await render()
         if len(body) * 4 <= self.max_bytes:
             self._drop(key)
@@ -54,10 +50,6 @@ class LoadResultCache:
             while self.bytes > self.max_bytes:
                 self._drop(next(iter(self._entries)))
         return body
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.bytes = 0
 
     def _drop(self, key: Key) -> None:
         entry = self._entries.pop(key, None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from catalog import documents
 from catalog.context import CatalogContext, Warehouse
@@ -40,9 +40,17 @@ async def read_object(store: Store, warehouse: str, identifier: Identifier, kind
 
 
 async def load_object(
-    ctx: CatalogContext, row: ObjectRow, variant: str, render: Callable[[], Awaitable[bytes]]
+    ctx: CatalogContext, row: ObjectRow, variant: str, transform: Callable[[bytes], bytes] | None = None
 ) -> bytes:
-    """The load result of `row` in `variant`, unsealed once per metadata version."""
+    """The LoadTableResult / LoadViewResult of `row`: its metadata (passed through `transform`, which
+    makes `variant` of it, when given), unsealed once per metadata version and variant."""
+
+    async def render() -> bytes:
+        metadata_json = await ctx.sealer.open_row(row)
+        if transform is not None:
+            metadata_json = transform(metadata_json)
+        return documents.load_result(row.metadata_location, metadata_json)
+
     return await ctx.load_results.get((row.uuid, row.metadata_location, variant), render)
 
 

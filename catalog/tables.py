@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 SNAPSHOT_MODES = ("all", "refs")
 
 
+def _refs_only(metadata_json: bytes) -> bytes:
+    """Table metadata with only the snapshots that refs name (`snapshots=refs`)."""
+    return documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
+
+
 class TableService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
@@ -95,16 +100,7 @@ class TableService:
             if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))
         ):
             return tag, None
-
-        async def render() -> bytes:
-            metadata_json = await self._ctx.sealer.open_row(row)
-            if snapshots == "refs":
-                metadata_json = documents.model_json(
-                    table_metadata.filter_to_refs(parse_metadata(metadata_json))
-                )
-            return documents.load_result(row.metadata_location, metadata_json)
-
-        return tag, await load_object(self._ctx, row, snapshots, render)
+        return tag, await load_object(self._ctx, row, snapshots, _refs_only if snapshots == "refs" else None)
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -132,7 +128,7 @@ class TableService:
         async def current() -> bytes:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
-            return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
+            return await load_object(self._ctx, row, "all")
 
         body = await commit(
             self._ctx,

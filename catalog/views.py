@@ -94,11 +94,7 @@ class ViewService:
     async def load(self, warehouse_name: str | None, identifier: Identifier) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
         row = await read_object(self._ctx.store, warehouse.name, identifier, VIEW)
-
-        async def render() -> bytes:
-            return documents.load_result(row.metadata_location, await self._ctx.sealer.open_row(row))
-
-        return await load_object(self._ctx, row, "view", render)
+        return await load_object(self._ctx, row, "view")
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)

@@ -113,7 +113,7 @@ def _load_result_cache(settings: Settings, serving: bool) -> LoadResultCache:
     data-key cache off (every read must reach the KMS) it is not kept at all, and its age is capped
     by the key cache's, so disabling a key in the KMS stops reads as soon as it did before."""
     keys = settings.kms.cache
-    if not serving or keys.max_entries == 0 or keys.max_uses == 0 or keys.max_age_seconds <= 0:
+    if not serving or not keys.enabled:
         return LoadResultCache(max_bytes=0)
     return LoadResultCache(
         settings.cache.load_result_max_bytes,

@@ -64,17 +64,16 @@ async def _chain(
         return [found or _NO_PROPERTIES for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
         read = await tx.namespace_properties(warehouse, keys)
-    return [read.get(key, {}) for key in keys]
+    return [read.get(key) or _NO_PROPERTIES for key in keys]
 
 
 async def namespace_of(
     services: Services, warehouse: str, namespace: Namespace, fresh: bool = False
 ) -> Resource:
     """The namespace's resource with the grants of its chain. Reads may use the registry's
-    short-lived read cache; mutations pass `fresh` and are decided on the database's grants."""
+    short-lived read cache; mutations pass `fresh` and are decided on the database's grants (fresh
+    dicts, so the resource memo builds their resource anew)."""
     chain = await _chain(services, warehouse, namespace, fresh)
-    if fresh:
-        return entities.namespace_resource(warehouse, namespace.levels, chain)
     return services.resources.namespace(warehouse, namespace.levels, chain)
 
 
@@ -82,12 +81,6 @@ async def object_of(
     services: Services, warehouse: str, identifier: Identifier, view: bool, fresh: bool = False
 ) -> Resource:
     parent = await namespace_of(services, warehouse, identifier.namespace, fresh)
-    if fresh:
-        return (
-            entities.child_view(parent, identifier.name)
-            if view
-            else entities.child_table(parent, identifier.name)
-        )
     return services.resources.child(parent, identifier.name, view)
 
 

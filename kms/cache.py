@@ -63,8 +63,7 @@ class DataKeyCache:
 
     @property
     def enabled(self) -> bool:
-        s = self._settings
-        return s.max_entries > 0 and s.max_uses > 0 and s.max_age_seconds > 0
+        return self._settings.enabled
 
     def __len__(self) -> int:
         return len(self._entries)

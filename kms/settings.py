@@ -18,6 +18,11 @@ class CacheSettings(_Frozen):
     )
     max_uses: int = Field(100_000, ge=0, description="An unwrapped key is dropped after this many uses.")
 
+    @property
+    def enabled(self) -> bool:
+        """Whether unwrapped keys are kept at all (any zero bound turns the cache off)."""
+        return self.max_entries > 0 and self.max_uses > 0 and self.max_age_seconds > 0
+
 
 class AwsKmsSettings(_Frozen):
     region: str | None = Field(None, description="AWS region (default: the SDK's configuration).")

@@ -66,8 +66,6 @@ class RegistryCache:
         self.ttl_seconds = ttl_seconds
         self.max_entries = max_entries
         self.generation = 0
-        self.hits = 0
-        self.misses = 0
         self._entries: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
         # Listing generations: a namespace listing is keyed by its warehouse's, an object listing
         # by its namespace's; bumping one makes every cached page of that container unreachable.
@@ -90,16 +88,13 @@ class RegistryCache:
         (the caller refreshes it); one past its TTL is forgotten and not answered."""
         entry = self._entries.get(key)
         if entry is None:
-            self.misses += 1
             return False, None, False
         stored_at, value = entry
         age = time.monotonic() - stored_at
         if age > self.ttl_seconds:
             del self._entries[key]
-            self.misses += 1
             return False, None, False
         self._entries.move_to_end(key)
-        self.hits += 1
         return True, value, age > self.ttl_seconds / 2
 
     def store(self, key: Hashable, value: Any, generation: int) -> None:
@@ -130,11 +125,6 @@ class RegistryCache:
         for warehouse, namespace, name in touched.objects:
             self._entries.pop(RegistryKey.object(warehouse, namespace, name), None)
             self._bump(("objects", warehouse, namespace))
-
-    def clear(self) -> None:
-        self.generation += 1
-        self._entries.clear()
-        self._containers.clear()
 
     def _bump(self, container: tuple[str, ...]) -> None:
         self._containers[container] = self._containers.get(container, 0) + 1

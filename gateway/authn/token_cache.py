@@ -44,7 +44,6 @@ class VerifiedTokenCache:
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.max_entries = max_entries
-        self.hits = 0
         self._entries: OrderedDict[bytes, tuple[Principal, float, float]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -67,7 +66,6 @@ class VerifiedTokenCache:
             del self._entries[key]
             return None
         self._entries.move_to_end(key)
-        self.hits += 1
         return principal
 
     def put(self, token: str, principal: Principal) -> None:
