@@ -116,8 +116,12 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("fetchPlanningResult", Scope.TABLE, R),
     _op("cancelPlanning", Scope.TABLE, R),
     _op("fetchScanTasks", Scope.TABLE, R),
+    # Access to a table's files. loadCredentials and signRequest are the routes (reads); the right to
+    # write the files (read-write vended credentials, signed PUT/POST/DELETE) is the extra decision
+    # writeTableData, which no route carries: the data-access handlers decide it themselves.
     _op("loadCredentials", Scope.TABLE, R),
-    _op("signRequest", Scope.TABLE, W),
+    _op("signRequest", Scope.TABLE, R),
+    _op("writeTableData", Scope.TABLE, W),
     # views
     _op("listViews", Scope.NAMESPACE, R, lists=EntityType.VIEW),
     _op("createView", Scope.VIEW, W, creates=True),
