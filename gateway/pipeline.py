@@ -27,8 +27,8 @@ from gateway.audit import Decision as AuditDecision
 from gateway.audit import Outcome
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.principal import Principal
+from gateway.authz.authorizer import VERDICT, filter_visible
 from gateway.authz.authorizer import authorize as decide_operation
-from gateway.authz.authorizer import filter_visible
 from gateway.authz.context import RequestContext
 from gateway.authz.entities import EntityType
 from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
@@ -192,6 +192,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
         if verdict.hidden and verdict.hidden_kind in _HIDDEN:
             raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
         raise ForbiddenError(f"Not allowed: {spec.operation}")
+    request[VERDICT] = verdict
     response = await handler(request)
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)

@@ -45,6 +45,7 @@ from gateway.authz.entities import (
 )
 from gateway.authz.errors import PolicyLoadError, PolicyProblem
 from gateway.authz.loader import CompiledPolicySet, compile_sources, read_directory
+from gateway.authz.restrictions import ScanRule, rules_of
 
 log = logging.getLogger("gateway.authz")
 
@@ -207,6 +208,15 @@ class PolicyEngine:
     ) -> Decision:
         """Decide whether `principal` may perform `action` on `resource`."""
         return self.decide_many(principal, [(action, resource, context)])[0]
+
+    def scan_rules(self, decision: Decision) -> tuple[ScanRule, ...]:
+        """The ways to scan an Allow gives (`restrictions.rules_of`): read from the policy set the
+        decision was made with. None for a denial, or when the set changed since (fail closed;
+        the client's retry is decided and restricted by the new set)."""
+        active = self._active
+        if not decision.allowed or active is None or active.version != decision.version:
+            return ()
+        return rules_of(decision.policy_ids, active.restrictions)
 
     def decide_many(
         self, principal: Principal, checks: Sequence[tuple[str, Resource, RequestContext]]

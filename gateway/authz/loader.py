@@ -27,6 +27,7 @@ import cedarpy
 import orjson
 
 from gateway.authz.errors import PolicyLoadError, PolicyProblem
+from gateway.authz.restrictions import ScanRule, parse_restriction
 
 SCHEMA_FILE = "schema.cedarschema"
 POLICY_SUFFIX = ".cedar"
@@ -52,6 +53,7 @@ class CompiledPolicySet:
     policies: cedarpy.PolicySet
     sources: Mapping[str, str]  # file name -> text (schema and policies)
     locations: Mapping[str, str]  # policy id -> "FILE:LINE"
+    restrictions: Mapping[str, ScanRule]  # policy id -> its @columns/@row_filter (restrictions.py)
 
 
 def split_statements(text: str) -> list[Statement]:
@@ -212,6 +214,7 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
     schema = _compile_schema(sources[SCHEMA_FILE], problems)
     static: dict[str, dict[str, Any]] = {}
     locations: dict[str, str] = {}
+    restrictions: dict[str, ScanRule] = {}
     for name in sorted(n for n in sources if n != SCHEMA_FILE):
         for stmt in split_statements(sources[name]):
             compiled = _compile_statement(name, stmt, schema, problems)
@@ -229,6 +232,13 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
                 continue
             static[policy_id] = policy
             locations[policy_id] = f"{name}:{stmt.line}"
+            try:
+                rule = parse_restriction(policy_id, policy)
+            except ValueError as err:
+                problems.append(PolicyProblem(name, stmt.line, str(err)))
+                continue
+            if rule is not None:
+                restrictions[policy_id] = rule
     if problems or schema is None:
         raise PolicyLoadError(problems)
     document = {"staticPolicies": static, "templates": {}, "templateLinks": []}
@@ -243,6 +253,7 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
         policies=policies,
         sources=MappingProxyType(dict(sources)),
         locations=MappingProxyType(locations),
+        restrictions=MappingProxyType(restrictions),
     )
 
 
