@@ -35,6 +35,7 @@ from gateway.authz.entities import (
 from gateway.authz.errors import PolicyLoadError, ResourceError
 from gateway.authz.fixtures import run_fixtures
 from gateway.authz.operations import OPERATIONS, Scope
+from gateway.authz.restrictions import describe
 from gateway.authz.settings import BUNDLED_POLICY_DIR
 
 COMMAND = "policies"
@@ -164,6 +165,10 @@ def _print_decision(engine: PolicyEngine, decision: Decision, principal: Princip
             print(f"  {policy_id}  ({locations.get(policy_id, '?')})", file=out)
     elif not decision.allowed:
         print("no policy permits this request (default deny)", file=out)
+    for rule in describe(engine.scan_rules(decision)):
+        columns = ", ".join(rule["columns"]) if rule["columns"] is not None else "all"
+        rows = rule["row_filter"] or "all"
+        print(f"restricted by {rule['policy_id']}: columns {columns}; rows {rows}", file=out)
     for error in decision.errors:
         print(f"error:     {error}", file=out)
     print(f"policy set version: {decision.version}", file=out)

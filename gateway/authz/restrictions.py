@@ -136,3 +136,16 @@ def rules_of(policy_ids: tuple[str, ...], restrictions: Mapping[str, ScanRule]) 
             return (UNRESTRICTED,)
         rules.append(rule)
     return tuple(rules)
+
+
+def describe(rules: tuple[ScanRule, ...]) -> list[dict[str, Any]]:
+    """The restrictions in `rules` as JSON-able dicts, for explanations (none when unrestricted)."""
+    return [
+        {
+            "policy_id": rule.policy_id,
+            "columns": sorted(rule.columns) if rule.columns is not None else None,
+            "row_filter": rule.row_filter,
+        }
+        for rule in rules
+        if rule.restricted
+    ]

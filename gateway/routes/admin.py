@@ -54,6 +54,7 @@ from gateway.authz import entities
 from gateway.authz.context import ChangeSummary, RequestContext
 from gateway.authz.entities import Resource
 from gateway.authz.operations import OPERATIONS, Scope
+from gateway.authz.restrictions import describe
 from gateway.routes.route import Route
 from gateway.security import security
 from gateway.services import services
@@ -366,6 +367,8 @@ async def explain_decision(request: web.Request) -> web.Response:
             "errors": list(decision.errors),
             "version": decision.version,
             "grants_from": source,
+            # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
+            "restrictions": describe(engine.scan_rules(decision)),
         }
     )
 

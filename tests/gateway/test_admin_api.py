@@ -275,6 +275,7 @@ def test_explain_uses_the_catalogs_grants(admin: Api) -> None:
     assert read["grants_from"] == "catalog"
     assert read["resource"] == 'Cedarberg::Table::"default/explained/orders"'
     assert read["version"] == admin("GET", f"{ADMIN}/policies").json()["version"]
+    assert read["restrictions"] == []  # a grant restricts no column or row
 
     write = _explain(admin, principal="ann", groups=["bi"], action="updateTable", resource=table)
     assert write["decision"] == "deny"

@@ -3,6 +3,7 @@ policy set loads, and resolved from the permits that allowed a real cedarpy deci
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authz.cli import explain
 from gateway.authz.context import RequestContext
 from gateway.authz.engine import PolicyEngine
 from gateway.authz.entities import namespace_resource, table_resource
@@ -192,3 +194,21 @@ def test_namespace_resources_are_unaffected(tmp_path: Path) -> None:
     ns = namespace_resource("default", ["sales"], [{"cedarberg.readers": "analysts"}])
     who = _principal("analysts")
     assert engine.decide(who, "listTables", ns, RequestContext.of(who, "127.0.0.1")).allowed
+
+
+def test_explain_shows_the_restrictions_of_an_allow(tmp_path: Path) -> None:
+    directory = _policies(tmp_path, EU_ANALYSTS)
+    out = io.StringIO()
+    assert explain(directory, "ana", ["analysts"], "planTableScan", "default/sales/orders", out=out) == 0
+    text = out.getvalue()
+    assert (
+        "restricted by analysts-eu-orders: columns amount, customer, order_id, region; rows region = 'eu'"
+        in text
+    )
+    out = io.StringIO()
+    granted = ["sales:cedarberg.readers=analysts"]
+    code = explain(
+        directory, "ana", ["analysts"], "planTableScan", "default/sales/orders", properties=granted, out=out
+    )
+    assert code == 0
+    assert "restricted by" not in out.getvalue()
