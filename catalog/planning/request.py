@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, SerializableBooleanExpression
+
+from catalog.errors import InvalidRequestError
+from catalog.requests import parse
+
+M = TypeVar("M", bound=BaseModel)
 
 _MAX_NAMES = 10_000  # select / stats-fields entries: far above any real table's column count
 
@@ -43,3 +50,12 @@ class FetchScanTasksRequest(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid")
 
     plan_task: str = Field(alias="plan-task", min_length=1, max_length=256)
+
+
+def parse_request(model: type[M], data: Any) -> M:
+    """`catalog.requests.parse`, also for pyiceberg's expression parsing, which raises TypeError
+    for some malformed predicates (a comparison without a value)."""
+    try:
+        return parse(model, data)
+    except TypeError as err:
+        raise InvalidRequestError(f"invalid request: filter: {str(err).splitlines()[0][:200]}") from None

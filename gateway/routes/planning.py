@@ -9,9 +9,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from catalog.planning.request import FetchScanTasksRequest, PlanScanRequest
+from catalog.planning.request import FetchScanTasksRequest, PlanScanRequest, parse_request
 from catalog.planning.service import PlanAnswer
-from catalog.requests import parse
 from gateway import errors, http
 from gateway.authn.principal import Principal
 from gateway.authz.scan_grants import scan_grants_for
@@ -36,7 +35,7 @@ def _answer(answer: PlanAnswer) -> web.Response:
 
 async def plan_table_scan(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = parse(PlanScanRequest, await http.json_body(request))
+    body = parse_request(PlanScanRequest, await http.json_body(request))
     answer = await services(request).plans.plan(
         http.prefix(request), identifier, body, scan_grants_for(request), _owner(request)
     )
@@ -59,7 +58,7 @@ async def cancel_planning(request: web.Request) -> web.Response:
 
 async def fetch_scan_tasks(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = parse(FetchScanTasksRequest, await http.json_body(request))
+    body = parse_request(FetchScanTasksRequest, await http.json_body(request))
     page = await services(request).plans.tasks(
         http.prefix(request), identifier, body.plan_task, _owner(request)
     )
