@@ -444,3 +444,40 @@ def test_plans_expire_and_are_swept(background: Tables) -> None:
     while _plan_rows(background.gateway) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _plan_rows(background.gateway) == 0
+
+
+def test_plans_live_in_postgresql_too(postgres_url: str, tmp_path: Path) -> None:
+    """The same plan life cycle on the scale-out store: synchronous pages, a background plan,
+    its pages, cancellation and expiry."""
+    config = {
+        "planning": {
+            "max_sync_manifests": 1,
+            "tasks_per_page": 1,
+            "plan_ttl_seconds": 2,
+            "sweep_interval_seconds": 0.3,
+        }
+    }
+    with GatewayProcess(tmp_path / "gateway", store_url=postgres_url, config=config) as gw:
+        catalog = make_catalog(gw)
+        catalog.create_namespace("pg")
+        table = catalog.create_table("pg.t", SCHEMA)
+        table.append(batch(range(0, 5), 1))
+        rest = Rest(gw, gw.admin_key)
+        one_manifest = table.snapshots()[0].snapshot_id
+        answer = rest.plan("pg.t", {"snapshot-id": one_manifest})
+        completed = PlanCompleted.model_validate_json(answer.text)
+        assert completed.status == "completed"
+        table.append(batch(range(5, 10), 2))
+        local = {task.file.file_path for task in table.scan().plan_files()}
+        plan_id = str(rest.plan("pg.t", {}).json()["plan-id"])  # two manifests: background
+        deadline = time.monotonic() + 20
+        while (document := rest.result("pg.t", plan_id).json())["status"] == "submitted":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        background_plan = PlanCompleted.model_validate(document)
+        assert len(background_plan.plan_tasks) == 1
+        assert rest.all_files("pg.t", background_plan) == local
+        assert rest.cancel("pg.t", plan_id).status_code == 204
+        assert rest.result("pg.t", plan_id).json() == {"status": "cancelled"}
+        time.sleep(2.5)
+        assert error_of(rest.result("pg.t", plan_id)) == (404, "NoSuchPlanIdException")
