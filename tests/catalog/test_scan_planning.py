@@ -80,6 +80,19 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Table:
     return catalog.load_table("ns.people")
 
 
+@pytest.fixture(scope="module")
+def evolved(table: Table) -> Table:
+    """A table whose column `name` was renamed to `label` after its first snapshot."""
+    catalog = table.catalog
+    created = catalog.create_table("ns.evolved", SCHEMA)
+    created.append(_rows([1, 2]))
+    with created.update_schema() as update:
+        update.rename_column("name", "label")
+    reloaded = catalog.load_table("ns.evolved")
+    reloaded.append(_rows([3]).rename_columns(["id", "label", "address"]))
+    return catalog.load_table("ns.evolved")
+
+
 def _request(**fields: object) -> PlanScanRequest:
     return parse(PlanScanRequest, fields)
 
@@ -153,6 +166,20 @@ def test_snapshot_id_and_incremental_ranges(table: Table) -> None:
 def test_invalid_requests_are_refused(fields: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidRequestError, match=message):
         _request(**fields)
+
+
+def test_use_snapshot_schema_resolves_names_in_the_snapshots_schema(evolved: Table) -> None:
+    first = evolved.snapshots()[0].snapshot_id
+    with pytest.raises(InvalidRequestError, match="no such column"):
+        _scan(evolved, select=["name"], **{"snapshot-id": first})
+    old = _scan(evolved, select=["name"], **{"snapshot-id": first, "use-snapshot-schema": True})
+    assert len(_files(_completed(evolved, old))) == 1
+    # Grants name the columns of the schema the scan uses.
+    grants = (ScanGrant(frozenset({"label"}), None),)
+    with pytest.raises(ForbiddenError, match=r"columns: name$"):
+        _scan(evolved, grants, select=["name"], **{"snapshot-id": first, "use-snapshot-schema": True})
+    current = _scan(evolved, grants, select=["label"], filter={"type": "eq", "term": "label", "value": "n1"})
+    assert _files(_completed(evolved, current)) == _local_files(evolved, EqualTo("label", "n1"))
 
 
 def test_unknown_columns_are_bad_requests(table: Table) -> None:
