@@ -20,13 +20,13 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, is_parent_ancestor_of
 from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
-from catalog.errors import CatalogError, InvalidRequestError, UnprocessableError
+from catalog.errors import InvalidRequestError, StorageUnavailableError, UnprocessableError
 from catalog.planning.grants import ScanGrant, effective_row_filter, full_name, referenced_fields, restrict
 from catalog.planning.request import PlanScanRequest
 from catalog.planning.serialize import TaskEncoder
 
 
-class PlanStopped(CatalogError):
+class PlanStopped(StorageUnavailableError):
     """The plan was cancelled (or its gateway is shutting down) while it ran."""
 
 
@@ -131,7 +131,7 @@ class Guard:
         self._max_files = max_files
         self._seen = 0
 
-    def __call__(self, _entry: ManifestEntry) -> bool:
+    def __call__(self, _entry: ManifestEntry | FileScanTask) -> bool:
         self._seen += 1
         if self._seen > self._max_files:
             raise TooManyFilesError(
@@ -161,7 +161,7 @@ def plan_files(scan: Scan, io: FileIO, guard: Guard) -> list[FileScanTask]:
                 ).plan_files()
             )
             for task in tasks:  # no per-entry hook in pyiceberg's incremental planner: check after
-                guard(task)  # type: ignore[arg-type]
+                guard(task)
             return tasks
         if scan.snapshot is None:
             return []

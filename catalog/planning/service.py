@@ -42,6 +42,7 @@ from catalog.planning.grants import ScanGrant
 from catalog.planning.limits import PlanningLimits
 from catalog.planning.request import PlanScanRequest
 from catalog.planning.scan import Guard, PlanStopped, Scan, plan_files, prepare
+from catalog.planning.slots import Slots
 from catalog.sealing import ObjectKey
 from catalog.store import plans as rows
 from catalog.store.sql import ObjectRow
@@ -74,7 +75,7 @@ class PlanService:
     def __init__(self, ctx: CatalogContext, limits: PlanningLimits) -> None:
         self._ctx = ctx
         self.limits = limits
-        self._active = 0  # plans computing in this process (the concurrency bound)
+        self.slots = Slots(limits.max_concurrent_plans)  # plans computing in this process
         self._running: dict[str, _Running] = {}
         self._closing = threading.Event()
 
@@ -117,14 +118,11 @@ class PlanService:
                 self._release()
 
     def _acquire(self) -> None:
-        if self._active >= self.limits.max_concurrent_plans:
-            raise BusyError(
-                "too many scans are being planned; retry shortly", self.limits.retry_after_seconds
-            )
-        self._active += 1
+        if not self.slots.try_acquire():
+            raise BusyError("too many scans are being planned; retry later", self.limits.retry_after_seconds)
 
     def _release(self) -> None:
-        self._active -= 1
+        self.slots.release()
 
     def _plan_if_small(self, scan: Scan, io: FileIO, stop: threading.Event) -> list[bytes] | None:
         """Encoded pages, or None when the scan is too large to plan during the request."""
@@ -209,7 +207,7 @@ class PlanService:
         except asyncio.CancelledError:
             raise
         except CatalogError as err:
-            await self._record_failure(plan_id, type(err).__name__, str(err))
+            await self._record_failure(plan_id, _error_kind(err), str(err))
         except Exception:
             log.exception("background scan planning failed")
             await self._record_failure(plan_id, "", "planning failed")
@@ -300,6 +298,15 @@ class PlanService:
             if deleted < self.limits.sweep_batch:
                 break
         return total
+
+
+def _error_kind(err: CatalogError) -> str:
+    """The name of the nearest class of `err` that `catalog.errors` defines (what `_failure`
+    can rebuild: a planner's own subclass is stored as the catalog error it refines)."""
+    for cls in type(err).__mro__:
+        if getattr(errors, cls.__name__, None) is cls:
+            return str(cls.__name__)
+    return ""
 
 
 def _failure(kind: str | None, message: str | None) -> CatalogError:

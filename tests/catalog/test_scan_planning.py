@@ -44,6 +44,7 @@ from catalog.planning.grants import UNRESTRICTED, ScanGrant
 from catalog.planning.request import PlanScanRequest
 from catalog.planning.request import parse_request as parse
 from catalog.planning.scan import Guard, Scan, TooManyFilesError, plan_files, prepare
+from catalog.planning.slots import Slots
 from catalog.planning.values import to_json
 
 SCHEMA = Schema(
@@ -302,3 +303,16 @@ def test_single_value_json() -> None:
     assert to_json(StringType(), "x") == "x"
     assert to_json(LongType(), None) is None
     assert dt.date.fromisoformat(str(to_json(DateType(), 0))) == dt.date(1970, 1, 1)
+
+
+def test_plan_slots_are_taken_without_waiting_or_refused() -> None:
+    slots = Slots(2)
+    assert slots.try_acquire()
+    assert slots.try_acquire()
+    assert not slots.try_acquire()
+    slots.release()
+    assert slots.try_acquire()
+    slots.release()
+    slots.release()
+    with pytest.raises(RuntimeError):
+        slots.release()

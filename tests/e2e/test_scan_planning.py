@@ -17,6 +17,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -481,3 +482,63 @@ def test_plans_live_in_postgresql_too(postgres_url: str, tmp_path: Path) -> None
         assert rest.result("pg.t", plan_id).json() == {"status": "cancelled"}
         time.sleep(2.5)
         assert error_of(rest.result("pg.t", plan_id)) == (404, "NoSuchPlanIdException")
+
+
+def test_a_plan_that_fails_in_the_background_answers_failed(background: Tables) -> None:
+    table = background.server.create_table("bg.broken", SCHEMA)
+    table.append(batch(range(0, 3), 1))
+    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path  # type: ignore[union-attr]
+    Path(urllib.parse.urlparse(manifest).path).unlink()
+    answer = background.rest.plan("bg.broken", {})
+    plan_id = str(answer.json()["plan-id"])
+    deadline = time.monotonic() + 20
+    while (document := background.rest.result("bg.broken", plan_id).json())["status"] == "submitted":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert document == {
+        "status": "failed",
+        "error": {
+            "message": "cannot read the table's manifests: FileNotFoundError",
+            "type": "ServiceUnavailableException",
+            "code": 503,
+        },
+    }
+
+
+def test_planning_beyond_the_concurrency_bound_is_refused_not_queued(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """One plan slot. The first plan takes it and then waits for the registry, which the test
+    holds locked; meanwhile another plan is refused with 503 and Retry-After."""
+    data_dir = tmp_path_factory.mktemp("planning-busy") / "gateway"
+    config = {"planning": {"max_concurrent_plans": 1, "tasks_per_page": 1, "retry_after_seconds": 7}}
+    with GatewayProcess(data_dir, config=config) as gw:
+        catalog = make_catalog(gw)
+        catalog.create_namespace("busy")
+        catalog.create_table("busy.t", SCHEMA).append(batch(range(0, 4), 1))
+        catalog.load_table("busy.t").append(batch(range(4, 8), 2))
+        rest = Rest(gw, gw.admin_key)
+        one_file = {"filter": EqualTo("id", 1).model_dump(mode="json", by_alias=True)}
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            lock = sqlite3.connect(gw.data_dir / "catalog.db", isolation_level=None)
+            try:
+                lock.execute("BEGIN IMMEDIATE")  # a multi-page plan cannot store its pages now
+                first = pool.submit(rest.plan, "busy.t", {})
+                deadline = time.monotonic() + 5
+                while True:
+                    if first.done():  # it met one of ours in the slot: try again
+                        assert first.result().status_code == 503
+                        first = pool.submit(rest.plan, "busy.t", {})
+                    refused = rest.plan("busy.t", one_file)  # one page: nothing to store
+                    if refused.status_code == 503 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+                assert error_of(refused) == (503, "ServiceUnavailableException")
+                assert refused.headers["Retry-After"] == "7"
+                assert not first.done()
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+            completed = PlanCompleted.model_validate_json(first.result().text)
+        assert len(completed.plan_tasks) == 1
+        assert rest.plan("busy.t", one_file).status_code == 200  # the slot is free again
