@@ -91,16 +91,18 @@ class PlanService:
         warehouse = self._ctx.warehouse(warehouse_name)
         row = await read_object(self._ctx.store, warehouse.name, identifier, TABLE)
         key = await self._ctx.sealer.object_key(row)
-        metadata = parse_metadata(self._ctx.sealer.open_record(key, row))
-        scan = prepare(metadata, request, grants)
-        io = fileio.file_io(metadata.location)
+        metadata_json = self._ctx.sealer.open_record(key, row)
         self._acquire()
         handed_off = False
         try:
             stop = threading.Event()
-            work = asyncio.ensure_future(asyncio.to_thread(self._plan_if_small, scan, io, stop))
+            # Parsing metadata and reading manifests take long for big tables: in a worker thread,
+            # under the concurrency bound.
+            work = asyncio.ensure_future(
+                asyncio.to_thread(self._plan_if_small, metadata_json, request, grants, stop)
+            )
             try:
-                encoded = await asyncio.shield(work)
+                scan, encoded = await asyncio.shield(work)
             except asyncio.CancelledError:
                 # The client went away: stop the planner and free the slot when its thread ends.
                 stop.set()
@@ -109,7 +111,7 @@ class PlanService:
                 raise
             if encoded is None:
                 plan_id = await self._submit(row, owner)
-                self._start(plan_id, row, key, scan, io)
+                self._start(plan_id, row, key, scan)
                 handed_off = True
                 return PlanAnswer(pages.submitted(plan_id))
             return PlanAnswer(await self._complete_now(row, key, owner, encoded))
@@ -124,19 +126,27 @@ class PlanService:
     def _release(self) -> None:
         self.slots.release()
 
-    def _plan_if_small(self, scan: Scan, io: FileIO, stop: threading.Event) -> list[bytes] | None:
-        """Encoded pages, or None when the scan is too large to plan during the request."""
+    def _plan_if_small(
+        self,
+        metadata_json: bytes,
+        request: PlanScanRequest,
+        grants: Sequence[ScanGrant],
+        stop: threading.Event,
+    ) -> tuple[Scan, list[bytes] | None]:
+        """The checked scan and its encoded pages, or no pages when the scan is too large to plan
+        during the request. Raises what `prepare` raises (400, 403)."""
+        scan = prepare(parse_metadata(metadata_json), request, grants)
         try:
-            if scan.manifest_count(io) > self.limits.max_sync_manifests:
-                return None
+            if scan.manifest_count(_io(scan)) > self.limits.max_sync_manifests:
+                return scan, None
         except OSError as err:
             raise StorageUnavailableError(f"cannot read the table's manifests: {type(err).__name__}") from err
-        return self._plan_pages(scan, io, stop)
+        return scan, self._plan_pages(scan, stop)
 
-    def _plan_pages(self, scan: Scan, io: FileIO, stop: threading.Event) -> list[bytes]:
+    def _plan_pages(self, scan: Scan, stop: threading.Event) -> list[bytes]:
         guard = Guard(lambda: stop.is_set() or self._closing.is_set(), self.limits.max_files_per_plan)
         try:
-            tasks = plan_files(scan, io, guard)
+            tasks = plan_files(scan, _io(scan), guard)
         except OSError as err:
             raise StorageUnavailableError(f"cannot read the table's manifests: {type(err).__name__}") from err
         return pages.encode_pages(scan.encoder, tasks, self.limits.tasks_per_page)
@@ -186,17 +196,17 @@ class PlanService:
             await rows.insert_plan(tx, self._plan_row(row, plan_id, owner, rows.SUBMITTED, _now_ms()))
         return plan_id
 
-    def _start(self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan, io: FileIO) -> None:
+    def _start(self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan) -> None:
         """Plan in the background; the task owns one concurrency slot until it ends."""
         stop = threading.Event()
-        task = asyncio.get_running_loop().create_task(self._run(plan_id, row, key, scan, io, stop))
+        task = asyncio.get_running_loop().create_task(self._run(plan_id, row, key, scan, stop))
         self._running[plan_id] = _Running(task, stop)
 
     async def _run(
-        self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan, io: FileIO, stop: threading.Event
+        self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan, stop: threading.Event
     ) -> None:
         try:
-            encoded = await asyncio.to_thread(self._plan_pages, scan, io, stop)
+            encoded = await asyncio.to_thread(self._plan_pages, scan, stop)
             stored = self._page_rows(row, key, plan_id, encoded)
             async with self._ctx.store.write() as tx:
                 # Only a plan still submitted takes its result: a cancelled one stays cancelled.
@@ -298,6 +308,10 @@ class PlanService:
             if deleted < self.limits.sweep_batch:
                 break
         return total
+
+
+def _io(scan: Scan) -> FileIO:
+    return fileio.file_io(scan.metadata.location)
 
 
 def _error_kind(err: CatalogError) -> str:
