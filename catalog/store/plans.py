@@ -65,13 +65,6 @@ async def find_plan(tx: StoreTx, plan_id: str, owner: str, table_uuid: str, now_
     return None if row is None else PlanRow(**row._asdict())
 
 
-async def plan_status(tx: StoreTx, plan_id: str) -> str | None:
-    row = (
-        await tx.connection.execute(select(scan_plans.c.status).where(scan_plans.c.plan_id == plan_id))
-    ).first()
-    return None if row is None else str(row.status)
-
-
 async def finish_plan(
     tx: StoreTx, plan_id: str, status: str, error_kind: str | None = None, error: str | None = None
 ) -> bool:
