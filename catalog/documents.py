@@ -27,11 +27,13 @@ def model_json(model: BaseModel) -> bytes:
     return BaseModel.model_dump_json(model, by_alias=True, exclude_none=True).encode()
 
 
-def load_result(metadata_location: str | None, metadata_json: bytes) -> bytes:
+def load_result(
+    metadata_location: str | None, metadata_json: bytes, config: dict[str, str] | None = None
+) -> bytes:
     """A LoadTableResult / LoadViewResult document."""
     head = b'{"metadata-location":' + orjson.dumps(metadata_location) if metadata_location else b"{"
     sep = b"," if metadata_location else b""
-    return head + sep + b'"metadata":' + metadata_json + b',"config":{}}'
+    return head + sep + b'"metadata":' + metadata_json + b',"config":' + orjson.dumps(config or {}) + b"}"
 
 
 @functools.lru_cache(maxsize=8192)

@@ -8,15 +8,19 @@
     │   ├── NoSuchWarehouseError
     │   ├── NoSuchNamespaceError
     │   ├── NoSuchTableError
-    │   └── NoSuchViewError
+    │   ├── NoSuchViewError
+    │   ├── NoSuchPlanIdError          an unknown, expired or someone else's scan plan
+    │   └── NoSuchPlanTaskError        an unknown, expired or someone else's plan task
     ├── ConflictError
     │   ├── AlreadyExistsError
     │   ├── NamespaceNotEmptyError
     │   └── CommitFailedError          a failed requirement or a lost compare-and-swap
+    ├── ForbiddenError                 the caller may not do this (e.g. scan these columns)
     ├── IdempotencyKeyReusedError      one key, two different operations
     ├── CommitStateUnknownError        the outcome of a commit cannot be known
     ├── StorageUnavailableError        the registry or warehouse cannot be reached
-    │   └── KeyServiceUnavailableError the KMS cannot be reached or refuses: fail closed
+    │   ├── KeyServiceUnavailableError the KMS cannot be reached or refuses: fail closed
+    │   └── BusyError                  at a concurrency bound: retry after `retry_after_seconds`
     └── IntegrityCheckError            a sealed document in the registry failed its checks
 
 The catalog knows nothing of HTTP; the gateway maps each class to a status and an Iceberg
@@ -62,6 +66,18 @@ class NoSuchViewError(NotFoundError):
     pass
 
 
+class NoSuchPlanIdError(NotFoundError):
+    pass
+
+
+class NoSuchPlanTaskError(NotFoundError):
+    pass
+
+
+class ForbiddenError(CatalogError):
+    pass
+
+
 class ConflictError(CatalogError):
     pass
 
@@ -92,6 +108,14 @@ class StorageUnavailableError(CatalogError):
 
 class KeyServiceUnavailableError(StorageUnavailableError):
     pass
+
+
+class BusyError(StorageUnavailableError):
+    """Work refused at a concurrency bound rather than queued without bound."""
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
 
 
 class IntegrityCheckError(CatalogError):

@@ -40,16 +40,22 @@ async def read_object(store: Store, warehouse: str, identifier: Identifier, kind
 
 
 async def load_object(
-    ctx: CatalogContext, row: ObjectRow, variant: str, transform: Callable[[bytes], bytes] | None = None
+    ctx: CatalogContext,
+    row: ObjectRow,
+    variant: str,
+    transform: Callable[[bytes], bytes] | None = None,
+    config: Callable[[bytes], dict[str, str]] | None = None,
 ) -> bytes:
     """The LoadTableResult / LoadViewResult of `row`: its metadata (passed through `transform`, which
-    makes `variant` of it, when given), unsealed once per metadata version and variant."""
+    makes `variant` of it, when given), unsealed once per metadata version and variant. `config`
+    derives the result's `config` from the metadata (so the cached body stays one per version)."""
 
     async def render() -> bytes:
         metadata_json = await ctx.sealer.open_row(row)
+        settings = config(metadata_json) if config is not None else None
         if transform is not None:
             metadata_json = transform(metadata_json)
-        return documents.load_result(row.metadata_location, metadata_json)
+        return documents.load_result(row.metadata_location, metadata_json, settings)
 
     return await ctx.load_results.get((row.uuid, row.metadata_location, variant), render)
 

@@ -27,6 +27,7 @@ from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
 from catalog.objects import TABLE, list_objects, load_object, read_object, rename_object, require_object
 from catalog.pagination import PageRequest
+from catalog.planning import mode as planning_mode
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
 from catalog.store.sql import ObjectRow
 
@@ -100,7 +101,8 @@ class TableService:
             if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))
         ):
             return tag, None
-        return tag, await load_object(self._ctx, row, snapshots, _refs_only if snapshots == "refs" else None)
+        transform = _refs_only if snapshots == "refs" else None
+        return tag, await load_object(self._ctx, row, snapshots, transform, planning_mode.load_config)
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)

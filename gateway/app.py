@@ -16,6 +16,7 @@ from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
 from catalog.load_results import LoadResultCache
+from catalog.planning.service import PlanService
 from catalog.sealing import Sealer
 from catalog.store.cache import RegistryCache
 from catalog.store.sql import Store
@@ -23,7 +24,7 @@ from gateway.authz.operations import check_route_table
 from gateway.metrics import Metrics
 from gateway.middleware import ACCESS_LOG, MIDDLEWARES
 from gateway.pipeline import ROUTE_TABLE
-from gateway.routes import admin, config, namespaces, oauth, ops, recovery, tables, views
+from gateway.routes import admin, config, namespaces, oauth, ops, planning, recovery, tables, views
 from gateway.routes.route import Route
 from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
@@ -37,6 +38,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *oauth.ROUTES,
     *namespaces.ROUTES,
     *tables.ROUTES,
+    *planning.ROUTES,
     *views.ROUTES,
     *admin.ROUTES,
     *recovery.ROUTES,
@@ -135,6 +137,15 @@ async def _sweep_dropped(ctx: CatalogContext, interval: float) -> None:
             log.exception("purge of dropped tables failed")
 
 
+async def _sweep_plans(plans: PlanService, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await plans.sweep()
+        except Exception:
+            log.exception("sweep of expired scan plans failed")
+
+
 async def _freeze_heap(_app: web.Application) -> None:
     """Move everything built at start-up (modules, policies, pools) out of the garbage collector's
     reach: a full collection would otherwise walk that whole heap, a pause of a tenth of a second
@@ -163,12 +174,14 @@ def create_app(settings: Settings) -> web.Application:
         sweepers = [
             asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
             asyncio.create_task(_sweep_dropped(ctx, settings.purge_interval_seconds)),
+            asyncio.create_task(_sweep_plans(app[SERVICES].plans, settings.planning.sweep_interval_seconds)),
         ]
         yield
         for sweeper in sweepers:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
+        await app[SERVICES].plans.close()
         await close_catalog(ctx)
 
     async def security_services(app: web.Application) -> AsyncIterator[None]:

@@ -20,6 +20,9 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     catalog_errors.NoSuchNamespaceError: (404, "NoSuchNamespaceException"),
     catalog_errors.NoSuchTableError: (404, "NoSuchTableException"),
     catalog_errors.NoSuchViewError: (404, "NoSuchViewException"),
+    catalog_errors.NoSuchPlanIdError: (404, "NoSuchPlanIdException"),
+    catalog_errors.NoSuchPlanTaskError: (404, "NoSuchPlanTaskException"),
+    catalog_errors.ForbiddenError: (403, "ForbiddenException"),
     catalog_errors.ConflictError: (409, "AlreadyExistsException"),
     catalog_errors.AlreadyExistsError: (409, "AlreadyExistsException"),
     catalog_errors.NamespaceNotEmptyError: (409, "NamespaceNotEmptyException"),
@@ -28,6 +31,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     catalog_errors.CommitStateUnknownError: (500, "CommitStateUnknownException"),
     catalog_errors.StorageUnavailableError: (503, "ServiceUnavailableException"),
     catalog_errors.KeyServiceUnavailableError: (503, "ServiceUnavailableException"),
+    catalog_errors.BusyError: (503, "ServiceUnavailableException"),
     catalog_errors.IntegrityCheckError: (500, "ServiceFailureException"),
 }
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from aiohttp import web
 
+from catalog import errors as catalog_errors
 from gateway import errors, pipeline
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.logs import bind_request
@@ -119,6 +120,8 @@ def _error_response(request: web.Request, request_id: str, err: Exception) -> tu
     status, error_type = mapped
     if status >= 500:
         log.warning("%s %s failed: %s", request.method, request.path, err)
+    if isinstance(err, catalog_errors.BusyError):
+        return _answer(status, error_type, str(err), {"Retry-After": str(err.retry_after_seconds)})
     return _answer(status, error_type, str(err))
 
 

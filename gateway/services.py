@@ -10,6 +10,7 @@ from catalog.context import CatalogContext
 from catalog.idempotency import Mutation
 from catalog.namespaces import NamespaceService
 from catalog.pagination import PageRequest
+from catalog.planning.service import PlanService
 from catalog.tables import TableService
 from catalog.views import ViewService
 from gateway import http
@@ -24,11 +25,19 @@ class Services:
     namespaces: NamespaceService
     tables: TableService
     views: ViewService
+    plans: PlanService
     resources: ResourceMemo = field(default_factory=ResourceMemo)
 
     @classmethod
     def build(cls, settings: Settings, ctx: CatalogContext) -> Services:
-        return cls(settings, ctx, NamespaceService(ctx), TableService(ctx), ViewService(ctx))
+        return cls(
+            settings,
+            ctx,
+            NamespaceService(ctx),
+            TableService(ctx),
+            ViewService(ctx),
+            PlanService(ctx, settings.planning.limits()),
+        )
 
     def page(self, request: web.Request) -> PageRequest:
         return PageRequest.parse(

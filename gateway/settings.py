@@ -31,6 +31,7 @@ from gateway.authn.oidc import OidcSettings
 from gateway.authn.tokens import TokenSettings
 from gateway.authz.settings import AuthzSettings
 from gateway.cache_settings import CacheSettings
+from gateway.planning_settings import PlanningSettings
 from gateway.ratelimit import RateLimitSettings
 from gateway.tls import TlsSettings
 from kms.settings import KmsSettings
@@ -168,6 +169,9 @@ class Settings(BaseModel):
     oidc: OidcSettings = Field(default_factory=OidcSettings, description="Trusted OIDC issuers.")
     kms: KmsSettings = Field(default_factory=KmsSettings, description="Envelope encryption keys.")
     cache: CacheSettings = Field(default_factory=CacheSettings, description="Read-path caches.")
+    planning: PlanningSettings = Field(
+        default_factory=PlanningSettings, description="Server-side scan planning."
+    )
     purge_interval_seconds: float = Field(
         60.0, gt=0, le=86_400, description="How often soft-deleted objects past their retention are purged."
     )

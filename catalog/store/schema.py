@@ -133,3 +133,34 @@ registry_keys = Table(
     Column("wrapped_key", LargeBinary, nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
 )
+
+# Server-side scan plans (catalog.planning): one row per plan, its result pages beside it, so any
+# gateway instance can answer for a plan. Plan ids and page tokens are random (192 bits) and are
+# looked up together with the owner and the table: a guessed or borrowed id finds nothing. Pages
+# hold file paths and column statistics, so they are sealed under the table's data key.
+scan_plans = Table(
+    "scan_plans",
+    metadata,
+    Column("plan_id", String(64), primary_key=True),
+    Column("warehouse", String(128), nullable=False),
+    Column("table_uuid", String(36), nullable=False),
+    Column("namespace", String(1024), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("owner", String(512), nullable=False),
+    Column("status", String(16), nullable=False),  # submitted | completed | failed | cancelled
+    Column("error_kind", String(64), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("expires_at_ms", BigInteger, nullable=False),
+    Index("ix_scan_plans_expires", "expires_at_ms"),
+)
+
+scan_plan_pages = Table(
+    "scan_plan_pages",
+    metadata,
+    Column("token", String(64), primary_key=True),
+    Column("plan_id", String(64), nullable=False),
+    Column("page_no", Integer, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    UniqueConstraint("plan_id", "page_no", name="uq_scan_plan_pages_page"),
+)

@@ -142,6 +142,11 @@ class StoreTx:
         self._conn = conn
         self.touched = Touched()  # what this transaction changed, for the read cache
 
+    @property
+    def connection(self) -> AsyncConnection:
+        """The transaction's connection, for the store modules beside this one (catalog.store.plans)."""
+        return self._conn
+
     # -- namespaces -------------------------------------------------------------------------
     async def get_namespace(
         self, warehouse: str, name: str, for_update: bool = False

@@ -123,11 +123,8 @@ ROUTES = [
     Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
     Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics"),
     Route("POST", "/v1/{prefix}/transactions/commit", commit_transaction, "commitTransaction"),
-    # Scan planning, credential vending and request signing come later; until then: 501.
-    Route("POST", TABLE + "/plan", not_implemented, "planTableScan", advertised=False),
-    Route("GET", TABLE + "/plan/{plan_id}", not_implemented, "fetchPlanningResult", advertised=False),
-    Route("DELETE", TABLE + "/plan/{plan_id}", not_implemented, "cancelPlanning", advertised=False),
-    Route("POST", TABLE + "/tasks", not_implemented, "fetchScanTasks", advertised=False),
+    # Scan planning is in gateway.routes.planning. Credential vending and request signing come
+    # later; until then: 501.
     Route("GET", TABLE + "/credentials", not_implemented, "loadCredentials", advertised=False),
     Route("POST", TABLE + "/sign", not_implemented, "signRequest", advertised=False),
 ]

@@ -555,7 +555,7 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
     assert gateway_version == [("gw0002",)]
-    assert catalog_version == [("0002",)]
+    assert catalog_version == [("0003",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "alice"

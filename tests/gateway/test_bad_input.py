@@ -1274,34 +1274,6 @@ def test_namespace_properties_key_in_removals_and_updates(seeded: Client, key: s
 
 NOT_IMPLEMENTED = [
     pytest.param(
-        "POST",
-        f"{TABLE_PATH}/plan",
-        {},
-        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan",
-        id="plan",
-    ),
-    pytest.param(
-        "GET",
-        f"{TABLE_PATH}/plan/some-plan",
-        _NO_BODY,
-        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
-        id="fetch-plan",
-    ),
-    pytest.param(
-        "DELETE",
-        f"{TABLE_PATH}/plan/some-plan",
-        _NO_BODY,
-        "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
-        id="cancel-plan",
-    ),
-    pytest.param(
-        "POST",
-        f"{TABLE_PATH}/tasks",
-        {"plan-task": "x"},
-        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
-        id="tasks",
-    ),
-    pytest.param(
         "GET",
         f"{TABLE_PATH}/credentials",
         _NO_BODY,

@@ -1,0 +1,73 @@
+"""Server-side scan planning: planTableScan, fetchPlanningResult, cancelPlanning, fetchScanTasks.
+
+A plan belongs to the principal that asked for it: its plan id and plan tasks answer only that
+principal, on that table (anyone else gets 404, as for an unknown id).
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from catalog.planning.request import FetchScanTasksRequest, PlanScanRequest, parse_request
+from catalog.planning.service import PlanAnswer
+from gateway import errors, http
+from gateway.authn.principal import Principal
+from gateway.authz.scan_grants import scan_grants_for
+from gateway.pipeline import PRINCIPAL
+from gateway.routes.route import Route
+from gateway.routes.tables import TABLE
+from gateway.services import services
+
+
+def _owner(request: web.Request) -> str:
+    principal: Principal = request[PRINCIPAL]
+    return f"{principal.kind}:{principal.id}"  # ids are unique per kind only
+
+
+def _answer(answer: PlanAnswer) -> web.Response:
+    if answer.failure is None:
+        return http.json_response(answer.body)
+    status, error_type = errors.lookup(answer.failure) or (500, "ServiceFailureException")
+    body = {"status": "failed", "error": {"message": str(answer.failure), "type": error_type, "code": status}}
+    return http.json_response(orjson.dumps(body))
+
+
+async def plan_table_scan(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    body = parse_request(PlanScanRequest, await http.json_body(request))
+    answer = await services(request).plans.plan(
+        http.prefix(request), identifier, body, scan_grants_for(request), _owner(request)
+    )
+    return _answer(answer)
+
+
+async def fetch_planning_result(request: web.Request) -> web.Response:
+    answer = await services(request).plans.result(
+        http.prefix(request), http.table(request), request.match_info["plan_id"], _owner(request)
+    )
+    return _answer(answer)
+
+
+async def cancel_planning(request: web.Request) -> web.Response:
+    await services(request).plans.cancel(
+        http.prefix(request), http.table(request), request.match_info["plan_id"], _owner(request)
+    )
+    return web.Response(status=204)
+
+
+async def fetch_scan_tasks(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    body = parse_request(FetchScanTasksRequest, await http.json_body(request))
+    page = await services(request).plans.tasks(
+        http.prefix(request), identifier, body.plan_task, _owner(request)
+    )
+    return http.json_response(page)
+
+
+ROUTES = [
+    Route("POST", TABLE + "/plan", plan_table_scan, "planTableScan"),
+    Route("GET", TABLE + "/plan/{plan_id}", fetch_planning_result, "fetchPlanningResult"),
+    Route("DELETE", TABLE + "/plan/{plan_id}", cancel_planning, "cancelPlanning"),
+    Route("POST", TABLE + "/tasks", fetch_scan_tasks, "fetchScanTasks"),
+]
