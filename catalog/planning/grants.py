@@ -2,9 +2,11 @@
 
 The gateway decides the grants (from policy); this module only enforces them, knowing nothing of
 where they came from. A request is covered by a grant when every field it references (its
-`select`, or every column, and every field its filter reads) is a granted column or lies inside
-one (granting `address` covers `address.zip`). The row filters of all covering grants are OR-ed
-(a grant without a filter lifts the restriction) and AND-ed into the scan filter by the planner.
+`select`, or every column, every field its filter reads, its `stats-fields`, and every column the
+table is partitioned by, whose values the tasks' partition tuples and file paths reveal) is a
+granted column or lies inside one (granting `address` covers `address.zip`). The row filters of
+all covering grants are OR-ed (a grant without a filter lifts the restriction) and AND-ed into the
+scan filter by the planner.
 """
 
 from __future__ import annotations

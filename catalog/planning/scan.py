@@ -20,7 +20,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, is_parent_ancestor_of
 from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
-from catalog.errors import InvalidRequestError, StorageUnavailableError, UnprocessableError
+from catalog.errors import ForbiddenError, InvalidRequestError, StorageUnavailableError, UnprocessableError
 from catalog.planning.grants import ScanGrant, effective_row_filter, full_name, referenced_fields, restrict
 from catalog.planning.request import PlanScanRequest
 from catalog.planning.serialize import TaskEncoder
@@ -65,13 +65,12 @@ def prepare(metadata: TableMetadata, request: PlanScanRequest, grants: Sequence[
             raise InvalidRequestError(f"the schema of snapshot {target.snapshot_id} is missing")
         metadata = metadata.model_copy(update={"current_schema_id": target.schema_id})
     schema = metadata.schema()
+    stats_names = {full_name(schema, name, request.case_sensitive) for name in request.stats_fields or ()}
+    # Statistics reveal values (bounds), so the stats fields are referenced like selected columns.
     fields = referenced_fields(schema, request.select, request.row_filter, request.case_sensitive)
-    policy_filter = effective_row_filter(grants, schema, fields)
-    stats_ids = frozenset(
-        field_id
-        for name in request.stats_fields or ()
-        for field_id in _ids_within(schema, full_name(schema, name, request.case_sensitive))
-    )
+    fields |= stats_names
+    policy_filter = _policy_filter(metadata, schema, grants, fields)
+    stats_ids = frozenset(field_id for name in stats_names for field_id in _ids_within(schema, name))
     return Scan(
         metadata=metadata,
         snapshot=snapshot,
@@ -80,6 +79,29 @@ def prepare(metadata: TableMetadata, request: PlanScanRequest, grants: Sequence[
         case_sensitive=request.case_sensitive,
         encoder=TaskEncoder(schema, metadata.specs(), stats_ids),
     )
+
+
+def _policy_filter(
+    metadata: TableMetadata, schema: Schema, grants: Sequence[ScanGrant], fields: frozenset[str]
+) -> BooleanExpression | None:
+    """The row filter the grants impose on a scan touching `fields`. The columns the table is (or
+    was) partitioned by count as touched: a task's partition tuple and its file's path carry
+    their values. Raises ForbiddenError, naming the request's own columns when they are the cause."""
+    partitioned_by = {
+        name
+        for spec in metadata.specs().values()
+        for field in spec.fields
+        if (name := schema.find_column_name(field.source_id)) is not None
+    }
+    try:
+        return effective_row_filter(grants, schema, fields | partitioned_by)
+    except ForbiddenError:
+        effective_row_filter(grants, schema, fields)  # refuses the request's own columns first
+        hidden = ", ".join(sorted(partitioned_by - fields))
+        raise ForbiddenError(
+            f"this table is partitioned by columns you may not scan ({hidden}): "
+            "its tasks and file paths would reveal their values"
+        ) from None
 
 
 def _snapshots(

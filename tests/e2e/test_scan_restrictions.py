@@ -23,7 +23,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from tests.support.gateway import REPO_ROOT
-from tests.support.secure import SecureGateway
+from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import TestPki
 
 TIMEOUT = 30
@@ -46,7 +46,7 @@ permit (principal in Cedarberg::Group::"eu-analysts", action in {PLANNING}, reso
 permit (principal in Cedarberg::Group::"eu-analysts", action in {PLANNING}, resource == {BY_CUSTOMER});
 
 @id("big-spenders-orders")
-@columns("order_id, amount")
+@columns("order_id, region, amount, customer")
 @row_filter("amount >= 100")
 permit (principal in Cedarberg::Group::"big-spenders", action in {PLANNING}, resource == {ORDERS});
 """
@@ -78,7 +78,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> I
     shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
     (policy_dir / "restrictions.cedar").write_text(RESTRICTIONS)
     config = {"authz": {"policy_dir": str(policy_dir)}}
-    with SecureGateway(root / "gw", pki=session_pki, config=config) as gw:
+    with (
+        pytest.MonkeyPatch.context() as env,
+        SecureGateway(root / "gw", pki=session_pki, config=config) as gw,
+    ):
+        for name in AMBIENT_CA_VARIABLES:  # pyiceberg/requests trust only the test CA
+            env.delenv(name, raising=False)
         gw.create_namespace("shop", readers=["analysts"])
         admin = gw.admin_catalog()
         for name, source in (("orders", 2), ("by_customer", 4)):
@@ -174,19 +179,29 @@ def test_a_row_filter_on_an_unpartitioned_column_shows_in_the_residual(gateway: 
 
 def test_two_restricted_permits_each_allow_their_own_scans(gateway: SecureGateway) -> None:
     session = gateway.session(gateway.create_key("both", ["eu-analysts", "big-spenders"]))
-    # Fits both permits (order_id, amount): rows of either filter, so every region's file.
+    # Fits both permits: rows of either filter. The eu file matches region = 'eu' whole (no
+    # residual); the others keep the big spenders' amount >= 100.
     either = _plan(gateway, session, "orders", {"select": ["order_id", "amount"]}).json()
-    assert len(either["file-scan-tasks"]) == len(REGIONS)
-    # Fits only the eu permit (region is not among big-spenders' columns): eu only.
-    eu_only = _plan(gateway, session, "orders", {"select": ["order_id", "region"]}).json()
-    assert [t["data-file"]["partition"] for t in eu_only["file-scan-tasks"]] == [["eu"]]
+    residuals = {t["data-file"]["partition"][0]: t.get("residual-filter") for t in either["file-scan-tasks"]}
+    assert set(residuals) == set(REGIONS)
+    assert residuals["eu"] is None
+    assert residuals["us"] == {"type": "gt-eq", "term": "amount", "value": 100.0}
+    # Selects customer: fits only the big spenders' permit, whose filter binds every file.
+    theirs = _plan(gateway, session, "orders", {"select": ["order_id", "customer"]}).json()
+    for task in theirs["file-scan-tasks"]:
+        assert task["residual-filter"] == {"type": "gt-eq", "term": "amount", "value": 100.0}
 
 
-def test_partition_values_of_forbidden_columns_are_left_out(gateway: SecureGateway) -> None:
+def test_a_table_partitioned_by_a_forbidden_column_cannot_be_planned(gateway: SecureGateway) -> None:
+    # Partition tuples and file paths (customer=c1/...) would reveal every customer.
     session = gateway.session(gateway.create_key("eli", ["eu-analysts"]))
-    planned = _plan(gateway, session, "by_customer", {"select": ["order_id", "amount"]}).json()
-    partitions = [t["data-file"]["partition"] for t in planned["file-scan-tasks"]]
-    assert partitions == [[None]] * 12  # one file per customer, its name withheld
+    refused = _plan(gateway, session, "by_customer", {"select": ["order_id", "amount"]})
+    assert refused.status_code == 403, refused.text
+    assert "partitioned by columns you may not scan (customer)" in refused.json()["error"]["message"]
+    # A forbidden column of the request itself is named first.
+    own = _plan(gateway, session, "by_customer", {"select": ["order_id", "region"]})
+    assert own.status_code == 403, own.text
+    assert own.json()["error"]["message"] == "not allowed to scan these columns: region"
     admin = gateway.session(gateway.admin_key)
     full = _plan(gateway, admin, "by_customer", {"select": ["order_id"]}).json()
     customers = sorted(t["data-file"]["partition"][0] for t in full["file-scan-tasks"])
