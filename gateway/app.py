@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from catalog import fileio
 from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
@@ -28,6 +29,7 @@ from gateway.routes.route import Route
 from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
 from gateway.settings import Settings
+from gateway.storage_settings import fileio_properties
 from kms.keyring import KeyRing
 
 log = logging.getLogger("cedarberg")
@@ -92,6 +94,8 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
         await keyring.aclose()
         raise
     sealer = Sealer(keyring)
+    for warehouse in settings.effective_warehouses().values():
+        fileio.use_properties(warehouse.location, fileio_properties(warehouse.s3))
     return CatalogContext(
         store=store,
         sealer=sealer,

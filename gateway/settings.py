@@ -32,6 +32,7 @@ from gateway.authn.tokens import TokenSettings
 from gateway.authz.settings import AuthzSettings
 from gateway.cache_settings import CacheSettings
 from gateway.ratelimit import RateLimitSettings
+from gateway.storage_settings import S3Settings, VendingSettings
 from gateway.tls import TlsSettings
 from kms.settings import KmsSettings
 
@@ -58,6 +59,10 @@ class WarehouseSettings(BaseModel):
         le=365 * 24 * 3600,
         description="How long a dropped table or view of a sealing warehouse can be undropped.",
     )
+    s3: S3Settings | None = Field(None, description="How the gateway reaches an s3:// warehouse.")
+    vending: VendingSettings | None = Field(
+        None, description="Vended credentials for engines (X-Iceberg-Access-Delegation); s3:// only."
+    )
 
     @field_validator("location")
     @classmethod
@@ -66,6 +71,12 @@ class WarehouseSettings(BaseModel):
             return locations.normalize(value)
         except InvalidRequestError as err:
             raise ValueError(str(err)) from err
+
+    @model_validator(mode="after")
+    def _s3_only_for_s3(self) -> WarehouseSettings:
+        if not self.location.startswith("s3://") and (self.s3 is not None or self.vending is not None):
+            raise ValueError("s3 and vending settings apply only to an s3:// warehouse location")
+        return self
 
 
 class AnonymousSettings(BaseModel):
