@@ -29,6 +29,7 @@ from gateway.routes.route import Route
 from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
 from gateway.settings import Settings
+from gateway.storage_access import STORAGE, StorageAccess
 from gateway.storage_settings import fileio_properties
 from kms.keyring import KeyRing
 
@@ -152,6 +153,7 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
     app[ENDPOINTS] = [route.endpoint for route in ALL_ROUTES if route.advertised]
     app[ACCESS_LOG] = settings.access_log
+    app[STORAGE] = StorageAccess(settings)
     # Built here, in the worker process that serves (see gateway.metrics).
     metrics = app[ops.METRICS] = Metrics.create()
     lifecycle = app[ops.LIFECYCLE] = ops.Lifecycle()

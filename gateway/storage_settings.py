@@ -103,3 +103,15 @@ def fileio_properties(s3: S3Settings | None) -> dict[str, str]:
     if s3.session_token is not None:
         properties["s3.session-token"] = s3.session_token.get_secret_value()
     return properties
+
+
+def engine_properties(s3: S3Settings | None) -> dict[str, str]:
+    """How an engine reaches the warehouse's S3 endpoint (no keys): the spellings of Java's S3FileIO,
+    pyiceberg and DuckDB (`s3.path-style-access`, `s3.force-virtual-addressing`)."""
+    region = s3.region if s3 is not None else DEFAULT_REGION
+    properties = {"s3.region": region, "client.region": region}
+    if s3 is not None and s3.endpoint is not None:
+        properties["s3.endpoint"] = s3.endpoint
+        properties["s3.path-style-access"] = "true" if s3.path_style_access else "false"
+        properties["s3.force-virtual-addressing"] = "false" if s3.path_style_access else "true"
+    return properties

@@ -9,6 +9,7 @@ from catalog.errors import InvalidRequestError
 from catalog.identifiers import Identifier
 from gateway import http
 from gateway.errors import NotImplementedOperation
+from gateway.routes import data_access
 from gateway.routes.route import Route
 from gateway.services import mutate, services
 
@@ -18,6 +19,18 @@ TABLE = TABLES + "/{table}"
 
 def _identifier(model: req.TableIdentifierModel) -> Identifier:
     return Identifier.of(model.namespace, model.name)
+
+
+async def _with_storage_config(
+    request: web.Request, identifier: Identifier, response: web.Response
+) -> web.Response:
+    """A create or register answer with the access delegation the client asked for."""
+    if response.status != 200 or not isinstance(response.body, bytes):
+        return response
+    if not data_access.wants_storage_config(request):
+        return response
+    body = await data_access.with_storage_config(request, identifier, response.body)
+    return http.json_response(body, headers=data_access.NO_STORE)
 
 
 async def list_tables(request: web.Request) -> web.Response:
@@ -32,19 +45,27 @@ async def create_table(request: web.Request) -> web.Response:
     body = req.parse(req.CreateTableRequest, await http.json_body(request))
     Identifier.of(namespace, body.name)
     svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec))
+    response = await mutate(
+        request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec)
+    )
+    return await _with_storage_config(request, Identifier.of(namespace, body.name), response)
 
 
 async def load_table(request: web.Request) -> web.Response:
     identifier = http.table(request)
+    # Credentials are added per request: an answer that carries them is a 200, never a 304.
+    storage_config = data_access.wants_storage_config(request)
     etag, body = await services(request).tables.load(
         http.prefix(request),
         identifier,
         request.query.get("snapshots", "all"),
-        request.headers.get("If-None-Match"),
+        None if storage_config else request.headers.get("If-None-Match"),
     )
     if body is None:
         return web.Response(status=304, headers={"ETag": etag})
+    if storage_config:
+        body = await data_access.with_storage_config(request, identifier, body)
+        return http.json_response(body, headers={"ETag": etag, **data_access.NO_STORE})
     return http.json_response(body, headers={"ETag": etag})
 
 
@@ -74,7 +95,10 @@ async def register_table(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
     body = req.parse(req.RegisterTableRequest, await http.json_body(request))
     svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec))
+    response = await mutate(
+        request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec)
+    )
+    return await _with_storage_config(request, Identifier.of(namespace, body.name), response)
 
 
 async def rename_table(request: web.Request) -> web.Response:
@@ -123,11 +147,11 @@ ROUTES = [
     Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
     Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics"),
     Route("POST", "/v1/{prefix}/transactions/commit", commit_transaction, "commitTransaction"),
-    # Scan planning, credential vending and request signing come later; until then: 501.
+    # Scan planning and request signing come later; until then: 501.
     Route("POST", TABLE + "/plan", not_implemented, "planTableScan", advertised=False),
     Route("GET", TABLE + "/plan/{plan_id}", not_implemented, "fetchPlanningResult", advertised=False),
     Route("DELETE", TABLE + "/plan/{plan_id}", not_implemented, "cancelPlanning", advertised=False),
     Route("POST", TABLE + "/tasks", not_implemented, "fetchScanTasks", advertised=False),
-    Route("GET", TABLE + "/credentials", not_implemented, "loadCredentials", advertised=False),
+    Route("GET", TABLE + "/credentials", data_access.load_credentials, "loadCredentials"),
     Route("POST", TABLE + "/sign", not_implemented, "signRequest", advertised=False),
 ]

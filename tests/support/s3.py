@@ -3,20 +3,23 @@
     with moto_s3_server() as s3:
         config = {"warehouses": {"lake": s3.warehouse("lake", vending=True)}}
 
-moto records every AssumeRole call, session policy included (`assumed_role`), but does not enforce
-session policies: tests that need to know what vended credentials may do read the policy the
-gateway sent rather than probing S3 with the credentials.
+moto does not enforce session policies (it keeps them, but its `/moto-api/data.json` fails once S3
+holds objects): the server's STS endpoint is a recording proxy in front of moto, and tests that
+need to know what vended credentials may do read the policy the gateway sent (`assumed_role`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import re
 import subprocess
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.support.kms_servers import LOOPBACK, _stop_process, _venv_binary, _wait_until
@@ -29,11 +32,68 @@ SECRET_ACCESS_KEY = "gateway-secret-3f9c1e7a5b2d4c6e8a0b"
 ROLE_ARN = "arn:aws:iam::123456789012:role/cedarberg-vending"
 
 
+class StsRecorder:
+    """An HTTP proxy to moto's STS that records every call: its form fields and, for AssumeRole,
+    the access key id it issued."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.calls: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
+                forwarded = urllib.request.Request(
+                    recorder.upstream + self.path, data=body, headers=headers, method="POST"
+                )
+                try:
+                    with urllib.request.urlopen(forwarded, timeout=30) as answer:
+                        status, payload = answer.status, answer.read()
+                except urllib.error.HTTPError as err:
+                    status, payload = err.code, err.read()
+                call = dict(urllib.parse.parse_qsl(body.decode()))
+                issued = re.search(rb"<AccessKeyId>([^<]+)</AccessKeyId>", payload)
+                if issued is not None:
+                    call["IssuedAccessKeyId"] = issued.group(1).decode()
+                with recorder._lock:
+                    recorder.calls.append(call)
+                self.send_response(status)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+                return
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+
+    def assume_role_calls(self) -> list[dict[str, str]]:
+        with self._lock:
+            return [call for call in self.calls if call.get("Action") == "AssumeRole"]
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 @dataclass
 class MotoS3Server:
     port: int
     bucket: str
     process: subprocess.Popen[bytes] = field(repr=False)
+    sts: StsRecorder | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -54,7 +114,8 @@ class MotoS3Server:
             },
         }
         if vending:
-            config["vending"] = {"role_arn": ROLE_ARN, "duration_seconds": 900}
+            sts = self.sts.url if self.sts is not None else self.url
+            config["vending"] = {"role_arn": ROLE_ARN, "duration_seconds": 900, "sts_endpoint": sts}
         return config
 
     def client(self, service: str = "s3") -> Any:
@@ -76,20 +137,19 @@ class MotoS3Server:
     def read(self, key: str) -> bytes:
         return bytes(self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
-    def assumed_role(self, access_key_id: str) -> dict[str, Any]:
-        """moto's record of the AssumeRole call that issued `access_key_id` (role, policy...)."""
-        with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=10) as answer:
-            data = json.loads(answer.read())
-        for role in data.get("sts", {}).get("AssumedRole", []):
-            if role.get("access_key_id") == access_key_id:
-                return dict(role)
+    def assumed_role(self, access_key_id: str) -> dict[str, str]:
+        """The AssumeRole call (form fields: RoleArn, Policy...) that issued `access_key_id`."""
+        for call in self.sts.assume_role_calls() if self.sts is not None else []:
+            if call.get("IssuedAccessKeyId") == access_key_id:
+                return call
         raise KeyError(f"no AssumeRole issued {access_key_id}")
 
     def assume_role_count(self) -> int:
-        with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=10) as answer:
-            return len(json.loads(answer.read()).get("sts", {}).get("AssumedRole", []))
+        return len(self.sts.assume_role_calls()) if self.sts is not None else 0
 
     def stop(self) -> None:
+        if self.sts is not None:
+            self.sts.stop()
         _stop_process(self.process)
 
 
@@ -115,6 +175,7 @@ def moto_s3_server(bucket: str = "cedarberg-lake") -> Iterator[MotoS3Server]:
     server = MotoS3Server(port, bucket, process)
     try:
         _wait_until(ready, 20, "moto_server")
+        server.sts = StsRecorder(server.url)
         server.client().create_bucket(Bucket=bucket)
         yield server
     finally:
