@@ -13,7 +13,7 @@ from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support.engines import make_catalog
 from tests.support.gateway import GatewayProcess
-from tests.support.s3 import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, MotoS3Server, moto_s3_server
+from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 
 SEALED = b"\x00CBSEAL"
 
@@ -38,8 +38,8 @@ def client(gateway: GatewayProcess, s3: MotoS3Server) -> RestCatalog:
         **{
             "s3.endpoint": s3.url,
             "s3.region": REGION,
-            "s3.access-key-id": ACCESS_KEY_ID,
-            "s3.secret-access-key": SECRET_ACCESS_KEY,
+            "s3.access-key-id": s3.access_key_id,
+            "s3.secret-access-key": s3.secret_access_key,
         },
     )
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -272,6 +274,9 @@ def test_duckdb_reads_and_writes_with_vended_credentials_only(lake: Lake) -> Non
     location = lake.load(lake.writer, "sales", "events", "vended-credentials").json()["metadata"]["location"]
     data = [k for k in lake.s3.keys(lake.prefix_of(location) + "/") if k.endswith(".parquet")]
     assert len(data) == 2
+    # The S3 server checks signatures: only the vended credentials can have written these files.
+    with pytest.raises(urllib.error.HTTPError, match="403"):
+        urllib.request.urlopen(f"{lake.s3.url}/{lake.s3.bucket}/{data[0]}", timeout=10)
     # pyiceberg, as a reader, sees what DuckDB wrote.
     catalog = lake.catalog(lake.reader)
     assert sorted(catalog.load_table("sales.events").scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]

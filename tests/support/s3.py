@@ -11,6 +11,8 @@ need to know what vended credentials may do read the policy the gateway sent (`a
 from __future__ import annotations
 
 import contextlib
+import http.client
+import os
 import re
 import subprocess
 import threading
@@ -26,18 +28,24 @@ from tests.support.kms_servers import LOOPBACK, _stop_process, _venv_binary, _wa
 from tests.support.ports import free_port
 
 REGION = "us-east-1"
-# The gateway's own keys. moto accepts any key (it checks no signature unless IAM auth is on).
-ACCESS_KEY_ID = "AKIAGATEWAYTESTKEY01"
-SECRET_ACCESS_KEY = "gateway-secret-3f9c1e7a5b2d4c6e8a0b"
-ROLE_ARN = "arn:aws:iam::123456789012:role/cedarberg-vending"
+ROLE_NAME = "cedarberg-vending"
+ROLE_ARN = f"arn:aws:iam::123456789012:role/{ROLE_NAME}"
+# moto checks signatures and IAM policies only past its first N requests: N is the number of set-up
+# calls made with made-up keys (the user, its key and policy, the role and its policy).
+_SETUP_CALLS = 5
+_ALLOW_ALL = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'
+_TRUST_ANY = (
+    '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"*"},'
+    '"Action":"sts:AssumeRole"}]}'
+)
 
 
 class StsRecorder:
     """An HTTP proxy to moto's STS that records every call: its form fields and, for AssumeRole,
     the access key id it issued."""
 
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
+    def __init__(self, upstream_address: str) -> None:
+        self.upstream_address = upstream_address  # host:port
         self.calls: list[dict[str, str]] = []
         self._lock = threading.Lock()
         recorder = self
@@ -45,17 +53,15 @@ class StsRecorder:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                headers = {
-                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
-                }
-                forwarded = urllib.request.Request(
-                    recorder.upstream + self.path, data=body, headers=headers, method="POST"
-                )
+                # Host is forwarded as it was signed: the signature covers it.
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "content-length"}
+                upstream = http.client.HTTPConnection(recorder.upstream_address, timeout=30)
                 try:
-                    with urllib.request.urlopen(forwarded, timeout=30) as answer:
-                        status, payload = answer.status, answer.read()
-                except urllib.error.HTTPError as err:
-                    status, payload = err.code, err.read()
+                    upstream.request("POST", self.path, body=body, headers=headers)
+                    answer = upstream.getresponse()
+                    status, payload = answer.status, answer.read()
+                finally:
+                    upstream.close()
                 call = dict(urllib.parse.parse_qsl(body.decode()))
                 issued = re.search(rb"<AccessKeyId>([^<]+)</AccessKeyId>", payload)
                 if issued is not None:
@@ -94,6 +100,9 @@ class MotoS3Server:
     bucket: str
     process: subprocess.Popen[bytes] = field(repr=False)
     sts: StsRecorder | None = field(default=None, repr=False)
+    # The gateway's own keys: an IAM user of moto's, so S3 and STS check their signatures.
+    access_key_id: str = ""
+    secret_access_key: str = field(default="", repr=False)
 
     @property
     def url(self) -> str:
@@ -108,8 +117,8 @@ class MotoS3Server:
             "s3": {
                 "endpoint": self.url,
                 "region": REGION,
-                "access_key_id": ACCESS_KEY_ID,
-                "secret_access_key": SECRET_ACCESS_KEY,
+                "access_key_id": self.access_key_id,
+                "secret_access_key": self.secret_access_key,
                 "path_style_access": True,
             },
         }
@@ -118,16 +127,26 @@ class MotoS3Server:
             config["vending"] = {"role_arn": ROLE_ARN, "duration_seconds": 900, "sts_endpoint": sts}
         return config
 
-    def client(self, service: str = "s3") -> Any:
+    def client(self, service: str = "s3", access_key_id: str = "", secret_access_key: str = "") -> Any:
+        """A boto3 client with the gateway's keys (or the given ones)."""
         import boto3
 
         return boto3.session.Session().client(
             service,
             region_name=REGION,
             endpoint_url=self.url,
-            aws_access_key_id=ACCESS_KEY_ID,
-            aws_secret_access_key=SECRET_ACCESS_KEY,
+            aws_access_key_id=access_key_id or self.access_key_id,
+            aws_secret_access_key=secret_access_key or self.secret_access_key,
         )
+
+    def _set_up_identities(self) -> None:
+        iam = self.client("iam", "AKIASETUPONLY0000000", "set-up-only")
+        iam.create_user(UserName="cedarberg-gateway")
+        key = iam.create_access_key(UserName="cedarberg-gateway")["AccessKey"]
+        iam.put_user_policy(UserName="cedarberg-gateway", PolicyName="all", PolicyDocument=_ALLOW_ALL)
+        iam.create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=_TRUST_ANY)
+        iam.put_role_policy(RoleName=ROLE_NAME, PolicyName="all", PolicyDocument=_ALLOW_ALL)
+        self.access_key_id, self.secret_access_key = key["AccessKeyId"], key["SecretAccessKey"]
 
     def keys(self, prefix: str) -> list[str]:
         """Every object key under `prefix` in the bucket."""
@@ -155,12 +174,14 @@ class MotoS3Server:
 
 @contextlib.contextmanager
 def moto_s3_server(bucket: str = "cedarberg-lake") -> Iterator[MotoS3Server]:
-    """`moto_server` (S3, STS and the rest of moto) with an empty `bucket`."""
+    """`moto_server` (S3, STS, IAM) with an empty `bucket`, checking every request's signature
+    against its IAM users and assumed roles: an unsigned or wrongly signed request gets 403."""
     port = free_port()
     process = subprocess.Popen(
         [_venv_binary("moto_server"), "-H", LOOPBACK, "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)},
     )
 
     def ready() -> bool:
@@ -175,7 +196,8 @@ def moto_s3_server(bucket: str = "cedarberg-lake") -> Iterator[MotoS3Server]:
     server = MotoS3Server(port, bucket, process)
     try:
         _wait_until(ready, 20, "moto_server")
-        server.sts = StsRecorder(server.url)
+        server._set_up_identities()
+        server.sts = StsRecorder(f"{LOOPBACK}:{port}")
         server.client().create_bucket(Bucket=bucket)
         yield server
     finally:
