@@ -1,5 +1,5 @@
 """What the gateway knows of each S3 warehouse's storage: its S3 settings and, when configured, the
-credential vendor. Built once per server process from the settings."""
+credential vendor and the request signer. Built once per server process from the settings."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.settings import Settings
+from gateway.sign_scope import Endpoint
+from gateway.signing import RequestSigner, endpoint_of
 from gateway.storage_settings import S3Settings
 from gateway.vending import CredentialVendor
 
@@ -18,6 +20,8 @@ class WarehouseStorage:
     location: str
     s3: S3Settings | None
     vendor: CredentialVendor | None
+    signer: RequestSigner
+    endpoint: Endpoint
 
 
 class StorageAccess:
@@ -28,6 +32,8 @@ class StorageAccess:
                 warehouse.location,
                 warehouse.s3,
                 None if warehouse.vending is None else CredentialVendor(warehouse.s3, warehouse.vending),
+                RequestSigner(warehouse.s3),
+                endpoint_of(warehouse.s3),
             )
             for name, warehouse in settings.effective_warehouses().items()
             if warehouse.location.startswith("s3://")

@@ -9,7 +9,7 @@ from catalog.errors import InvalidRequestError
 from catalog.identifiers import Identifier
 from gateway import http
 from gateway.errors import NotImplementedOperation
-from gateway.routes import data_access
+from gateway.routes import data_access, signing
 from gateway.routes.route import Route
 from gateway.services import mutate, services
 
@@ -147,11 +147,11 @@ ROUTES = [
     Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
     Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics"),
     Route("POST", "/v1/{prefix}/transactions/commit", commit_transaction, "commitTransaction"),
-    # Scan planning and request signing come later; until then: 501.
+    # Scan planning comes later; until then: 501.
     Route("POST", TABLE + "/plan", not_implemented, "planTableScan", advertised=False),
     Route("GET", TABLE + "/plan/{plan_id}", not_implemented, "fetchPlanningResult", advertised=False),
     Route("DELETE", TABLE + "/plan/{plan_id}", not_implemented, "cancelPlanning", advertised=False),
     Route("POST", TABLE + "/tasks", not_implemented, "fetchScanTasks", advertised=False),
     Route("GET", TABLE + "/credentials", data_access.load_credentials, "loadCredentials"),
-    Route("POST", TABLE + "/sign", not_implemented, "signRequest", advertised=False),
+    Route("POST", TABLE + "/sign", signing.sign_request, "signRequest"),
 ]
