@@ -85,7 +85,8 @@ def test_copies_and_multi_object_deletes_must_stay_inside() -> None:
     inside = f"<Delete {ns}><Object><Key>wh/sales/t1/a</Key></Object></Delete>"
     assert verdict(MINIO, "POST", delete, inside) == "write"
     for key in ("wh/sales/t2/a", "wh/sales/t1/../t2/a", "wh/sales/t1"):
-        body = f"<Delete {ns}><Object><Key>wh/sales/t1/a</Key></Object><Object><Key>{key}</Key></Object></Delete>"
+        objects = f"<Object><Key>wh/sales/t1/a</Key></Object><Object><Key>{key}</Key></Object>"
+        body = f"<Delete {ns}>{objects}</Delete>"
         assert "outside the table location" in verdict(MINIO, "POST", delete, body)
     assert "not XML" in verdict(MINIO, "POST", delete, "<Delete>")
     assert "only with its body" in verdict(MINIO, "POST", delete)
