@@ -1301,20 +1301,6 @@ NOT_IMPLEMENTED = [
         "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
         id="tasks",
     ),
-    pytest.param(
-        "GET",
-        f"{TABLE_PATH}/credentials",
-        _NO_BODY,
-        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
-        id="credentials",
-    ),
-    pytest.param(
-        "POST",
-        f"{TABLE_PATH}/sign",
-        {"region": "us-east-1", "uri": "s3://b/k", "method": "GET", "headers": {}},
-        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
-        id="sign",
-    ),
 ]
 
 
@@ -1325,6 +1311,39 @@ def test_not_implemented(seeded: Client, method: str, path: str, body: Any, endp
     assert endpoint not in endpoints
     before = seeded.state()
     assert_error(seeded.request(method, path, body), 501, "NotImplementedException")
+    assert_unchanged(seeded, before)
+
+
+DATA_ACCESS = [
+    pytest.param(
+        "GET",
+        f"{TABLE_PATH}/credentials",
+        _NO_BODY,
+        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+        "does not vend credentials",
+        id="credentials",
+    ),
+    pytest.param(
+        "POST",
+        f"{TABLE_PATH}/sign",
+        {"region": "us-east-1", "uri": "s3://b/k", "method": "GET", "headers": {}},
+        "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
+        "not an S3 warehouse",
+        id="sign",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "endpoint", "message"), DATA_ACCESS)
+def test_data_access_on_a_local_warehouse(
+    seeded: Client, method: str, path: str, body: Any, endpoint: str, message: str
+) -> None:
+    """Advertised, and a 400 on a warehouse that has no S3 storage to vend or sign for."""
+    assert endpoint in seeded.config["endpoints"]
+    before = seeded.state()
+    answer = seeded.request(method, path, body)
+    assert_error(answer, 400, "BadRequestException")
+    assert message in answer.json()["error"]["message"]
     assert_unchanged(seeded, before)
 
 
