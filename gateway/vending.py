@@ -73,7 +73,10 @@ class CredentialVendor:
         self._inflight[key] = future
         try:
             fresh = await asyncio.to_thread(self._assume_role, scope, write)
-        except BaseException as err:
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as err:
             future.set_exception(err)
             future.exception()  # retrieved: waiters re-raise it, nobody logs it twice
             raise

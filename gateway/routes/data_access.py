@@ -130,13 +130,14 @@ async def load_credentials(request: web.Request) -> web.Response:
     """loadCredentials: the table's vended credentials (`planId`, if sent, changes nothing: they
     cover the whole table location, which every plan of the table reads from)."""
     identifier = http.table(request)
+    # Loaded first: a table that does not exist is a 404 whatever the warehouse can do.
+    _etag, body = await services(request).tables.load(http.prefix(request), identifier, "refs", None)
     warehouse = _warehouse(request)
     if warehouse is None or warehouse.vendor is None:
         name = services(request).ctx.warehouse(http.prefix(request)).name
         raise InvalidRequestError(
             f"warehouse {name!r} does not vend credentials (no [warehouses.{name}.vending] configured)"
         )
-    _etag, body = await services(request).tables.load(http.prefix(request), identifier, "refs", None)
     location = orjson.loads(body or b"{}")["metadata"]["location"]
     table = await table_resource(request, identifier, fresh=True)
     access = decide_file_access(request, table, "loadCredentials")

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import requests
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support.engines import make_catalog
 from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 
 SEALED = b"\x00CBSEAL"
@@ -86,3 +88,22 @@ def test_purge_deletes_the_tables_files_from_s3(lake: GatewayProcess, s3_server:
         time.sleep(0.2)
     assert s3_server.keys(prefix + "/") == []
     catalog.close()
+
+
+def test_sts_down_fails_the_request_for_credentials_only(s3_server: MotoS3Server, tmp_path: Path) -> None:
+    lake = s3_server.warehouse("down", vending=True)
+    lake["vending"]["sts_endpoint"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    config = {"warehouses": {"lake": lake}, "default_warehouse": "lake"}
+    with GatewayProcess(tmp_path / "gateway", config=config) as gw:
+        url = f"{gw.url}/v1/lake/namespaces"
+        assert requests.post(url, json={"namespace": ["n"]}, timeout=30).status_code == 200
+        body = {"name": "t", "schema": {"type": "struct", "schema-id": 0, "fields": []}}
+        assert requests.post(f"{url}/n/tables", json=body, timeout=30).status_code == 200
+        plain = requests.get(f"{url}/n/tables/t", timeout=30)
+        assert plain.status_code == 200
+        vended = requests.get(
+            f"{url}/n/tables/t", headers={"X-Iceberg-Access-Delegation": "vended-credentials"}, timeout=30
+        )
+        assert vended.status_code == 503
+        assert vended.json()["error"]["type"] == "ServiceUnavailableException"
+        assert vended.json()["error"]["message"] == "cannot vend credentials: STS is unavailable"
