@@ -8,6 +8,7 @@ flags. This module is the only place that reads the environment. A bad value rai
 
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,8 +75,12 @@ class WarehouseSettings(BaseModel):
 
     @model_validator(mode="after")
     def _s3_only_for_s3(self) -> WarehouseSettings:
-        if not self.location.startswith("s3://") and (self.s3 is not None or self.vending is not None):
+        if self.s3 is None and self.vending is None:
+            return self
+        if not self.location.startswith("s3://"):
             raise ValueError("s3 and vending settings apply only to an s3:// warehouse location")
+        if importlib.util.find_spec("boto3") is None:  # STS and SigV4: fail at start, not per request
+            raise ValueError("s3 and vending settings need boto3: pip install 'cedarberg[s3]'")
         return self
 
 

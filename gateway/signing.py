@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -56,6 +57,8 @@ class RequestSigner:
         """The headers to add to the request: Authorization, X-Amz-Date, X-Amz-Content-SHA256 and
         X-Amz-Security-Token when the credentials have one. Raises InvalidRequestError when the
         warehouse has no credentials to sign with."""
+        if importlib.util.find_spec("botocore") is None:
+            raise InvalidRequestError("remote signing needs botocore: pip install 'cedarberg[s3]'")
         return await asyncio.to_thread(self._sign, method, uri, headers)
 
     def _sign(self, method: str, uri: str, headers: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
