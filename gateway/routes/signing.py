@@ -57,7 +57,11 @@ async def sign_request(request: web.Request) -> web.Response:
     table = await table_resource(request, identifier, fresh=verdict.write)
     if verdict.refused is not None:
         _refuse(request, str(table), sign, verdict.refused)
-    if verdict.write and not decide_file_access(request, table, "signRequest", want_write=True).write:
+    # Every signature goes through the one choke point, reads included.
+    access = decide_file_access(request, table, "signRequest", want_write=verdict.write)
+    if not access.read:
+        _refuse(request, str(table), sign, "reading the table's files is not allowed")
+    if verdict.write and not access.write:
         _refuse(request, str(table), sign, "writing the table's files needs writeTableData")
     headers = await warehouse.signer.sign(sign.method, sign.uri, sign.headers)
     return http.json_response(orjson.dumps({"uri": sign.uri, "headers": headers}))
