@@ -41,8 +41,9 @@ class S3Scope:
         return key.startswith(self.prefix + "/")
 
     def owns_listing(self, prefix: str) -> bool:
-        """Whether a listing with this key prefix stays inside the scope."""
-        return prefix == self.prefix or prefix.startswith(self.prefix + "/")
+        """Whether a listing with this key prefix stays inside the scope. The bare prefix is not
+        enough: listing `t1` also lists `t10/...`."""
+        return prefix.startswith(self.prefix + "/")
 
 
 def session_policy(scope: S3Scope, write: bool, partition: str = "aws") -> dict[str, Any]:

@@ -68,7 +68,9 @@ def test_anything_else_is_refused(uri: str, reason: str) -> None:
 
 def test_listings_and_bucket_probes() -> None:
     assert verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1/data/") == "read"
-    assert verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1") == "read"
+    assert verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1/") == "read"
+    # The bare location would list wh/sales/t10/... too.
+    assert "prefix inside" in verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1")
     assert verdict(MINIO, "HEAD", "http://minio:9000/lake") == "read"
     assert verdict(MINIO, "GET", "http://minio:9000/lake?location") == "read"
     assert "bucket-level" in verdict(MINIO, "PUT", "http://minio:9000/lake")
