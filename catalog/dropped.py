@@ -196,7 +196,7 @@ def purge_files(
     below_warehouse = root != locations.normalize(warehouse.location)
     shared = any(locations.is_within(other, root) for other in others)
     if below_warehouse and not shared:
-        fileio.remove_local_tree(root)
+        fileio.remove_tree(root)
     log.info("purged %s: %d file(s) deleted", root, deleted)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from catalog import locations
@@ -23,16 +25,38 @@ from catalog.errors import InvalidRequestError, StorageUnavailableError
 log = logging.getLogger(__name__)
 
 
+Properties = tuple[tuple[str, str], ...]
+
+# FileIO properties (endpoint, region, keys) by warehouse root. Set once per process at start-up
+# (`use_properties`), read by every `file_io` call: callers only ever pass a location.
+_PROPERTIES: dict[str, Properties] = {}
+_PROPERTIES_LOCK = threading.Lock()
+
+
+def use_properties(root: str, properties: Mapping[str, str]) -> None:
+    """Reach every location under `root` (a warehouse) with these FileIO properties."""
+    with _PROPERTIES_LOCK:
+        _PROPERTIES[locations.normalize(root).rstrip("/")] = tuple(sorted(properties.items()))
+
+
+def _properties_for(norm: str) -> Properties:
+    best, found = -1, Properties()
+    for root, properties in _PROPERTIES.items():
+        if (norm == root or norm.startswith(root + "/")) and len(root) > best:
+            best, found = len(root), properties
+    return found
+
+
 @lru_cache(maxsize=64)
-def _io_for(scheme_root: str) -> FileIO:
-    return load_file_io(properties={}, location=scheme_root)
+def _io_for(scheme_root: str, properties: Properties) -> FileIO:
+    return load_file_io(properties=dict(properties), location=scheme_root)
 
 
 def file_io(location: str) -> FileIO:
-    """A FileIO able to reach `location` (one per scheme and bucket, reused)."""
+    """A FileIO able to reach `location`: one per scheme, bucket and warehouse settings, reused."""
     norm = locations.normalize(location)
     scheme, _, rest = norm.partition("://")
-    return _io_for(f"{scheme}://{rest.split('/', 1)[0]}")
+    return _io_for(f"{scheme}://{rest.split('/', 1)[0]}", _properties_for(norm))
 
 
 def metadata_file_location(object_location: str, version: int) -> str:
@@ -151,7 +175,19 @@ def table_files(metadata: TableMetadata, metadata_location: str) -> set[str]:
     return files
 
 
-def remove_local_tree(location: str) -> None:
-    """Remove a local directory tree (a purged table's location)."""
+def remove_tree(location: str) -> None:
+    """Remove a purged table's location: a local directory tree, or what is left under an object
+    store prefix once its files are gone (pyarrow's empty directory markers)."""
     if location.startswith("file:"):
         shutil.rmtree(locations.to_local_path(location), ignore_errors=True)
+        return
+    io = file_io(location)
+    if not isinstance(io, PyArrowFileIO):
+        return
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    try:
+        io.fs_by_scheme(scheme, netloc).delete_dir(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        log.warning("could not remove %s: %s", location, type(err).__name__)

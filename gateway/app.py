@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from catalog import fileio
 from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
@@ -29,6 +30,8 @@ from gateway.routes.route import Route
 from gateway.security import SECURITY, Security
 from gateway.services import ENDPOINTS, SERVICES, Services
 from gateway.settings import Settings
+from gateway.storage_access import STORAGE, StorageAccess
+from gateway.storage_settings import fileio_properties
 from kms.keyring import KeyRing
 
 log = logging.getLogger("cedarberg")
@@ -94,6 +97,8 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
         await keyring.aclose()
         raise
     sealer = Sealer(keyring)
+    for warehouse in settings.effective_warehouses().values():
+        fileio.use_properties(warehouse.location, fileio_properties(warehouse.s3))
     return CatalogContext(
         store=store,
         sealer=sealer,
@@ -159,6 +164,7 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
     app[ENDPOINTS] = [route.endpoint for route in ALL_ROUTES if route.advertised]
     app[ACCESS_LOG] = settings.access_log
+    app[STORAGE] = StorageAccess(settings)
     # Built here, in the worker process that serves (see gateway.metrics).
     metrics = app[ops.METRICS] = Metrics.create()
     lifecycle = app[ops.LIFECYCLE] = ops.Lifecycle()

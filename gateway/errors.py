@@ -47,10 +47,6 @@ _HTTP_TYPES = {
 }
 
 
-class NotImplementedOperation(Exception):
-    """An operation of the spec this gateway does not serve (yet): 501."""
-
-
 def lookup(error: BaseException) -> tuple[int, str] | None:
     for cls in type(error).__mro__:
         if cls in ERROR_TABLE:

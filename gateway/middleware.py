@@ -93,8 +93,6 @@ def _answer(
 def _error_response(request: web.Request, request_id: str, err: Exception) -> tuple[web.StreamResponse, str]:
     """The ErrorModel response for `err` and its error type. Re-raises a redirect-class
     HTTPException (aiohttp answers those itself)."""
-    if isinstance(err, errors.NotImplementedOperation):
-        return _answer(501, "NotImplementedException", str(err))
     if isinstance(err, CredentialExpiredError):
         return _answer(419, "AuthenticationTimeoutException", "Credentials have timed out")
     if isinstance(err, AuthenticationError):

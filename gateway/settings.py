@@ -8,6 +8,7 @@ flags. This module is the only place that reads the environment. A bad value rai
 
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from gateway.authz.settings import AuthzSettings
 from gateway.cache_settings import CacheSettings
 from gateway.planning_settings import PlanningSettings
 from gateway.ratelimit import RateLimitSettings
+from gateway.storage_settings import S3Settings, VendingSettings
 from gateway.tls import TlsSettings
 from kms.settings import KmsSettings
 
@@ -59,6 +61,10 @@ class WarehouseSettings(BaseModel):
         le=365 * 24 * 3600,
         description="How long a dropped table or view of a sealing warehouse can be undropped.",
     )
+    s3: S3Settings | None = Field(None, description="How the gateway reaches an s3:// warehouse.")
+    vending: VendingSettings | None = Field(
+        None, description="Vended credentials for engines (X-Iceberg-Access-Delegation); s3:// only."
+    )
 
     @field_validator("location")
     @classmethod
@@ -67,6 +73,16 @@ class WarehouseSettings(BaseModel):
             return locations.normalize(value)
         except InvalidRequestError as err:
             raise ValueError(str(err)) from err
+
+    @model_validator(mode="after")
+    def _s3_only_for_s3(self) -> WarehouseSettings:
+        if self.s3 is None and self.vending is None:
+            return self
+        if not self.location.startswith("s3://"):
+            raise ValueError("s3 and vending settings apply only to an s3:// warehouse location")
+        if importlib.util.find_spec("boto3") is None:  # STS and SigV4: fail at start, not per request
+            raise ValueError("s3 and vending settings need boto3: pip install 'cedarberg[s3]'")
+        return self
 
 
 class AnonymousSettings(BaseModel):

@@ -72,5 +72,6 @@ def test_endpoints_advertise_exactly_the_registered_operations() -> None:
     advertised = {route.endpoint for route in ALL_ROUTES if route.advertised}
     assert "POST /v1/{prefix}/transactions/commit" in advertised
     assert "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan" in advertised
-    assert not any("/credentials" in e or "/sign" in e for e in advertised)
+    assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials" in advertised
+    assert "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign" in advertised
     assert len(advertised) == len([r for r in ALL_ROUTES if r.advertised])

@@ -1,4 +1,5 @@
-"""Table routes, multi-table transactions, and the spec's operations answered with 501."""
+"""Table routes and multi-table transactions (scan planning is in routes/planning.py, access to a
+table's files in routes/data_access.py and routes/signing.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from catalog import requests as req
 from catalog.errors import InvalidRequestError
 from catalog.identifiers import Identifier
 from gateway import http
-from gateway.errors import NotImplementedOperation
+from gateway.routes import data_access, signing
 from gateway.routes.route import Route
 from gateway.services import mutate, services
 
@@ -18,6 +19,18 @@ TABLE = TABLES + "/{table}"
 
 def _identifier(model: req.TableIdentifierModel) -> Identifier:
     return Identifier.of(model.namespace, model.name)
+
+
+async def _with_storage_config(
+    request: web.Request, identifier: Identifier, response: web.Response
+) -> web.Response:
+    """A create or register answer with the access delegation the client asked for."""
+    if response.status != 200 or not isinstance(response.body, bytes):
+        return response
+    if not data_access.wants_storage_config(request):
+        return response
+    body = await data_access.with_storage_config(request, identifier, response.body)
+    return http.json_response(body, headers=data_access.NO_STORE)
 
 
 async def list_tables(request: web.Request) -> web.Response:
@@ -32,19 +45,27 @@ async def create_table(request: web.Request) -> web.Response:
     body = req.parse(req.CreateTableRequest, await http.json_body(request))
     Identifier.of(namespace, body.name)
     svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec))
+    response = await mutate(
+        request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec)
+    )
+    return await _with_storage_config(request, Identifier.of(namespace, body.name), response)
 
 
 async def load_table(request: web.Request) -> web.Response:
     identifier = http.table(request)
+    # Credentials are added per request: an answer that carries them is a 200, never a 304.
+    storage_config = data_access.wants_storage_config(request)
     etag, body = await services(request).tables.load(
         http.prefix(request),
         identifier,
         request.query.get("snapshots", "all"),
-        request.headers.get("If-None-Match"),
+        None if storage_config else request.headers.get("If-None-Match"),
     )
     if body is None:
         return web.Response(status=304, headers={"ETag": etag})
+    if storage_config:
+        body = await data_access.with_storage_config(request, identifier, body)
+        return http.json_response(body, headers={"ETag": etag, **data_access.NO_STORE})
     return http.json_response(body, headers={"ETag": etag})
 
 
@@ -74,7 +95,10 @@ async def register_table(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
     body = req.parse(req.RegisterTableRequest, await http.json_body(request))
     svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec))
+    response = await mutate(
+        request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec)
+    )
+    return await _with_storage_config(request, Identifier.of(namespace, body.name), response)
 
 
 async def rename_table(request: web.Request) -> web.Response:
@@ -104,14 +128,6 @@ async def commit_transaction(request: web.Request) -> web.Response:
     )
 
 
-async def not_implemented(request: web.Request) -> web.Response:
-    raise NotImplementedOperation(
-        f"{request.method} {request.match_info.route.resource.canonical}"
-        if request.match_info.route.resource
-        else request.path
-    )
-
-
 ROUTES = [
     Route("GET", TABLES, list_tables, "listTables"),
     Route("POST", TABLES, create_table, "createTable"),
@@ -123,8 +139,7 @@ ROUTES = [
     Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
     Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics"),
     Route("POST", "/v1/{prefix}/transactions/commit", commit_transaction, "commitTransaction"),
-    # Scan planning is in gateway.routes.planning. Credential vending and request signing come
-    # later; until then: 501.
-    Route("GET", TABLE + "/credentials", not_implemented, "loadCredentials", advertised=False),
-    Route("POST", TABLE + "/sign", not_implemented, "signRequest", advertised=False),
+    # Scan planning is in gateway.routes.planning.
+    Route("GET", TABLE + "/credentials", data_access.load_credentials, "loadCredentials"),
+    Route("POST", TABLE + "/sign", signing.sign_request, "signRequest"),
 ]

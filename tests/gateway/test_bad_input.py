@@ -1269,15 +1269,16 @@ def test_namespace_properties_key_in_removals_and_updates(seeded: Client, key: s
 
 
 # --------------------------------------------------------------------------------------------------
-# Not implemented endpoints
+# Data access on a warehouse without S3 storage
 # --------------------------------------------------------------------------------------------------
 
-NOT_IMPLEMENTED = [
+DATA_ACCESS = [
     pytest.param(
         "GET",
         f"{TABLE_PATH}/credentials",
         _NO_BODY,
         "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+        "does not vend credentials",
         id="credentials",
     ),
     pytest.param(
@@ -1285,18 +1286,22 @@ NOT_IMPLEMENTED = [
         f"{TABLE_PATH}/sign",
         {"region": "us-east-1", "uri": "s3://b/k", "method": "GET", "headers": {}},
         "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
+        "not an S3 warehouse",
         id="sign",
     ),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "endpoint"), NOT_IMPLEMENTED)
-def test_not_implemented(seeded: Client, method: str, path: str, body: Any, endpoint: str) -> None:
-    endpoints = seeded.config.get("endpoints")
-    assert isinstance(endpoints, list), seeded.config
-    assert endpoint not in endpoints
+@pytest.mark.parametrize(("method", "path", "body", "endpoint", "message"), DATA_ACCESS)
+def test_data_access_on_a_local_warehouse(
+    seeded: Client, method: str, path: str, body: Any, endpoint: str, message: str
+) -> None:
+    """Advertised, and a 400 on a warehouse that has no S3 storage to vend or sign for."""
+    assert endpoint in seeded.config["endpoints"]
     before = seeded.state()
-    assert_error(seeded.request(method, path, body), 501, "NotImplementedException")
+    answer = seeded.request(method, path, body)
+    assert_error(answer, 400, "BadRequestException")
+    assert message in answer.json()["error"]["message"]
     assert_unchanged(seeded, before)
 
 

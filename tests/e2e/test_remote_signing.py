@@ -1,0 +1,185 @@
+"""Remote signing for an S3 warehouse: pyiceberg's FsspecFileIO with the REST signer reads and writes
+through requests the gateway signs (the client holds no S3 keys; the moto S3 server checks every
+signature), and the sign route refuses whatever leaves the table's location or writes without
+writeTableData, auditing why."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import SignError
+
+from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
+from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
+from tests.support.tls import TestPki
+
+FSSPEC = "pyiceberg.io.fsspec.FsspecFileIO"
+
+
+class Lake:
+    def __init__(self, gateway: SecureGateway, s3: MotoS3Server, audit: Path) -> None:
+        self.gateway = gateway
+        self.s3 = s3
+        self.audit = audit
+        self.writer = gateway.token(gateway.create_key("etl-bot", ["etl"]))
+        self.reader = gateway.token(gateway.create_key("analyst", ["bi"]))
+
+    def catalog(self, token: str) -> RestCatalog:
+        return self.gateway.catalog(
+            token=token,
+            warehouse="lake",
+            **{"py-io-impl": FSSPEC, "header.X-Iceberg-Access-Delegation": "remote-signing"},
+        )
+
+    def sign(self, token: str, table: str, method: str, uri: str, body: str | None = None) -> Any:
+        session = self.gateway.session(token)
+        payload: dict[str, Any] = {"region": REGION, "uri": uri, "method": method, "headers": {}}
+        if body is not None:
+            payload["body"] = body
+        path = f"namespaces/{self.gateway.ns_path('sales')}/tables/{table}/sign"
+        return session.post(self.gateway.catalog_url(path), json=payload, timeout=30)
+
+    def object_uri(self, key: str) -> str:
+        return f"{self.s3.url}/{self.s3.bucket}/{key}"
+
+    def audit_records(self) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the audit writer thread flushes in batches
+        return [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[Lake]:
+    base = tmp_path_factory.mktemp("signing")
+    audit = base / "audit.jsonl"
+    with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
+        # pyiceberg's signer posts with its own requests session, which trusts REQUESTS_CA_BUNDLE.
+        for name in AMBIENT_CA_VARIABLES:
+            env.delenv(name, raising=False)
+        env.setenv("REQUESTS_CA_BUNDLE", str(session_pki.ca_cert))
+        config = {
+            "default_warehouse": "lake",
+            "warehouses": {"lake": s3.warehouse("lake")},
+            "audit": {"destination": str(audit)},
+        }
+        with SecureGateway(base / "gw", pki=session_pki, config=config) as gateway:
+            gateway.create_namespace("sales", readers=["bi"], writers=["etl"])
+            yield Lake(gateway, s3, audit)
+
+
+@pytest.fixture(scope="module")
+def orders(lake: Lake) -> str:
+    """sales.orders written by pyiceberg through signed requests only; its key prefix."""
+    catalog = lake.catalog(lake.writer)
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "tag": pa.array(["a", "b", "c"])})
+    table = catalog.create_table("sales.orders", schema=data.schema)
+    assert table.io.properties["s3.signer"] == "S3V4RestSigner"
+    assert "s3.access-key-id" not in table.io.properties
+    table.append(data)
+    table.append(pa.table({"id": pa.array([4], pa.int64()), "tag": pa.array(["d"])}))
+    catalog.close()
+    return table.location().removeprefix(f"s3://{lake.s3.bucket}/")
+
+
+def test_pyiceberg_reads_and_appends_through_signed_requests(lake: Lake, orders: str) -> None:
+    data_files = [k for k in lake.s3.keys(orders + "/data/") if k.endswith(".parquet")]
+    assert len(data_files) == 2
+    reader = lake.catalog(lake.reader)
+    table = reader.load_table("sales.orders")
+    assert table.io.properties["s3.signer.endpoint"] == "v1/lake/namespaces/sales/tables/orders/sign"
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+    # The reader's signed GETs work, its PUTs are refused: the append fails before any commit.
+    with pytest.raises(SignError):
+        table.append(pa.table({"id": pa.array([5], pa.int64()), "tag": pa.array(["e"])}))
+    assert len(reader.load_table("sales.orders").snapshots()) == 2
+    reader.close()
+
+
+def test_a_signature_is_valid_for_the_s3_server(lake: Lake, orders: str) -> None:
+    [key, *_] = [k for k in lake.s3.keys(orders + "/data/") if k.endswith(".parquet")]
+    answer = lake.sign(lake.reader, "orders", "GET", lake.object_uri(key))
+    assert answer.status_code == 200, answer.text
+    signed = answer.json()
+    assert signed["uri"] == lake.object_uri(key)
+    assert signed["headers"]["Authorization"][0].startswith("AWS4-HMAC-SHA256 Credential=")
+    request = urllib.request.Request(signed["uri"], headers={k: v[0] for k, v in signed["headers"].items()})
+    with urllib.request.urlopen(request, timeout=10) as got:
+        assert got.read() == lake.s3.read(key)
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path", "reason"),
+    [
+        ("writer", "GET", "{other}/data/x.parquet", "outside the table location"),
+        ("writer", "GET", "{table}0/data/x.parquet", "outside the table location"),
+        ("writer", "GET", "{table}/../{other}/x", "not in canonical form"),
+        ("writer", "GET", "{table}/%2e%2e/%2E%2E/x", "not in canonical form"),
+        ("writer", "GET", "{table}//x", "not in canonical form"),
+        ("writer", "GET", "{table}/a%5Cb", "not in canonical form"),
+        ("writer", "GET", "{table}/x?acl", "sub-resource 'acl'"),
+        ("writer", "PUT", "{table}/x?tagging", "sub-resource 'tagging'"),
+        ("writer", "GET", "?list-type=2", "prefix inside the table location"),
+        ("writer", "GET", "?list-type=2&prefix={table}0", "prefix inside the table location"),
+        ("writer", "DELETE", "", "bucket-level requests"),
+        ("writer", "POST", "?delete", "only with its body"),
+        ("writer", "OPTIONS", "{table}/x", "never signed"),
+        ("reader", "PUT", "{table}/data/new.parquet", "needs writeTableData"),
+        ("reader", "DELETE", "{table}/data/x.parquet", "needs writeTableData"),
+    ],
+)
+def test_requests_leaving_the_table_are_refused_and_audited(
+    lake: Lake, orders: str, who: str, method: str, path: str, reason: str
+) -> None:
+    table_prefix = orders
+    other = table_prefix.rsplit("/", 1)[0] + "/other-table"
+    uri = f"{lake.s3.url}/{lake.s3.bucket}/" + path.format(table=table_prefix, other=other)
+    if path.startswith("?"):
+        uri = f"{lake.s3.url}/{lake.s3.bucket}" + path.format(table=table_prefix)
+    answer = lake.sign(getattr(lake, who), "orders", method, uri)
+    assert answer.status_code == 403, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "ForbiddenException"
+    assert error["code"] == 403
+    assert reason in error["message"]
+    refusals = [
+        r
+        for r in lake.audit_records()
+        if r["action"] == "signRequest"
+        and r["decision"] == "deny"
+        and reason in (r["detail"] or {}).get("reason", "")
+    ]
+    assert refusals
+    assert refusals[-1]["detail"]["method"] == method
+    assert refusals[-1]["principal"] == {"writer": "etl-bot", "reader": "analyst"}[who]
+    assert refusals[-1]["detail"]["path"] == urllib.parse.urlsplit(uri).path
+
+
+def test_requests_inside_the_table_are_signed(lake: Lake, orders: str) -> None:
+    inside = f"{orders}/data/a.parquet"
+    assert lake.sign(lake.writer, "orders", "PUT", lake.object_uri(inside)).status_code == 200
+    assert lake.sign(lake.writer, "orders", "DELETE", lake.object_uri(inside)).status_code == 200
+    listing = f"{lake.s3.url}/{lake.s3.bucket}?list-type=2&prefix={orders}/data/"
+    assert lake.sign(lake.reader, "orders", "GET", listing).status_code == 200
+    virtual = f"http://{lake.s3.bucket}.{lake.s3.url.removeprefix('http://')}/{inside}"
+    assert lake.sign(lake.reader, "orders", "HEAD", virtual).status_code == 200
+    delete = (
+        f"<Delete><Object><Key>{inside}</Key></Object><Object><Key>{orders}/data/b</Key></Object></Delete>"
+    )
+    assert (
+        lake.sign(lake.writer, "orders", "POST", f"{lake.s3.url}/{lake.s3.bucket}?delete", delete).status_code
+        == 200
+    )
+    outside = delete.replace(f"{orders}/data/b", "lake/elsewhere/b")
+    refused = lake.sign(lake.writer, "orders", "POST", f"{lake.s3.url}/{lake.s3.bucket}?delete", outside)
+    assert refused.status_code == 403
+    assert "outside the table location" in refused.json()["error"]["message"]
+    other_host = lake.sign(lake.writer, "orders", "GET", f"http://example.com/{lake.s3.bucket}/{inside}")
+    assert other_host.status_code == 403

@@ -1,0 +1,122 @@
+"""What remote signing signs (`sign_scope.classify`) and what vended credentials may touch
+(`s3_scope.session_policy`), decided on S3's reading of a request."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog.errors import InvalidRequestError
+from gateway.s3_scope import S3Scope, session_policy
+from gateway.sign_scope import Endpoint, classify
+
+MINIO = Endpoint("http", "minio:9000", "eu-west-1")
+AWS = Endpoint("https", None, "eu-west-1")
+TABLE = S3Scope.of("s3://lake/wh/sales/t1")
+
+
+def verdict(endpoint: Endpoint, method: str, uri: str, body: str | None = None, **headers: str) -> str:
+    found = classify(
+        endpoint, TABLE, method, uri, {k.replace("_", "-"): [v] for k, v in headers.items()}, body
+    )
+    return found.refused or ("write" if found.write else "read")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "uri"),
+    [
+        (MINIO, "http://minio:9000/lake/wh/sales/t1/data/f.parquet"),
+        (MINIO, "http://lake.minio:9000/wh/sales/t1/data/f.parquet"),
+        (AWS, "https://s3.amazonaws.com/lake/wh/sales/t1/data/f.parquet"),
+        (AWS, "https://lake.s3.eu-west-1.amazonaws.com/wh/sales/t1/data/f.parquet"),
+        (AWS, "https://lake.s3.amazonaws.com/wh/sales/t1/data/f%20g.parquet?versionId=3"),
+    ],
+)
+def test_objects_inside_are_read_and_written(endpoint: Endpoint, uri: str) -> None:
+    assert verdict(endpoint, "GET", uri) == "read"
+    assert verdict(endpoint, "HEAD", uri) == "read"
+    assert verdict(endpoint, "PUT", uri) == "write"
+    assert verdict(endpoint, "DELETE", uri) == "write"
+
+
+@pytest.mark.parametrize(
+    ("uri", "reason"),
+    [
+        ("http://minio:9000/lake/wh/sales/t10/f", "outside the table location"),
+        ("http://minio:9000/lake/wh/sales/t1", "outside the table location"),
+        ("http://minio:9000/other/wh/sales/t1/f", "another bucket"),
+        ("http://other.minio:9000/wh/sales/t1/f", "another bucket"),
+        ("https://minio:9000/lake/wh/sales/t1/f", "not on the warehouse's S3 endpoint"),
+        ("http://evil:9000/lake/wh/sales/t1/f", "not on the warehouse's S3 endpoint"),
+        ("http://minio:9000/lake/wh/sales/t1/../t2/f", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/%2E%2E/t2/f", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/.%2e/t2/f", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/./f", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/a%2F..%2F..%2Ft2", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/%00", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/%zz", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/%ff", "not in canonical form"),
+        ("http://minio:9000/lake/wh/sales/t1/f?policy", "sub-resource 'policy'"),
+        ("http://minio:9000/lake/wh/sales/t1/f#x", "fragment"),
+        ("http://minio:9000/lake", "prefix inside the table location"),
+        ("http://minio:9000/lake?list-type=2&prefix=wh/sales/t", "prefix inside the table location"),
+        ("http://minio:9000/lake?list-type=2&prefix=wh/sales/t1&acl", "sub-resource 'acl'"),
+    ],
+)
+def test_anything_else_is_refused(uri: str, reason: str) -> None:
+    assert reason in verdict(MINIO, "GET", uri)
+
+
+def test_listings_and_bucket_probes() -> None:
+    assert verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1/data/") == "read"
+    assert verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1/") == "read"
+    # The bare location would list wh/sales/t10/... too.
+    assert "prefix inside" in verdict(MINIO, "GET", "http://minio:9000/lake?list-type=2&prefix=wh/sales/t1")
+    assert verdict(MINIO, "HEAD", "http://minio:9000/lake") == "read"
+    assert verdict(MINIO, "GET", "http://minio:9000/lake?location") == "read"
+    assert "bucket-level" in verdict(MINIO, "PUT", "http://minio:9000/lake")
+    assert "never signed" in verdict(MINIO, "PATCH-ME", "http://minio:9000/lake/wh/sales/t1/f")
+
+
+def test_copies_and_multi_object_deletes_must_stay_inside() -> None:
+    target = "http://minio:9000/lake/wh/sales/t1/data/copy"
+    assert verdict(MINIO, "PUT", target, x_amz_copy_source="lake/wh/sales/t1/data/f") == "write"
+    assert "copy source" in verdict(MINIO, "PUT", target, x_amz_copy_source="/lake/wh/sales/t2/f")
+    assert "copy source" in verdict(MINIO, "PUT", target, x_amz_copy_source="lake/wh/sales/t1/../t2/f")
+    delete = "http://minio:9000/lake?delete"
+    ns = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    inside = f"<Delete {ns}><Object><Key>wh/sales/t1/a</Key></Object></Delete>"
+    assert verdict(MINIO, "POST", delete, inside) == "write"
+    for key in ("wh/sales/t2/a", "wh/sales/t1/../t2/a", "wh/sales/t1"):
+        objects = f"<Object><Key>wh/sales/t1/a</Key></Object><Object><Key>{key}</Key></Object>"
+        body = f"<Delete {ns}>{objects}</Delete>"
+        assert "outside the table location" in verdict(MINIO, "POST", delete, body)
+    assert "not XML" in verdict(MINIO, "POST", delete, "<Delete>")
+    assert "only with its body" in verdict(MINIO, "POST", delete)
+
+
+def test_session_policy_confines_to_the_prefix() -> None:
+    policy = session_policy(S3Scope.of("s3://lake/wh/sales/t1/"), write=False, partition="aws-cn")
+    assert [s["Sid"] for s in policy["Statement"]] == ["ReadTableFiles", "ListTableFiles", "LocateBucket"]
+    assert policy["Statement"][0]["Resource"] == ["arn:aws-cn:s3:::lake/wh/sales/t1/*"]
+    assert policy["Statement"][1]["Condition"] == {
+        "StringLike": {"s3:prefix": ["wh/sales/t1", "wh/sales/t1/*"]}
+    }
+    written = session_policy(TABLE, write=True)
+    assert written["Statement"][-1]["Action"] == [
+        "s3:PutObject",
+        "s3:DeleteObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+    ]
+
+
+@pytest.mark.parametrize("prefix", ["wh/t*", "wh/t?x", "wh/${aws:username}"])
+def test_locations_iam_would_read_as_patterns_are_refused(prefix: str) -> None:
+    with pytest.raises(InvalidRequestError, match="cannot be scoped"):
+        session_policy(S3Scope("lake", prefix), write=False)
+
+
+@pytest.mark.parametrize("location", ["s3://lake", "s3://lake/", "file:///tmp/x"])
+def test_only_prefixes_below_a_bucket_have_a_scope(location: str) -> None:
+    with pytest.raises(InvalidRequestError):
+        S3Scope.of(location)
