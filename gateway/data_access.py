@@ -3,6 +3,10 @@
 Vended credentials and remote signing both ask `decide_file_access`: read access is the route's read
 action (`loadCredentials` or `signRequest`), write access additionally needs `writeTableData`, an
 action no route carries. Every decision made here is audited like the pipeline's own decisions.
+
+A caller whose read is allowed only by permits carrying column/row restrictions
+(`gateway.authz.restrictions`) gets no access to the files at all: they hold every column and row,
+so only planned scans can honour a restriction.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from catalog.identifiers import Identifier
 from gateway import resources
 from gateway.audit import Decision as AuditDecision
 from gateway.authn.principal import Principal
+from gateway.authz.authorizer import VERDICT, Verdict
 from gateway.authz.context import RequestContext
+from gateway.authz.engine import Decision
 from gateway.authz.entities import Resource
 from gateway.pipeline import PRINCIPAL, REQUEST_ID, route_of
 from gateway.routes.ops import metrics
@@ -23,12 +29,17 @@ from gateway.security import security
 from gateway.services import services
 
 WRITE_ACTION = "writeTableData"
+RESTRICTED = (
+    "your access to this table is restricted to some columns or rows: its files are available only "
+    "through server-side scan planning"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class FileAccess:
     read: bool
     write: bool
+    restricted: bool = False  # read was allowed, but only with column/row restrictions: no access
 
 
 async def table_resource(request: web.Request, identifier: Identifier, fresh: bool) -> Resource:
@@ -46,13 +57,24 @@ def decide_file_access(
     `read_action` is `loadCredentials` or `signRequest`; when it is the request's own route, the
     pipeline has allowed it already (the handler would not run otherwise) and it is not decided
     twice. Write is decided only when read is allowed and `want_write` (a GET needs no write)."""
-    route = route_of(request)
-    read = (route is not None and route.operation == read_action) or _decide(request, read_action, table)
-    write = read and want_write and _decide(request, WRITE_ACTION, table)
-    return FileAccess(read, write)
+    decision = _route_decision(request, read_action) or _decide(request, read_action, table)
+    if not decision.allowed:
+        return FileAccess(False, False)
+    if not any(not rule.restricted for rule in security(request).policies.scan_rules(decision)):
+        return FileAccess(False, False, restricted=True)
+    write = want_write and _decide(request, WRITE_ACTION, table).allowed
+    return FileAccess(True, write)
 
 
-def _decide(request: web.Request, action: str, table: Resource) -> bool:
+def _route_decision(request: web.Request, action: str) -> Decision | None:
+    """The pipeline's decision of `action` when it is the request's own route."""
+    route, verdict = route_of(request), request.get(VERDICT)
+    if route is None or route.operation != action or not isinstance(verdict, Verdict):
+        return None
+    return verdict.decisions[0][1] if verdict.decisions else None
+
+
+def _decide(request: web.Request, action: str, table: Resource) -> Decision:
     sec = security(request)
     principal: Principal = request[PRINCIPAL]
     decision = sec.policies.decide(
@@ -71,4 +93,4 @@ def _decide(request: web.Request, action: str, table: Resource) -> bool:
         policy_version=decision.version,
         client_address=request.remote,
     )
-    return decision.allowed
+    return decision

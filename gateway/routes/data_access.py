@@ -14,11 +14,11 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
-from catalog.errors import InvalidRequestError
+from catalog.errors import ForbiddenError, InvalidRequestError
 from catalog.identifiers import Identifier
 from gateway import http
 from gateway.audit import Outcome
-from gateway.data_access import decide_file_access, table_resource
+from gateway.data_access import RESTRICTED, decide_file_access, table_resource
 from gateway.pipeline import PRINCIPAL, REQUEST_ID
 from gateway.s3_scope import S3Scope
 from gateway.security import security
@@ -132,6 +132,10 @@ async def load_credentials(request: web.Request) -> web.Response:
     identifier = http.table(request)
     # Loaded first: a table that does not exist is a 404 whatever the warehouse can do.
     _etag, body = await services(request).tables.load(http.prefix(request), identifier, "refs", None)
+    table = await table_resource(request, identifier, fresh=True)
+    access = decide_file_access(request, table, "loadCredentials")
+    if access.restricted:
+        raise ForbiddenError(RESTRICTED)
     warehouse = _warehouse(request)
     if warehouse is None or warehouse.vendor is None:
         name = services(request).ctx.warehouse(http.prefix(request)).name
@@ -139,8 +143,6 @@ async def load_credentials(request: web.Request) -> web.Response:
             f"warehouse {name!r} does not vend credentials (no [warehouses.{name}.vending] configured)"
         )
     location = orjson.loads(body or b"{}")["metadata"]["location"]
-    table = await table_resource(request, identifier, fresh=True)
-    access = decide_file_access(request, table, "loadCredentials")
     config = await _vend(request, warehouse, str(table), location, access.write)
     document = {"storage-credentials": [{"prefix": location, "config": config}]}
     return http.json_response(orjson.dumps(document), headers=NO_STORE)

@@ -18,7 +18,7 @@ from catalog import requests as req
 from catalog.errors import InvalidRequestError
 from gateway import http
 from gateway.audit import Decision as AuditDecision
-from gateway.data_access import decide_file_access, table_resource
+from gateway.data_access import RESTRICTED, decide_file_access, table_resource
 from gateway.pipeline import PRINCIPAL, REQUEST_ID, ForbiddenError
 from gateway.s3_scope import S3Scope
 from gateway.security import security
@@ -60,7 +60,8 @@ async def sign_request(request: web.Request) -> web.Response:
     # Every signature goes through the one choke point, reads included.
     access = decide_file_access(request, table, "signRequest", want_write=verdict.write)
     if not access.read:
-        _refuse(request, str(table), sign, "reading the table's files is not allowed")
+        reason = RESTRICTED if access.restricted else "reading the table's files is not allowed"
+        _refuse(request, str(table), sign, reason)
     if verdict.write and not access.write:
         _refuse(request, str(table), sign, "writing the table's files needs writeTableData")
     headers = await warehouse.signer.sign(sign.method, sign.uri, sign.headers)
