@@ -23,7 +23,7 @@ from gateway.authz.authorizer import VERDICT, Verdict
 from gateway.authz.context import RequestContext
 from gateway.authz.engine import Decision
 from gateway.authz.entities import Resource
-from gateway.pipeline import PRINCIPAL, REQUEST_ID, route_of
+from gateway.pipeline import PRINCIPAL, request_id_of, route_of
 from gateway.routes.ops import metrics
 from gateway.security import security
 from gateway.services import services
@@ -82,9 +82,8 @@ def _decide(request: web.Request, action: str, table: Resource) -> Decision:
     )
     stats = metrics(request)
     stats.child(stats.decisions, action, "allow" if decision.allowed else "deny").inc()
-    request_id = request.get(REQUEST_ID)
     sec.audit.record_decision(
-        request_id=None if request_id is None else str(request_id),
+        request_id=request_id_of(request),
         principal=principal,
         action=action,
         resource=str(table),

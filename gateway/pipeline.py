@@ -152,7 +152,8 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
-def _request_id(request: web.Request) -> str | None:
+def request_id_of(request: web.Request) -> str | None:
+    """The request's id (as in `X-Request-ID`), for audit records."""
     value = request.get(REQUEST_ID)
     return str(value) if value is not None else None
 
@@ -179,7 +180,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
     for check, decision in verdict.decisions:
         stats.child(stats.decisions, check.action, "allow" if decision.allowed else "deny").inc()
         sec.audit.record_decision(
-            request_id=_request_id(request),
+            request_id=request_id_of(request),
             principal=principal,
             action=check.action,
             resource=str(check.resource),
@@ -198,7 +199,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
         response = await _filtered(request, spec, response, principal, context)
     if spec.group not in (ActionGroup.READ, ActionGroup.OPERATE):
         sec.audit.record_mutation(
-            request_id=_request_id(request),
+            request_id=request_id_of(request),
             principal=principal,
             action=spec.operation,
             resource=str(built.resource or ", ".join(str(t) for t, _ in built.tables)),

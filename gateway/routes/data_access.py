@@ -19,7 +19,7 @@ from catalog.identifiers import Identifier
 from gateway import http
 from gateway.audit import Outcome
 from gateway.data_access import RESTRICTED, decide_file_access, table_resource
-from gateway.pipeline import PRINCIPAL, REQUEST_ID
+from gateway.pipeline import PRINCIPAL, request_id_of
 from gateway.s3_scope import S3Scope
 from gateway.security import security
 from gateway.services import services
@@ -90,9 +90,8 @@ async def _vend(
         )
     credentials = await warehouse.vendor.vend(S3Scope.of(location), write)
     sec = security(request)
-    request_id = request.get(REQUEST_ID)
     sec.audit.record_mutation(
-        request_id=None if request_id is None else str(request_id),
+        request_id=request_id_of(request),
         principal=request[PRINCIPAL],
         action="vendCredentials",
         resource=table,

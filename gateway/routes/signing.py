@@ -19,7 +19,7 @@ from catalog.errors import InvalidRequestError
 from gateway import http
 from gateway.audit import Decision as AuditDecision
 from gateway.data_access import RESTRICTED, decide_file_access, table_resource
-from gateway.pipeline import PRINCIPAL, REQUEST_ID, ForbiddenError
+from gateway.pipeline import PRINCIPAL, ForbiddenError, request_id_of
 from gateway.s3_scope import S3Scope
 from gateway.security import security
 from gateway.services import services
@@ -70,9 +70,8 @@ async def sign_request(request: web.Request) -> web.Response:
 
 def _refuse(request: web.Request, table: str, sign: RemoteSignRequest, reason: str) -> None:
     sec = security(request)
-    request_id = request.get(REQUEST_ID)
     sec.audit.record_decision(
-        request_id=None if request_id is None else str(request_id),
+        request_id=request_id_of(request),
         principal=request[PRINCIPAL],
         action="signRequest",
         resource=table,
