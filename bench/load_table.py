@@ -34,7 +34,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-async def hammer(url: str, total: int, concurrency: int) -> float:
+async def hammer(url: str, total: int, concurrency: int, body: object | None = None) -> float:
+    """Send `total` requests (GET, or POST of `body` as JSON) on `concurrency` connections."""
     async with aiohttp.ClientSession() as session:
         remaining = total
 
@@ -42,7 +43,8 @@ async def hammer(url: str, total: int, concurrency: int) -> float:
             nonlocal remaining
             while remaining > 0:
                 remaining -= 1
-                async with session.get(url) as response:
+                method = "GET" if body is None else "POST"
+                async with session.request(method, url, json=body) as response:
                     assert response.status == 200, response.status
                     await response.read()
 
