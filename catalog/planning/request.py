@@ -19,6 +19,9 @@ class PlanScanRequest(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid")
 
     snapshot_id: int | None = Field(None, alias="snapshot-id")
+    # Not in the spec (whose clients resolve refs themselves): scan the snapshot a branch or tag
+    # names, for HTTP clients that would otherwise load the table first to resolve it.
+    ref: str | None = Field(None, min_length=1, max_length=256)
     select: list[str] | None = Field(None, max_length=_MAX_NAMES)
     filter: SerializableBooleanExpression | None = None
     case_sensitive: bool = Field(True, alias="case-sensitive", strict=True)
@@ -33,6 +36,8 @@ class PlanScanRequest(BaseModel):
         incremental = self.start_snapshot_id is not None or self.end_snapshot_id is not None
         if incremental and self.snapshot_id is not None:
             raise ValueError("snapshot-id cannot be combined with start-snapshot-id/end-snapshot-id")
+        if self.ref is not None and (incremental or self.snapshot_id is not None):
+            raise ValueError("ref cannot be combined with snapshot-id or start-snapshot-id/end-snapshot-id")
         if (self.start_snapshot_id is None) != (self.end_snapshot_id is None):
             raise ValueError("an incremental scan needs both start-snapshot-id and end-snapshot-id")
         return self

@@ -117,6 +117,11 @@ def _snapshots(
                 f"start-snapshot-id {start} is not an ancestor of end-snapshot-id {end}"
             )
         return None, (start, end)
+    if request.ref is not None:
+        ref = metadata.refs.get(request.ref)
+        if ref is None:
+            raise InvalidRequestError(f"ref {request.ref!r} is not a branch or tag of this table")
+        return metadata.snapshot_by_id(ref.snapshot_id), None
     if request.snapshot_id is not None:
         snapshot = metadata.snapshot_by_id(request.snapshot_id)
         if snapshot is None:

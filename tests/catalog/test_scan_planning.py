@@ -24,6 +24,7 @@ from pyiceberg.expressions import (
 from pyiceberg.io import load_file_io
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.refs import SnapshotRef
 from pyiceberg.types import (
     BinaryType,
     DateType,
@@ -153,9 +154,28 @@ def test_snapshot_id_and_incremental_ranges(table: Table) -> None:
         _scan(table, **{"snapshot-id": 12345})
 
 
+def test_a_ref_scans_the_snapshot_it_names(table: Table) -> None:
+    _first, second, _third = (snapshot.snapshot_id for snapshot in table.snapshots())
+    tagged = table.metadata.model_copy(
+        update={
+            "refs": {**table.metadata.refs, "v2": SnapshotRef(snapshot_id=second, snapshot_ref_type="tag")}
+        }
+    )
+    scan = prepare(tagged, _request(ref="v2"), UNRESTRICTED)
+    assert scan.snapshot is not None
+    assert scan.snapshot.snapshot_id == second
+    assert _files(_completed(table, scan)) == _local_files(table, snapshot_id=second)
+    current = prepare(tagged, _request(ref="main"), UNRESTRICTED)
+    assert current.snapshot == table.current_snapshot()
+    with pytest.raises(InvalidRequestError, match="'v9' is not a branch or tag"):
+        prepare(tagged, _request(ref="v9"), UNRESTRICTED)
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
+        ({"snapshot-id": 1, "ref": "main"}, "ref cannot be combined"),
+        ({"ref": "main", "start-snapshot-id": 1, "end-snapshot-id": 2}, "ref cannot be combined"),
         ({"snapshot-id": 1, "start-snapshot-id": 1, "end-snapshot-id": 2}, "cannot be combined"),
         ({"start-snapshot-id": 1}, "needs both"),
         ({"end-snapshot-id": 1}, "needs both"),
