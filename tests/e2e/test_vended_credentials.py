@@ -31,6 +31,13 @@ NO_CREDENTIALS_POLICY = """
 @id("viewers-get-no-credentials")
 forbid (principal, action == Cedarberg::Action::"loadCredentials", resource)
 when { principal.groups.contains("viewers") };
+
+// Group "eu" may read sales.orders only through plans restricted to two columns and EU rows.
+@id("eu-orders-restricted")
+@columns("id, tag")
+@row_filter("tag = 'eu'")
+permit (principal in Cedarberg::Group::"eu", action in Cedarberg::Action::"read",
+        resource == Cedarberg::Table::"lake/sales/orders");
 """
 
 
@@ -83,6 +90,7 @@ class Lake:
         self.reader = gateway.create_key("analyst", ["bi"])
         self.viewer = gateway.create_key("viewer", ["viewers"])
         self.outsider = gateway.create_key("stranger", ["nobody"])
+        self.restricted = gateway.create_key("eu-analyst", ["eu"])
         self.vended: list[dict[str, str]] = []  # every credential config seen, for the log checks
 
     def catalog(self, key: str, **props: str) -> RestCatalog:
@@ -239,6 +247,41 @@ def test_no_credentials_for_who_cannot_load_or_may_not_have_them(lake: Lake, ord
     assert len(refused) >= 2
     assert {r["decision"] for r in refused} == {"deny"}
     assert all(r["policy_ids"] == ["viewers-get-no-credentials"] for r in refused)
+
+
+def test_no_file_access_for_who_may_read_only_through_restrictions(lake: Lake, orders: str) -> None:
+    # `eu` may read the table, but only through @columns/@row_filter: the files hold every
+    # column and row, so no credentials, no signatures; planning is the way in.
+    denied = lake.credentials(lake.restricted, "sales", "orders")
+    assert denied.status_code == 403, denied.text
+    assert "restricted to some columns or rows" in denied.json()["error"]["message"]
+    loaded = lake.load(lake.restricted, "sales", "orders", "vended-credentials")
+    assert loaded.status_code == 200, loaded.text
+    assert "s3.access-key-id" not in loaded.json()["config"]
+    assert "storage-credentials" not in loaded.json()
+    session = lake.gateway.session(lake.gateway.token(lake.restricted))
+    key = f"{lake.prefix_of(orders)}/data/any.parquet"
+    signed = session.post(
+        lake.gateway.catalog_url("namespaces/sales/tables/orders/sign"),
+        json={
+            "region": REGION,
+            "uri": f"{lake.s3.url}/{lake.s3.bucket}/{key}",
+            "method": "GET",
+            "headers": {},
+        },
+        timeout=30,
+    )
+    assert signed.status_code == 403, signed.text
+    planned = session.post(
+        lake.gateway.catalog_url("namespaces/sales/tables/orders/plan"), json={"select": ["id"]}, timeout=30
+    )
+    assert planned.status_code == 200, planned.text
+    for task in planned.json()["file-scan-tasks"]:
+        assert task["residual-filter"] == {"type": "eq", "term": "tag", "value": "eu"}
+    refused = [
+        r for r in lake.audit_records() if r["principal"] == "eu-analyst" and r["action"] == "signRequest"
+    ]
+    assert any("restricted" in (r.get("detail") or {}).get("reason", "") for r in refused), refused
 
 
 def test_warehouse_without_vending_answers_400(lake: Lake) -> None:
