@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import SignError
+from s3fs import S3FileSystem
 
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
@@ -65,6 +66,11 @@ def lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iter
         for name in AMBIENT_CA_VARIABLES:
             env.delenv(name, raising=False)
         env.setenv("REQUESTS_CA_BUNDLE", str(session_pki.ca_cert))
+        # pyiceberg 0.12's FsspecFileIO builds its s3fs filesystem once per thread, and every build
+        # unregisters and re-registers the signer on the one s3fs client fsspec's instance cache
+        # shares between them: a request emitted meanwhile goes out unsigned, and S3 refuses it
+        # (403). Uncached, each build has a client (and a signer) of its own.
+        env.setattr(S3FileSystem, "cachable", False)
         config = {
             "default_warehouse": "lake",
             "warehouses": {"lake": s3.warehouse("lake")},
