@@ -12,6 +12,7 @@ does not name only keys inside (or that has no body).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ _NAMESPACE = re.compile(r"^\{[^}]*\}")
 class SignVerdict:
     write: bool = False  # the request changes the table's files
     refused: str | None = None  # why it is not signed (None: sign it, given the access)
+    # For a request whose body was checked (a multi-object delete): the SHA-256 of that body, to
+    # sign instead of the hash the engine declares, so that no other body can use the signature.
+    payload_sha256: str | None = None
 
 
 def refuse(reason: str) -> SignVerdict:
@@ -184,4 +188,4 @@ def _delete_objects(scope: S3Scope, body: str | None) -> SignVerdict:
     for key in keys:
         if not _canonical(key) or not scope.owns(key):
             return refuse("the multi-object delete names a key outside the table location")
-    return SignVerdict(write=True)
+    return SignVerdict(write=True, payload_sha256=hashlib.sha256(body.encode()).hexdigest())

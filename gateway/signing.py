@@ -3,7 +3,9 @@
 The gateway signs with the warehouse's own credentials, after `sign_scope.classify` and Cedar have
 allowed the request. It never sees the body of an upload: it signs the payload hash the engine
 declares in `x-amz-content-sha256` (or UNSIGNED-PAYLOAD), as S3 itself allows, so the engine
-cannot change what is signed without invalidating the signature.
+cannot change what is signed without invalidating the signature. A request whose body the gateway
+checked (a multi-object delete) is signed with the hash of that very body, whatever the engine
+declares: a signature obtained for one list of keys cannot delete another.
 """
 
 from __future__ import annotations
@@ -53,15 +55,23 @@ class RequestSigner:
         self._region = s3.region if s3 is not None else DEFAULT_REGION
         self._credentials: Any = None
 
-    async def sign(self, method: str, uri: str, headers: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    async def sign(
+        self,
+        method: str,
+        uri: str,
+        headers: Mapping[str, Sequence[str]],
+        payload_sha256: str | None = None,
+    ) -> dict[str, list[str]]:
         """The headers to add to the request: Authorization, X-Amz-Date, X-Amz-Content-SHA256 and
         X-Amz-Security-Token when the credentials have one. Raises InvalidRequestError when the
         warehouse has no credentials to sign with."""
         if importlib.util.find_spec("botocore") is None:
             raise InvalidRequestError("remote signing needs botocore: pip install 'cedarberg[s3]'")
-        return await asyncio.to_thread(self._sign, method, uri, headers)
+        return await asyncio.to_thread(self._sign, method, uri, headers, payload_sha256)
 
-    def _sign(self, method: str, uri: str, headers: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    def _sign(
+        self, method: str, uri: str, headers: Mapping[str, Sequence[str]], payload_sha256: str | None
+    ) -> dict[str, list[str]]:
         from botocore.awsrequest import AWSRequest
 
         declared = _UNSIGNED_PAYLOAD
@@ -72,6 +82,8 @@ class RequestSigner:
             elif name.lower() not in {h.lower() for h in _SIGNATURE_HEADERS}:
                 kept[name] = ", ".join(values)
 
+        if payload_sha256 is not None:
+            declared = payload_sha256
         request = AWSRequest(method=method.upper(), url=uri, headers=kept)
         request.context[_PAYLOAD] = declared
         _declared_payload_auth()(self._frozen_credentials(), "s3", self._region).add_auth(request)

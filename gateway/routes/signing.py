@@ -64,7 +64,7 @@ async def sign_request(request: web.Request) -> web.Response:
         _refuse(request, str(table), sign, reason)
     if verdict.write and not access.write:
         _refuse(request, str(table), sign, "writing the table's files needs writeTableData")
-    headers = await warehouse.signer.sign(sign.method, sign.uri, sign.headers)
+    headers = await warehouse.signer.sign(sign.method, sign.uri, sign.headers, verdict.payload_sha256)
     return http.json_response(orjson.dumps({"uri": sign.uri, "headers": headers}))
 
 

@@ -5,6 +5,7 @@ writeTableData, auditing why."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import urllib.parse
@@ -189,3 +190,26 @@ def test_requests_inside_the_table_are_signed(lake: Lake, orders: str) -> None:
     assert "outside the table location" in refused.json()["error"]["message"]
     other_host = lake.sign(lake.writer, "orders", "GET", f"http://example.com/{lake.s3.bucket}/{inside}")
     assert other_host.status_code == 403
+
+
+def test_a_delete_signature_covers_the_checked_body_only(lake: Lake, orders: str) -> None:
+    # The engine shows an innocent list of keys but declares the hash of another body, one that
+    # names an object outside the table: the gateway signs the hash of the body it checked, so S3
+    # refuses the other body (XAmzContentSHA256Mismatch). moto does not compare payload hashes
+    # with bodies, so the test checks what was signed.
+    innocent = f"<Delete><Object><Key>{orders}/data/none.parquet</Key></Object></Delete>"
+    evil = "<Delete><Object><Key>lake/elsewhere/victim</Key></Object></Delete>"
+    session = lake.gateway.session(lake.writer)
+    path = f"namespaces/{lake.gateway.ns_path('sales')}/tables/orders/sign"
+    payload = {
+        "region": REGION,
+        "uri": f"{lake.s3.url}/{lake.s3.bucket}?delete",
+        "method": "POST",
+        "headers": {"x-amz-content-sha256": [hashlib.sha256(evil.encode()).hexdigest()]},
+        "body": innocent,
+    }
+    answer = session.post(lake.gateway.catalog_url(path), json=payload, timeout=30)
+    assert answer.status_code == 200, answer.text
+    signed = {name: values[0] for name, values in answer.json()["headers"].items()}
+    assert signed["X-Amz-Content-SHA256"] == hashlib.sha256(innocent.encode()).hexdigest()
+    assert "x-amz-content-sha256" in signed["Authorization"].split("SignedHeaders=")[1].split(",")[0]

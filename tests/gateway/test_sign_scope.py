@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from catalog.errors import InvalidRequestError
@@ -92,6 +94,10 @@ def test_copies_and_multi_object_deletes_must_stay_inside() -> None:
         assert "outside the table location" in verdict(MINIO, "POST", delete, body)
     assert "not XML" in verdict(MINIO, "POST", delete, "<Delete>")
     assert "only with its body" in verdict(MINIO, "POST", delete)
+    # The checked body's own hash is what gets signed; other requests sign what the engine declares.
+    checked = classify(MINIO, TABLE, "POST", delete, {}, inside)
+    assert checked.payload_sha256 == hashlib.sha256(inside.encode()).hexdigest()
+    assert classify(MINIO, TABLE, "PUT", target, {}, None).payload_sha256 is None
 
 
 def test_session_policy_confines_to_the_prefix() -> None:
