@@ -6,8 +6,9 @@ endpoint, the key percent-decoded. It answers whether the request reads or write
 refused. Refused: other hosts or buckets, keys outside the prefix (`/` boundary: `t1` never covers
 `t10`), `.`/`..`/empty segments, backslashes and control characters (encoded or not), listings
 without a prefix inside the location, sub-resources other than the object and multipart ones
-(ACLs, policies, tags, retention...), copies from outside, and a multi-object delete whose body
-does not name only keys inside (or that has no body).
+(ACLs, policies, tags, retention...), headers that set ACLs, grants, object locks or redirects,
+copies from outside, and a multi-object delete whose body does not name only keys inside (or that
+has no body).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ _LIST_QUERY = frozenset(
     }
 )  # fmt: skip
 _BAD_KEY_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+# Headers that make a write change more than the object's bytes: who may read it (ACLs, grants),
+# how long it may not be deleted (object lock), where it redirects. The warehouse's keys could do
+# all of that; engines never need it.
+_PERMISSION_HEADERS = ("x-amz-acl", "x-amz-grant-", "x-amz-object-lock-", "x-amz-website-redirect-location")
 _NAMESPACE = re.compile(r"^\{[^}]*\}")
 
 
@@ -145,6 +150,8 @@ def _object(
     if names - _OBJECT_QUERY:
         return refuse(f"sub-resource {sorted(names - _OBJECT_QUERY)[0]!r} is never signed")
     for name, values in headers.items():
+        if name.lower().startswith(_PERMISSION_HEADERS):
+            return refuse(f"header {name.lower()} is never signed")
         if name.lower() == "x-amz-copy-source":
             # "[/]bucket/key[?versionId=...]", percent-encoded
             source_path = (values[0] if values else "").split("?", 1)[0]

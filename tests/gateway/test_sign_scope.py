@@ -79,6 +79,15 @@ def test_listings_and_bucket_probes() -> None:
     assert "never signed" in verdict(MINIO, "PATCH-ME", "http://minio:9000/lake/wh/sales/t1/f")
 
 
+@pytest.mark.parametrize(
+    "header", ["x_amz_acl", "x_amz_grant_read", "x_amz_object_lock_mode", "x_amz_website_redirect_location"]
+)
+def test_writes_that_set_permissions_locks_or_redirects_are_refused(header: str) -> None:
+    target = "http://minio:9000/lake/wh/sales/t1/data/f.parquet"
+    assert verdict(MINIO, "PUT", target) == "write"
+    assert "is never signed" in verdict(MINIO, "PUT", target, **{header: "public-read"})
+
+
 def test_copies_and_multi_object_deletes_must_stay_inside() -> None:
     target = "http://minio:9000/lake/wh/sales/t1/data/copy"
     assert verdict(MINIO, "PUT", target, x_amz_copy_source="lake/wh/sales/t1/data/f") == "write"
