@@ -36,7 +36,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,14 +278,14 @@ class MotoKmsServer:
         return {"region": MOTO_REGION, "endpoint_url": endpoint_url, **MOTO_CREDENTIALS}
 
 
-@contextlib.contextmanager
-def moto_kms_server(alias: str = "alias/cedarberg") -> Iterator[MotoKmsServer]:
-    """`moto_server` in a subprocess with a KMS key behind `alias`."""
-    port = free_port()
+def start_moto_server(port: int, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`moto_server` on 127.0.0.1:`port` (with `env` added to the environment), once it answers;
+    stopped again if it never does."""
     process = subprocess.Popen(
         [_venv_binary("moto_server"), "-H", LOOPBACK, "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )
 
     def ready() -> bool:
@@ -297,9 +297,20 @@ def moto_kms_server(alias: str = "alias/cedarberg") -> Iterator[MotoKmsServer]:
         except (OSError, urllib.error.HTTPError):
             return False
 
-    server = MotoKmsServer(port, alias, [], process)
     try:
         _wait_until(ready, 20, "moto_server")
+    except BaseException:
+        _stop_process(process)
+        raise
+    return process
+
+
+@contextlib.contextmanager
+def moto_kms_server(alias: str = "alias/cedarberg") -> Iterator[MotoKmsServer]:
+    """`moto_server` in a subprocess with a KMS key behind `alias`."""
+    port = free_port()
+    server = MotoKmsServer(port, alias, [], start_moto_server(port))
+    try:
         kms = server.client()
         arn = str(kms.create_key(Description="cedarberg test KEK")["KeyMetadata"]["Arn"])
         kms.create_alias(AliasName=alias, TargetKeyId=arn)

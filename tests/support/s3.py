@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import os
 import re
 import subprocess
 import threading
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.kms_servers import LOOPBACK, _stop_process, _venv_binary, _wait_until
+from tests.support.kms_servers import LOOPBACK, _stop_process, start_moto_server
 from tests.support.ports import free_port
 
 REGION = "us-east-1"
@@ -177,25 +176,9 @@ def moto_s3_server(bucket: str = "cedarberg-lake") -> Iterator[MotoS3Server]:
     """`moto_server` (S3, STS, IAM) with an empty `bucket`, checking every request's signature
     against its IAM users and assumed roles: an unsigned or wrongly signed request gets 403."""
     port = free_port()
-    process = subprocess.Popen(
-        [_venv_binary("moto_server"), "-H", LOOPBACK, "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)},
-    )
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError("moto_server exited")
-        try:
-            with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/moto-api/", timeout=1):
-                return True
-        except (OSError, urllib.error.HTTPError):
-            return False
-
+    process = start_moto_server(port, {"INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)})
     server = MotoS3Server(port, bucket, process)
     try:
-        _wait_until(ready, 20, "moto_server")
         server._set_up_identities()
         server.sts = StsRecorder(f"{LOOPBACK}:{port}")
         server.client().create_bucket(Bucket=bucket)
