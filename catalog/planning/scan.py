@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestEntry
+from pyiceberg.manifest import ManifestEntry, ManifestFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, IncrementalAppendScan, ManifestGroupPlanner
 from pyiceberg.table.metadata import TableMetadata
@@ -45,12 +45,13 @@ class Scan:
     case_sensitive: bool
     encoder: TaskEncoder
 
-    def manifest_count(self, io: FileIO) -> int:
-        """How many manifests planning reads (the size rule for answering at once)."""
+    def manifests(self, io: FileIO) -> list[ManifestFile]:
+        """The manifests whose count is the size rule for answering at once: the scanned
+        snapshot's (an incremental scan's end snapshot's). Reads the manifest list."""
+        target = self.snapshot
         if self.incremental is not None:
-            end = self.metadata.snapshot_by_id(self.incremental[1])
-            return 0 if end is None else len(end.manifests(io))
-        return 0 if self.snapshot is None else len(self.snapshot.manifests(io))
+            target = self.metadata.snapshot_by_id(self.incremental[1])
+        return [] if target is None else target.manifests(io)
 
 
 def prepare(metadata: TableMetadata, request: PlanScanRequest, grants: Sequence[ScanGrant]) -> Scan:
@@ -169,9 +170,12 @@ class Guard:
         return True
 
 
-def plan_files(scan: Scan, io: FileIO, guard: Guard) -> list[FileScanTask]:
-    """Plan the scan (blocking). Raises UnprocessableError for what pyiceberg cannot plan,
-    TooManyFilesError, PlanStopped; reading errors propagate as OSError."""
+def plan_files(
+    scan: Scan, io: FileIO, guard: Guard, manifests: Sequence[ManifestFile] | None = None
+) -> list[FileScanTask]:
+    """Plan the scan (blocking), from `manifests` (`scan.manifests`, read already) or the snapshot's
+    manifest list. Raises UnprocessableError for what pyiceberg cannot plan, TooManyFilesError,
+    PlanStopped; reading errors propagate as OSError."""
     try:
         if scan.incremental is not None:
             start, end = scan.incremental
@@ -198,7 +202,9 @@ def plan_files(scan: Scan, io: FileIO, guard: Guard) -> list[FileScanTask]:
             row_filter=scan.row_filter,
             case_sensitive=scan.case_sensitive,
         )
-        return list(planner.plan_files(scan.snapshot.manifests(io), manifest_entry_filter=guard))
+        if manifests is None:
+            manifests = scan.snapshot.manifests(io)
+        return list(planner.plan_files(manifests, manifest_entry_filter=guard))
     except ValueError as err:
         # pyiceberg refuses what it cannot plan (equality deletes, unknown content) with ValueError.
         raise UnprocessableError(f"cannot plan this scan on the server: {_first_line(err)}") from None

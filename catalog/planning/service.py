@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestFile
 
 from catalog import errors, fileio
 from catalog.commits import parse_metadata
@@ -137,16 +138,20 @@ class PlanService:
         during the request. Raises what `prepare` raises (400, 403)."""
         scan = prepare(parse_metadata(metadata_json), request, grants)
         try:
-            if scan.manifest_count(_io(scan)) > self.limits.max_sync_manifests:
-                return scan, None
+            manifests = scan.manifests(_io(scan))
         except OSError as err:
             raise StorageUnavailableError(f"cannot read the table's manifests: {type(err).__name__}") from err
-        return scan, self._plan_pages(scan, stop)
+        if len(manifests) > self.limits.max_sync_manifests:
+            return scan, None
+        # A point-in-time scan plans from the manifests just read (an incremental one reads its own).
+        return scan, self._plan_pages(scan, stop, None if scan.incremental else manifests)
 
-    def _plan_pages(self, scan: Scan, stop: threading.Event) -> list[bytes]:
+    def _plan_pages(
+        self, scan: Scan, stop: threading.Event, manifests: Sequence[ManifestFile] | None = None
+    ) -> list[bytes]:
         guard = Guard(lambda: stop.is_set() or self._closing.is_set(), self.limits.max_files_per_plan)
         try:
-            tasks = plan_files(scan, _io(scan), guard)
+            tasks = plan_files(scan, _io(scan), guard, manifests)
         except OSError as err:
             raise StorageUnavailableError(f"cannot read the table's manifests: {type(err).__name__}") from err
         return pages.encode_pages(scan.encoder, tasks, self.limits.tasks_per_page)
