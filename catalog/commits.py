@@ -2,6 +2,8 @@
 
 1. Read the current pointer of every table in the commit.
 2. Check the requirements and apply the updates (pure) — a failure here is final (409 / 400).
+   The effect of every planned change (`catalog.effects`) goes to the caller's gate, which
+   refuses by raising: nothing is written unless every table's effect is allowed.
 3. Write each new metadata file under a fresh name.
 4. In ONE database transaction, swap every pointer only if it still names the version read in 1
    (or insert it, for a create); record the idempotent response in the same transaction.
@@ -25,8 +27,9 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from catalog import documents, fileio, locations, table_metadata
+from catalog import documents, effects, fileio, locations, table_metadata
 from catalog.context import CatalogContext, Warehouse
+from catalog.effects import Effect, EffectGate
 from catalog.errors import CommitFailedError, CommitStateUnknownError, NoSuchTableError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier
@@ -50,6 +53,12 @@ class PlannedChange:
     metadata_location: str
     metadata_json: bytes
     key: ObjectKey
+    origin: TableMetadata | None  # the table as it was before this commit (None: created by it)
+
+    @property
+    def effect(self) -> Effect:
+        """What the commit does to this table, from before the commit to after all its changes."""
+        return effects.of_table_change(self.identifier, self.origin, self.metadata)
 
     @property
     def object_uuid(self) -> str:
@@ -124,7 +133,13 @@ async def plan_change(
     table_metadata.check_locations(new, warehouse.location)
     if working is not None:
         return PlannedChange(
-            identifier, row, new, working.metadata_location, documents.model_json(new), working.key
+            identifier,
+            row,
+            new,
+            working.metadata_location,
+            documents.model_json(new),
+            working.key,
+            working.origin,
         )
     version = fileio.parse_metadata_version(row.metadata_location) + 1 if row is not None else 0
     key = (
@@ -139,6 +154,7 @@ async def plan_change(
         metadata_location=fileio.metadata_file_location(new.location, max(version, 0)),
         metadata_json=documents.model_json(new),
         key=key,
+        origin=base,
     )
 
 
@@ -261,15 +277,18 @@ async def commit(
     plan: Callable[[], Awaitable[list[PlannedChange]]],
     render: Callable[[Sequence[PlannedChange]], Body],
     rec: Recorder | None,
+    gate: EffectGate,
 ) -> Body:
-    """Plan, write and swap, retrying lost races. `plan()` re-reads the pointers each attempt.
+    """Plan, gate, write and swap, retrying lost races. `plan()` re-reads the pointers each
+    attempt, and each attempt's effects are gated again (a retry plans on newer metadata).
     Commits to the same `tables` in this process run one at a time (`catalog.commit_locks`).
 
-    Raises CommitFailedError when retries are exhausted, and whatever planning raises.
+    Raises CommitFailedError when retries are exhausted, whatever planning raises, and whatever
+    `gate` raises to refuse (nothing is written then).
     """
     keys = [(warehouse.name, table.namespace.key, table.name) for table in tables]
     async with ctx.commit_locks.hold(keys):
-        return await _commit(ctx, warehouse, plan, render, rec)
+        return await _commit(ctx, warehouse, plan, render, rec, gate)
 
 
 async def _commit(
@@ -278,12 +297,14 @@ async def _commit(
     plan: Callable[[], Awaitable[list[PlannedChange]]],
     render: Callable[[Sequence[PlannedChange]], Body],
     rec: Recorder | None,
+    gate: EffectGate,
 ) -> Body:
     for _attempt in range(ctx.limits.commit_retries):
         changes = await plan()
         body = render(changes)
         if not changes:
             return body
+        await gate([change.effect for change in changes])
         written = await _write_files(ctx, warehouse, changes)
         try:
             await _swap_all(ctx, warehouse, changes, rec, body)

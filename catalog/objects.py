@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from catalog import documents
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+from pyiceberg.view.metadata import ViewMetadata
+
+from catalog import documents, effects
 from catalog.context import CatalogContext, Warehouse
-from catalog.errors import AlreadyExistsError, NoSuchTableError, NoSuchViewError, NotFoundError
+from catalog.effects import EffectGate
+from catalog.errors import (
+    AlreadyExistsError,
+    CommitFailedError,
+    NoSuchTableError,
+    NoSuchViewError,
+    NotFoundError,
+)
 from catalog.idempotency import Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import read_namespace, require_namespace
@@ -83,6 +93,13 @@ async def list_objects(
     )
 
 
+async def _judged_metadata(ctx: CatalogContext, row: ObjectRow) -> TableMetadata | ViewMetadata:
+    metadata_json = await ctx.sealer.open_row(row)
+    if row.kind == VIEW:
+        return ViewMetadata.model_validate_json(metadata_json)
+    return TableMetadataUtil.parse_raw(metadata_json.decode())
+
+
 async def rename_object(
     ctx: CatalogContext,
     warehouse: Warehouse,
@@ -90,15 +107,30 @@ async def rename_object(
     source: Identifier,
     target: Identifier,
     rec: Recorder | None,
+    gate: EffectGate,
 ) -> None:
-    """Rename a table or view, across namespaces too. Raises NoSuch*/AlreadyExists errors."""
-    async with ctx.store.write() as tx:
-        await require_object(tx, warehouse.name, source, kind)
-        await require_namespace(tx, warehouse.name, target.namespace)
-        if await tx.get_object(warehouse.name, target.namespace.key, target.name) is not None:
-            raise AlreadyExistsError(f"Table or view already exists: {target}")
-        await tx.rename_object(
-            warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
-        )
-        if rec is not None:
-            await rec.record(tx, None)
+    """Rename a table or view, across namespaces too, once `gate` has allowed what the move does
+    (`effects.of_move`: across namespaces, the object leaves the source with everything it carries
+    and arrives at the target with it). The rename is written only if the object is still the
+    version that was judged. Raises NoSuch*/AlreadyExists errors, CommitFailedError after
+    repeated concurrent changes, and whatever `gate` raises to refuse."""
+    for _attempt in range(ctx.limits.commit_retries):
+        async with ctx.store.read() as tx:
+            judged = await require_object(tx, warehouse.name, source, kind)
+        across = source.namespace != target.namespace
+        metadata = await _judged_metadata(ctx, judged) if across else None
+        await gate(effects.of_move(source, target, kind, metadata))
+        async with ctx.store.write() as tx:
+            row = await require_object(tx, warehouse.name, source, kind)
+            if row.metadata_location != judged.metadata_location:
+                continue  # changed since it was judged: judge the new version
+            await require_namespace(tx, warehouse.name, target.namespace)
+            if await tx.get_object(warehouse.name, target.namespace.key, target.name) is not None:
+                raise AlreadyExistsError(f"Table or view already exists: {target}")
+            await tx.rename_object(
+                warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
+            )
+            if rec is not None:
+                await rec.record(tx, None)
+        return
+    raise CommitFailedError("the object changed concurrently too many times; retry the rename")

@@ -18,6 +18,7 @@ from pyiceberg.view.metadata import ViewVersion
 
 from catalog import wire
 from catalog.errors import InvalidRequestError
+from catalog.identifiers import Identifier
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -40,8 +41,18 @@ class TableIdentifierModel(_Request):
     namespace: list[str]
     name: str
 
+    def identifier(self) -> Identifier:
+        """The validated identifier. Raises InvalidRequestError for an invalid name."""
+        return Identifier.of(self.namespace, self.name)
 
-class CreateTableRequest(_Request):
+
+class NamedRequest(_Request):
+    """A create or register request: it names the object it brings into being."""
+
+    name: str
+
+
+class CreateTableRequest(NamedRequest):
     @model_validator(mode="before")
     @classmethod
     def _strict_wire(cls, data: Any) -> Any:
@@ -50,7 +61,6 @@ class CreateTableRequest(_Request):
             wire.check_optional_bool(data, "stage-create")
         return data
 
-    name: str
     location: str | None = None
     table_schema: Schema = Field(alias="schema")
     partition_spec: PartitionSpec | None = Field(None, alias="partition-spec")
@@ -59,7 +69,7 @@ class CreateTableRequest(_Request):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-class RegisterTableRequest(_Request):
+class RegisterTableRequest(NamedRequest):
     @model_validator(mode="before")
     @classmethod
     def _strict_wire(cls, data: Any) -> Any:
@@ -67,7 +77,6 @@ class RegisterTableRequest(_Request):
             wire.check_optional_bool(data, "overwrite")
         return data
 
-    name: str
     metadata_location: str = Field(alias="metadata-location")
     overwrite: bool = False
 
@@ -90,13 +99,23 @@ class CommitTableRequest(_StrictUpdates):
 class CommitTransactionRequest(_Request):
     table_changes: list[CommitTableRequest] = Field(alias="table-changes", min_length=1, max_length=100)
 
+    def changes_by_table(self) -> list[tuple[Identifier, CommitTableRequest]]:
+        """Every change with the table it names. Raises InvalidRequestError for a change without
+        an identifier (in a transaction the body is the only place that names the table)."""
+        named = []
+        for change in self.table_changes:
+            if change.identifier is None:
+                raise InvalidRequestError("every table change in a transaction needs an identifier")
+            named.append((change.identifier.identifier(), change))
+        return named
+
 
 class RenameRequest(_Request):
     source: TableIdentifierModel
     destination: TableIdentifierModel
 
 
-class CreateViewRequest(_Request):
+class CreateViewRequest(NamedRequest):
     @model_validator(mode="before")
     @classmethod
     def _strict_wire(cls, data: Any) -> Any:
@@ -104,15 +123,13 @@ class CreateViewRequest(_Request):
             wire.check_struct(data.get("schema"))
         return data
 
-    name: str
     location: str | None = None
     view_schema: Schema = Field(alias="schema")
     view_version: ViewVersion = Field(alias="view-version")
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-class RegisterViewRequest(_Request):
-    name: str
+class RegisterViewRequest(NamedRequest):
     metadata_location: str = Field(alias="metadata-location")
 
 

@@ -8,7 +8,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from catalog import documents, fileio, locations, table_metadata
+from catalog import documents, effects, fileio, locations, table_metadata
 from catalog.commits import (
     PlannedChange,
     commit,
@@ -21,6 +21,7 @@ from catalog.commits import (
 )
 from catalog.context import CatalogContext
 from catalog.dropped import purge_files, soft_drop
+from catalog.effects import EffectGate
 from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
@@ -54,7 +55,10 @@ class TableService:
         namespace: Namespace,
         request: CreateTableRequest,
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
+        """Create a table (or, with `stage-create`, only answer its metadata). The new table is
+        gated like any commit that creates one; a staged table is gated when it is committed."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
         async with self._ctx.store.read() as tx:
@@ -79,13 +83,14 @@ class TableService:
             fileio.metadata_file_location(metadata.location, 0),
             metadata_json,
             key,
+            origin=None,
         )
 
         async def plan() -> list[PlannedChange]:
             return [change]
 
         return await commit(
-            self._ctx, warehouse, [identifier], plan, lambda changes: commit_response(changes[0]), rec
+            self._ctx, warehouse, [identifier], plan, lambda changes: commit_response(changes[0]), rec, gate
         )
 
     async def load(
@@ -114,6 +119,7 @@ class TableService:
         identifier: Identifier,
         request: CommitTableRequest,
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
 
@@ -139,6 +145,7 @@ class TableService:
             plan,
             lambda changes: commit_response(changes[0]) if changes else None,
             rec,
+            gate,
         )
         # A commit without updates changes nothing and answers the current metadata.
         return body if body is not None else await current()
@@ -148,8 +155,10 @@ class TableService:
         warehouse_name: str | None,
         changes: Sequence[tuple[Identifier, CommitTableRequest]],
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
-        """Apply every table change or none (one database transaction swaps all pointers)."""
+        """Apply every table change or none (one database transaction swaps all pointers, and
+        `gate` sees every table's effect before anything is written)."""
         warehouse = self._ctx.warehouse(warehouse_name)
 
         async def plan() -> list[PlannedChange]:
@@ -175,7 +184,7 @@ class TableService:
             return list(planned.values())
 
         tables = [identifier for identifier, _change in changes]
-        await commit(self._ctx, warehouse, tables, plan, lambda _changes: None, rec)
+        await commit(self._ctx, warehouse, tables, plan, lambda _changes: None, rec, gate)
         return None
 
     async def drop(
@@ -220,8 +229,12 @@ class TableService:
         namespace: Namespace,
         request: RegisterTableRequest,
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
-        """Register a metadata file, plain or sealed (a sealed file brings its own data key)."""
+        """Register a metadata file, plain or sealed (a sealed file brings its own data key).
+
+        The table arrives with everything its metadata carries, and is gated so; an overwrite
+        also removes the table it replaces, and is gated as that too."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
         location = locations.require_within(
@@ -242,11 +255,27 @@ class TableService:
         )
         row = new_row(self._ctx, warehouse, identifier, TABLE, uid, key, location, metadata_json)
         body = documents.load_result(location, metadata_json)
+        async with self._ctx.store.read() as tx:
+            replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+        if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
+            raise AlreadyExistsError(f"Table already exists: {identifier}")
+        judged = [effects.of_table_change(identifier, None, metadata)]
+        if replaced is not None:
+            judged.append(
+                effects.of_departure(identifier, parse_metadata(await self._ctx.sealer.open_row(replaced)))
+            )
+        await gate(judged)
         async with self._ctx.store.write() as tx:
             await require_namespace(tx, warehouse.name, namespace)
             existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
             if existing is not None:
-                if not request.overwrite or existing.kind != TABLE:
+                if (
+                    not request.overwrite
+                    or existing.kind != TABLE
+                    or replaced is None
+                    or existing.metadata_location != replaced.metadata_location
+                ):
+                    # Not the table whose removal was judged: a concurrent change won.
                     raise AlreadyExistsError(f"Table already exists: {identifier}")
                 # The row takes the registered table's UUID and key: delete and insert.
                 await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
@@ -256,9 +285,14 @@ class TableService:
         return body
 
     async def rename(
-        self, warehouse_name: str | None, source: Identifier, target: Identifier, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        source: Identifier,
+        target: Identifier,
+        rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
-        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), TABLE, source, target, rec)
+        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), TABLE, source, target, rec, gate)
         return None
 
     async def report_metrics(

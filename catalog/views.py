@@ -7,10 +7,11 @@ import uuid
 
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import documents, fileio, locations, view_metadata
+from catalog import documents, effects, fileio, locations, view_metadata
 from catalog.commits import default_location, file_content, new_row
 from catalog.context import CatalogContext, Warehouse
 from catalog.dropped import soft_drop
+from catalog.effects import EffectGate
 from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError, NoSuchViewError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
@@ -43,6 +44,7 @@ class ViewService:
         namespace: Namespace,
         request: CreateViewRequest,
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
@@ -55,6 +57,7 @@ class ViewService:
         metadata = view_metadata.new_view_metadata(
             location, request.view_schema, request.view_version, dict(request.properties)
         )
+        await gate([effects.of_view_change(identifier, None, metadata)])
         key = await self._ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
         return await self._store_new(warehouse, identifier, metadata, key, None, rec)
 
@@ -106,8 +109,10 @@ class ViewService:
         identifier: Identifier,
         request: CommitViewRequest,
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
-        """Compare-and-swap a view's metadata, like a table commit."""
+        """Compare-and-swap a view's metadata, like a table commit (`gate` judges the effect
+        of each attempt before its file is written)."""
         warehouse = self._ctx.warehouse(warehouse_name)
         for _attempt in range(self._ctx.limits.commit_retries):
             async with self._ctx.store.read() as tx:
@@ -117,6 +122,7 @@ class ViewService:
             view_metadata.validate_requirements(request.requirements, base)
             new = view_metadata.apply_updates(base, request.updates)
             locations.require_within(new.location, warehouse.location, "view location")
+            await gate([effects.of_view_change(identifier, base, new)])
             version = fileio.parse_metadata_version(row.metadata_location) + 1
             metadata_json = documents.model_json(new)
             metadata_location = fileio.metadata_file_location(new.location, max(version, 1))
@@ -160,9 +166,14 @@ class ViewService:
         return None
 
     async def rename(
-        self, warehouse_name: str | None, source: Identifier, target: Identifier, rec: Recorder | None
+        self,
+        warehouse_name: str | None,
+        source: Identifier,
+        target: Identifier,
+        rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
-        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), VIEW, source, target, rec)
+        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), VIEW, source, target, rec, gate)
         return None
 
     async def register(
@@ -171,6 +182,7 @@ class ViewService:
         namespace: Namespace,
         request: RegisterViewRequest,
         rec: Recorder | None,
+        gate: EffectGate,
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
@@ -189,6 +201,7 @@ class ViewService:
             await require_namespace(tx, warehouse.name, namespace)
             if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
                 raise AlreadyExistsError(f"Table or view already exists: {identifier}")
+        await gate([effects.of_arrival(identifier, metadata)])
         key = await (
             self._ctx.sealer.unwrap_object_key(warehouse.name, VIEW, metadata.view_uuid, opened.sealed_key)
             if opened.sealed_key is not None

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
+from pydantic import BaseModel
 
+from catalog import requests
 from catalog.errors import InvalidRequestError
 from catalog.identifiers import Identifier, Namespace
 
 JSON = "application/json"
+M = TypeVar("M", bound=BaseModel)
+_PARSED_BODY = "cedarberg.parsed_body"
 
 
 def json_response(body: bytes | None, headers: dict[str, str] | None = None) -> web.Response:
@@ -29,6 +33,25 @@ async def json_body(request: web.Request) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise InvalidRequestError("request body is not valid JSON") from None
+
+
+async def parse_body(request: web.Request, model: type[M]) -> M:
+    """Parse the body into `model` once (the pipeline does, before authorization); later calls
+    return the same object. Raises InvalidRequestError for a missing, malformed or invalid body."""
+    parsed = request.get(_PARSED_BODY)
+    if isinstance(parsed, model):
+        return parsed
+    parsed = requests.parse(model, await json_body(request))
+    request[_PARSED_BODY] = parsed
+    return parsed
+
+
+def parsed_body(request: web.Request, model: type[M]) -> M:
+    """The body the pipeline parsed into `model` before authorizing the request."""
+    parsed = request.get(_PARSED_BODY)
+    if not isinstance(parsed, model):
+        raise TypeError(f"the route of {request.path} does not declare a {model.__name__} body")
+    return parsed
 
 
 def prefix(request: web.Request) -> str | None:

@@ -22,12 +22,12 @@ from catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from gateway import resources
+from gateway import http, resources
 from gateway.audit import Decision as AuditDecision
 from gateway.audit import Outcome
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.principal import Principal
-from gateway.authz.authorizer import VERDICT, filter_visible
+from gateway.authz.authorizer import VERDICT, Verdict, filter_visible
 from gateway.authz.authorizer import authorize as decide_operation
 from gateway.authz.context import RequestContext
 from gateway.authz.entities import EntityType
@@ -160,9 +160,14 @@ def request_id_of(request: web.Request) -> str | None:
 
 @web.middleware
 async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = route_of(request)
     spec = _spec(request)
-    if spec is None or spec.public:
+    if route is None or spec is None or spec.public:
         return await handler(request)
+    if route.body is not None:
+        # One parse, before any decision: the resources and the context are built from the same
+        # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
+        await http.parse_body(request, route.body)
     sec, svc = security(request), services(request)
     principal: Principal = request[PRINCIPAL]
     built = await resources.build(request, spec, svc, sec)
@@ -176,19 +181,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
         target=built.target,
         tables=built.tables,
     )
-    stats = metrics(request)
-    for check, decision in verdict.decisions:
-        stats.child(stats.decisions, check.action, "allow" if decision.allowed else "deny").inc()
-        sec.audit.record_decision(
-            request_id=request_id_of(request),
-            principal=principal,
-            action=check.action,
-            resource=str(check.resource),
-            decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
-            policy_ids=decision.policy_ids,
-            policy_version=decision.version,
-            client_address=request.remote,
-        )
+    record_verdict(request, principal, verdict)
     if not verdict.allowed:
         if verdict.hidden and verdict.hidden_kind in _HIDDEN:
             raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
@@ -202,13 +195,30 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
             request_id=request_id_of(request),
             principal=principal,
             action=spec.operation,
-            resource=str(built.resource or ", ".join(str(t) for t, _ in built.tables)),
+            resource=str(built.resource or ", ".join(str(t) for t in built.tables)),
             outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
             status=response.status,
             policy_version=sec.policies.version,
             client_address=request.remote,
         )
     return response
+
+
+def record_verdict(request: web.Request, principal: Principal, verdict: Verdict) -> None:
+    """Count every decision of `verdict` and write it to the audit log."""
+    stats, audit = metrics(request), security(request).audit
+    for check, decision in verdict.decisions:
+        stats.child(stats.decisions, check.action, "allow" if decision.allowed else "deny").inc()
+        audit.record_decision(
+            request_id=request_id_of(request),
+            principal=principal,
+            action=check.action,
+            resource=str(check.resource),
+            decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
+            policy_ids=decision.policy_ids,
+            policy_version=decision.version,
+            client_address=request.remote,
+        )
 
 
 async def _filtered(

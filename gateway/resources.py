@@ -1,8 +1,9 @@
 """Cedar resources for a request, built from its path, query and (for some operations) its body.
 
 Grants live in namespace properties, so a resource carries the properties of its whole namespace
-chain, read in one query. A body needed to name the resource (creates, renames, transactions) is
-parsed here; a body that does not name one is a 400 before any decision.
+chain, read in one query. A body that names the resource (creates, renames, transactions) is the
+one the pipeline parsed before authorization (`gateway.http.parsed_body`), the same objects the
+handler then applies.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from catalog.errors import InvalidRequestError
+from catalog import requests as req
 from catalog.identifiers import SEPARATOR, Identifier, Namespace
 from catalog.namespaces import read_many
+from gateway import http
 from gateway.authn.api_keys import ApiKeyError
 from gateway.authz import entities
 from gateway.authz.context import ChangeSummary
@@ -25,8 +26,12 @@ from gateway.authz.operations import ActionGroup, OperationSpec, Scope
 from gateway.security import Security
 from gateway.services import Services
 
-_CREATE_NAMED_BY_BODY = frozenset({"createTable", "registerTable", "createView", "registerView"})
-_COMMITS = frozenset({"updateTable", "replaceView"})
+_CREATE_NAMED_BY_BODY: dict[str, type[req.NamedRequest]] = {
+    "createTable": req.CreateTableRequest,
+    "registerTable": req.RegisterTableRequest,
+    "createView": req.CreateViewRequest,
+    "registerView": req.RegisterViewRequest,
+}
 # Reads may be decided on grants up to `cache.registry_ttl_seconds` old (when changed by another
 # process); everything else on the database's.
 _NO_PROPERTIES: dict[str, str] = {}  # one object, so the resource memo recognises "absent"
@@ -37,19 +42,8 @@ _CACHED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
 class RequestResources:
     resource: Resource | None = None
     target: Resource | None = None
-    tables: Sequence[tuple[Resource, ChangeSummary]] = ()
+    tables: Sequence[Resource] = ()
     changes: ChangeSummary = field(default_factory=ChangeSummary)
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
-    try:
-        document = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        raise InvalidRequestError("request body is not valid JSON") from None
-    if not isinstance(document, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    return document
 
 
 def _warehouse(request: web.Request, services: Services) -> str:
@@ -84,10 +78,6 @@ async def object_of(
     return services.resources.child(parent, identifier.name, view)
 
 
-def _identifier(document: Any) -> Identifier:
-    return Identifier.from_json(document)
-
-
 async def build(
     request: web.Request, spec: OperationSpec, services: Services, security: Security
 ) -> RequestResources:
@@ -113,44 +103,45 @@ async def build(
             return RequestResources(await namespace_of(services, warehouse, Namespace.parse(parent), fresh))
         return RequestResources(entities.warehouse_resource(warehouse))
     if spec.scope is Scope.NAMESPACE:
-        if spec.operation == "createNamespace":
-            namespace = Namespace.of((await _body(request)).get("namespace"))
-        else:
-            namespace = Namespace.parse(match["namespace"])
-        return RequestResources(await namespace_of(services, warehouse, namespace, fresh))
+        return await _namespace_resources(request, spec, services, warehouse, fresh)
     # tables and views
     if spec.operation == "commitTransaction":
-        changes = (await _body(request)).get("table-changes")
-        if not isinstance(changes, list) or not changes:
-            raise InvalidRequestError("table-changes must be a non-empty list")
-        tables = []
-        for change in changes:
-            if not isinstance(change, dict):
-                raise InvalidRequestError("every table change must be an object")
-            summary = ChangeSummary.of_commit(change.get("updates") or [], change.get("requirements") or [])
-            tables.append(
-                (
-                    await object_of(services, warehouse, _identifier(change.get("identifier")), False, fresh),
-                    summary,
-                )
-            )
-        return RequestResources(tables=tables)
+        body = http.parsed_body(request, req.CommitTransactionRequest)
+        return RequestResources(
+            tables=[
+                await object_of(services, warehouse, identifier, False, fresh)
+                for identifier, _change in body.changes_by_table()
+            ]
+        )
     if spec.operation in ("renameTable", "renameView"):
-        body = await _body(request)
-        source = await object_of(services, warehouse, _identifier(body.get("source")), view, fresh)
-        target = await object_of(services, warehouse, _identifier(body.get("destination")), view, fresh)
+        rename = http.parsed_body(request, req.RenameRequest)
+        source = await object_of(services, warehouse, rename.source.identifier(), view, fresh)
+        target = await object_of(services, warehouse, rename.destination.identifier(), view, fresh)
         return RequestResources(source, target)
     namespace = Namespace.parse(match["namespace"])
-    if spec.operation in _CREATE_NAMED_BY_BODY:
-        identifier = Identifier.of(namespace, (await _body(request)).get("name"))
+    named_by = _CREATE_NAMED_BY_BODY.get(spec.operation)
+    if named_by is not None:
+        identifier = Identifier.of(namespace, http.parsed_body(request, named_by).name)
     else:
         identifier = Identifier.of(namespace, match["view" if view else "table"])
-    resource = await object_of(services, warehouse, identifier, view, fresh)
-    if spec.operation in _COMMITS:
-        body = await _body(request)
-        summary = ChangeSummary.of_commit(body.get("updates") or [], body.get("requirements") or [])
-        return RequestResources(resource, changes=summary)
-    return RequestResources(resource)
+    return RequestResources(await object_of(services, warehouse, identifier, view, fresh))
+
+
+async def _namespace_resources(
+    request: web.Request, spec: OperationSpec, services: Services, warehouse: str, fresh: bool
+) -> RequestResources:
+    """A namespace operation's resource; property changes name the keys of the parsed request."""
+    changes = ChangeSummary()
+    if spec.operation == "createNamespace":
+        created = http.parsed_body(request, req.CreateNamespaceRequest)
+        namespace = Namespace.of(created.namespace)
+        changes = ChangeSummary.of_properties(created.properties)
+    else:
+        namespace = Namespace.parse(request.match_info["namespace"])
+        if spec.operation == "updateProperties":
+            update = http.parsed_body(request, req.UpdateNamespacePropertiesRequest)
+            changes = ChangeSummary.of_properties(update.updates, update.removals)
+    return RequestResources(await namespace_of(services, warehouse, namespace, fresh), changes=changes)
 
 
 async def visible_children(

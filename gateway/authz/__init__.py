@@ -5,7 +5,7 @@ Modules, one concept each:
 - `operations`  the one table: operation id -> Cedar action, resource scope, group, extra checks;
                 `check_route_table(ids)` refuses routes without an entry.
 - `entities`    Cedar uids, resources (with their ancestor chain and inherited grants), principals.
-- `context`     the request context (`RequestContext`, `ChangeSummary.of_commit` for commits).
+- `context`     the request context (`RequestContext`; `ChangeSummary.of_effect` for changes).
 - `loader`      read, parse and validate a policy directory with FILE:LINE problems.
 - `contract`    the schema must describe what the gateway sends; checked at every load.
 - `engine`      `PolicyEngine`: the active set (refused sets never replace it) and decisions.

@@ -8,8 +8,10 @@ whether a denial must look like absence.
 Rules (from the operation table, `operations.py`):
 - an operation is allowed only if every one of its checks is allowed (checks stop at the first deny);
 - rename: renameX and dropX on the source, createX on the target;
-- commitTransaction: commitTransaction and updateTable on every table, each with its own changes;
-- a commit carrying `assert-create` (a staged create) also needs createTable;
+- commitTransaction: commitTransaction and updateTable on every table;
+- the effect of a planned change (`effect_checks`, `EFFECT_CHECKS`) is decided again, with the
+  effect in the context, before anything is written; a change that creates its object (a staged
+  create's commit, a rename's target) also needs the create action there;
 - a denied caller who may not see the resource (or, for a create, its parent) gets `hidden=True`:
   answer 404 as if it did not exist. Visibility is the `*Exists` action of the kind
   (`VISIBILITY_ACTIONS`); listings keep only visible entries (`filter_visible`).
@@ -21,15 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.authn.principal import Principal
-from gateway.authz.context import ChangeSummary, RequestContext
+from gateway.authz.context import RequestContext
 from gateway.authz.engine import Decision, PolicyEngine
 from gateway.authz.entities import (
     EntityType,
     Resource,
 )
-from gateway.authz.errors import ResourceError
+from gateway.authz.errors import ResourceError, UnknownOperationError
 from gateway.authz.operations import (
     CREATE_ACTIONS,
+    EFFECT_CHECKS,
     VISIBILITY_ACTIONS,
     Extra,
     OperationSpec,
@@ -92,7 +95,7 @@ def plan_checks(
     resource: Resource | None = None,
     *,
     target: Resource | None = None,
-    tables: Sequence[tuple[Resource, ChangeSummary]] = (),
+    tables: Sequence[Resource] = (),
 ) -> list[Check]:
     """The Cedar checks `operation` needs. Raises `UnknownOperationError`, or `ResourceError` when the
     arguments do not fit the operation (a programming error, not a denial)."""
@@ -103,12 +106,9 @@ def plan_checks(
         if not tables:
             raise ResourceError(f"{operation} needs the tables of the transaction")
         checks: list[Check] = []
-        for table, changes in tables:
-            ctx = context.with_changes(changes)
-            checks.append(Check(spec.action, _require(spec, table), ctx))
-            checks.append(Check("updateTable", table, ctx))
-            if changes.creates:
-                checks.append(Check("createTable", table, ctx))
+        for table in tables:
+            checks.append(Check(spec.action, _require(spec, table), context))
+            checks.append(Check("updateTable", table, context))
         return checks
     subject = _require(spec, resource)
     checks = [Check(spec.action, subject, context)]
@@ -117,9 +117,17 @@ def plan_checks(
         kind = "Table" if spec.extra is Extra.RENAME_TABLE else "View"
         checks.append(Check(f"drop{kind}", subject, context))
         checks.append(Check(f"create{kind}", new, context))
-    elif spec.extra is Extra.CREATE_ON_ASSERT_CREATE and context.changes.creates:
-        checks.append(Check("createTable", subject, context))
     return checks
+
+
+def effect_checks(operation: str, resource: Resource, context: RequestContext) -> list[Check]:
+    """The checks of one effect of `operation` on `resource`; `context` carries the effect.
+    Raises `UnknownOperationError` for an operation that submits no effects (a programming error)."""
+    planned = EFFECT_CHECKS.get(operation)
+    if planned is None:
+        raise UnknownOperationError(f"operation {operation!r} has no effect checks")
+    actions = planned.arriving if context.changes.creates else planned.existing
+    return [Check(action, resource, context) for action in actions]
 
 
 def is_visible(
@@ -153,16 +161,24 @@ def authorize(
     resource: Resource | None = None,
     *,
     target: Resource | None = None,
-    tables: Sequence[tuple[Resource, ChangeSummary]] = (),
+    tables: Sequence[Resource] = (),
 ) -> Verdict:
     """Decide `operation` for `principal`.
 
     `resource` is what the operation's scope names (for a create: the new object, built with its
-    parent chain); `target` is a rename's destination; `tables` are a transaction's tables with
-    their changes (`context` then carries only what is common). Public operations are allowed with
-    no decision. Raises only for arguments that do not fit the operation (`plan_checks`).
+    parent chain); `target` is a rename's destination; `tables` are a transaction's tables.
+    Public operations are allowed with no decision. Raises only for arguments that do not fit the
+    operation (`plan_checks`).
     """
-    checks = plan_checks(operation, context, resource, target=target, tables=tables)
+    return decide_checks(
+        engine, principal, operation, plan_checks(operation, context, resource, target=target, tables=tables)
+    )
+
+
+def decide_checks(
+    engine: PolicyEngine, principal: Principal, operation: str, checks: Sequence[Check]
+) -> Verdict:
+    """Decide `checks` in order, stopping at the first denial (see `Verdict`)."""
     made: list[tuple[Check, Decision]] = []
     for check in checks:
         decision = engine.decide(principal, check.action, check.resource, check.context)

@@ -189,7 +189,7 @@ def explain(
     update_kinds: Sequence[str] = (),
     refs: Sequence[str] = (),
     property_keys: Sequence[str] = (),
-    requirements: Sequence[str] = (),
+    creates: bool = False,
     key_owner: str | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
@@ -210,9 +210,7 @@ def explain(
     except (ResourceError, ValueError) as error:
         print(f"cedarberg policies explain: {error}", file=err)
         return 2
-    changes = ChangeSummary(
-        frozenset(update_kinds), frozenset(refs), frozenset(property_keys), frozenset(requirements)
-    )
+    changes = ChangeSummary(frozenset(update_kinds), frozenset(refs), frozenset(property_keys), creates)
     decision = engine.decide(who, action, target, RequestContext.of(who, client_address, changes))
     _print_decision(engine, decision, who, out)
     return 0 if decision.allowed else 1
@@ -249,10 +247,15 @@ def add_policy_commands(subparsers: argparse._SubParsersAction[argparse.Argument
         default=[],
         help="namespace property NS:KEY=VALUE (empty NS: warehouse), e.g. 'sales:cedarberg.readers=bi'",
     )
-    ex.add_argument("--update-kind", action="append", default=[], help="commit update kind (repeatable)")
-    ex.add_argument("--ref", action="append", default=[], help="ref a commit moves (repeatable)")
-    ex.add_argument("--property-key", action="append", default=[], help="property key touched")
-    ex.add_argument("--requirement", action="append", default=[], help="commit requirement type")
+    ex.add_argument(
+        "--update-kind",
+        action="append",
+        default=[],
+        help="what the change does, e.g. add-schema (repeatable)",
+    )
+    ex.add_argument("--ref", action="append", default=[], help="ref created, moved or removed (repeatable)")
+    ex.add_argument("--property-key", action="append", default=[], help="property key set or removed")
+    ex.add_argument("--creates", action="store_true", help="the change creates the object")
     ex.add_argument("--key-owner", help="owner of the API key (key actions; default: the principal)")
 
 
@@ -277,6 +280,6 @@ def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None
         update_kinds=args.update_kind,
         refs=args.ref,
         property_keys=args.property_key,
-        requirements=args.requirement,
+        creates=args.creates,
         key_owner=args.key_owner,
     )

@@ -1,70 +1,73 @@
-"""The Cedar request context: who asked how and from where, and what a mutation touches.
+"""The Cedar request context: who asked how and from where, and what a mutation does.
 
-One shape for every action (`RequestContext` in the schema); the commit fields are empty sets where
-they do not apply, so a policy never needs `has` for them. Only `tls_subject` is optional.
+One shape for every action (`RequestContext` in the schema); the change fields are empty (and
+`creates` false) where they do not apply, so a policy never needs `has` for them. Only
+`tls_subject` is optional.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.effects import Effect
+from catalog.errors import InvalidRequestError
 from gateway.authn.principal import Principal
 
 JsonDict = dict[str, Any]
 
 
-def _strings(values: Iterable[object]) -> frozenset[str]:
-    return frozenset(v for v in values if isinstance(v, str))
+# Bounds on what a decision's context may hold: the context is part of the decision cache key,
+# and a change that touches more than this is refused (400) rather than summarised (a summary
+# that dropped an entry could hide it from a policy).
+MAX_CONTEXT_ITEMS = 512
+MAX_CONTEXT_CHARS = 512
+
+
+def _bounded(what: str, values: Iterable[str]) -> frozenset[str]:
+    items = frozenset(values)
+    if len(items) > MAX_CONTEXT_ITEMS:
+        raise InvalidRequestError(
+            f"the change touches too many {what} to authorize (at most {MAX_CONTEXT_ITEMS})"
+        )
+    if any(len(item) > MAX_CONTEXT_CHARS for item in items):
+        raise InvalidRequestError(f"{what} longer than {MAX_CONTEXT_CHARS} characters cannot be authorized")
+    return items
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeSummary:
-    """What a mutation touches, as policies see it (`context.update_kinds`, `refs`, ...)."""
+    """What a mutation does, as policies see it (`context.update_kinds`, `refs`, ...).
+
+    For commits, renames, creates and registrations it is derived from the planned change
+    (`catalog.effects.Effect`): the difference between the metadata before and after, never the
+    wording of the request. For namespace properties it names the keys of the parsed request.
+    """
 
     update_kinds: frozenset[str] = frozenset()
     refs: frozenset[str] = frozenset()
     property_keys: frozenset[str] = frozenset()
-    requirements: frozenset[str] = frozenset()
+    creates: bool = False
 
     @classmethod
-    def of_commit(
-        cls, updates: Iterable[Mapping[str, Any]], requirements: Iterable[Mapping[str, Any]] = ()
-    ) -> ChangeSummary:
-        """Summarise a table or view commit given as JSON objects (the REST wire form).
-
-        Update kinds are the `action` fields; refs are the `ref-name`s of ref updates; property keys
-        are those set or removed. Malformed entries are skipped: the catalog rejects them later.
-        """
-        kinds: set[str] = set()
-        refs: set[str] = set()
-        keys: set[str] = set()
-        for update in updates:
-            if not isinstance(update, Mapping):
-                continue
-            kind = update.get("action")
-            if not isinstance(kind, str):
-                continue
-            kinds.add(kind)
-            if kind in ("set-snapshot-ref", "remove-snapshot-ref"):
-                refs |= _strings([update.get("ref-name")])
-            elif kind == "set-properties" and isinstance(update.get("updates"), Mapping):
-                keys |= _strings(update["updates"])
-            elif kind == "remove-properties" and isinstance(update.get("removals"), list):
-                keys |= _strings(update["removals"])
-        types = _strings(r.get("type") for r in requirements if isinstance(r, Mapping))
-        return cls(frozenset(kinds), frozenset(refs), frozenset(keys), types)
+    def of_effect(cls, effect: Effect) -> ChangeSummary:
+        """The summary of a planned change. Raises InvalidRequestError past the context bounds."""
+        return cls(
+            update_kinds=effect.update_kinds,
+            refs=_bounded("refs", effect.refs),
+            property_keys=_bounded("property keys", effect.property_keys),
+            creates=effect.creates,
+        )
 
     @classmethod
     def of_properties(cls, updates: Iterable[str] = (), removals: Iterable[str] = ()) -> ChangeSummary:
-        """Summarise a request that sets or removes properties (namespace properties, create)."""
-        return cls(property_keys=_strings(updates) | _strings(removals))
-
-    @property
-    def creates(self) -> bool:
-        """A commit that creates its table (a staged create's `assert-create` requirement)."""
-        return "assert-create" in self.requirements
+        """Summarise a request that sets or removes namespace properties (create, update)."""
+        set_keys, removed = frozenset(updates), frozenset(removals)
+        kinds = {"set-properties"} if set_keys else set()
+        if removed:
+            kinds.add("remove-properties")
+        return cls(update_kinds=frozenset(kinds), property_keys=_bounded("property keys", set_keys | removed))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,7 @@ class RequestContext:
             "update_kinds": sorted(self.changes.update_kinds),
             "refs": sorted(self.changes.refs),
             "property_keys": sorted(self.changes.property_keys),
-            "requirements": sorted(self.changes.requirements),
+            "creates": self.changes.creates,
         }
         if self.tls_subject is not None:
             out["tls_subject"] = self.tls_subject

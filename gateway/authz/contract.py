@@ -83,9 +83,7 @@ def contract_problems(schema: cedarpy.Schema, policies: cedarpy.PolicySet) -> li
     except ValueError as err:
         return [PolicyProblem(SCHEMA_FILE, 0, f"the entities the gateway builds do not conform: {err}")]
 
-    changes = ChangeSummary(
-        frozenset({"add-snapshot"}), frozenset({"main"}), frozenset({"k"}), frozenset({"assert-create"})
-    )
+    changes = ChangeSummary(frozenset({"add-snapshot"}), frozenset({"main"}), frozenset({"k"}), creates=True)
     contexts = [
         RequestContext.of(principals[0], "127.0.0.1", changes),
         RequestContext("api-key", "127.0.0.1"),  # no tls_subject: the optional attribute is optional

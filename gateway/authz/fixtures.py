@@ -36,7 +36,7 @@ DEFAULT_CONTEXT: Mapping[str, Any] = {
     "update_kinds": [],
     "refs": [],
     "property_keys": [],
-    "requirements": [],
+    "creates": False,
 }
 _KEYS = {"description", "principal", "action", "resource", "context", "entities", "determining_policies"}
 _UID_TEXT = re.compile(r'^\s*(?P<type>[A-Za-z_][\w]*(?:::[A-Za-z_][\w]*)*)::(?P<id>".*")\s*$', re.S)

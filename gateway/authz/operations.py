@@ -51,7 +51,6 @@ class Extra(StrEnum):
     RENAME_TABLE = "rename-table"  # + dropTable on the source, createTable on the target
     RENAME_VIEW = "rename-view"  # + dropView on the source, createView on the target
     EACH_TABLE = "each-table"  # commitTransaction + updateTable on every table of the transaction
-    CREATE_ON_ASSERT_CREATE = "create-on-assert-create"  # a staged create's commit also needs createTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +106,7 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("registerTable", Scope.TABLE, W, creates=True),
     _op("loadTable", Scope.TABLE, R),
     _op("tableExists", Scope.TABLE, R),
-    _op("updateTable", Scope.TABLE, W, extra=Extra.CREATE_ON_ASSERT_CREATE),
+    _op("updateTable", Scope.TABLE, W),
     _op("dropTable", Scope.TABLE, W),
     _op("renameTable", Scope.TABLE, W, extra=Extra.RENAME_TABLE),
     _op("reportMetrics", Scope.TABLE, R),
@@ -145,6 +144,36 @@ _TABLE: tuple[OperationSpec, ...] = (
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})
+
+
+@dataclass(frozen=True, slots=True)
+class EffectChecks:
+    """The actions decided on the effect of a planned change (`catalog.effects.Effect`), for an
+    object that exists before the change (`existing`) and for one the change brings into being
+    (`arriving`: a create, a registration, the target of a rename across namespaces)."""
+
+    existing: tuple[str, ...]
+    arriving: tuple[str, ...]
+
+
+# Operations whose changes the catalog plans and submits to the effect gate before writing. The
+# request-level decision (the operation's own checks, with no effect) comes first and decides
+# visibility; these decide the effect, and every one must allow.
+EFFECT_CHECKS: Mapping[str, EffectChecks] = MappingProxyType(
+    {
+        "createTable": EffectChecks((), ("createTable",)),
+        "registerTable": EffectChecks(("registerTable",), ("registerTable",)),
+        "updateTable": EffectChecks(("updateTable",), ("updateTable", "createTable")),
+        "commitTransaction": EffectChecks(
+            ("commitTransaction", "updateTable"), ("commitTransaction", "updateTable", "createTable")
+        ),
+        "renameTable": EffectChecks(("renameTable", "dropTable"), ("createTable",)),
+        "createView": EffectChecks((), ("createView",)),
+        "registerView": EffectChecks(("registerView",), ("registerView",)),
+        "replaceView": EffectChecks(("replaceView",), ("replaceView",)),
+        "renameView": EffectChecks(("renameView", "dropView"), ("createView",)),
+    }
+)
 
 # Actions whose resource does not exist yet: a denial hides the parent, not the resource.
 CREATE_ACTIONS = frozenset({"createNamespace", "createTable", "registerTable", "createView", "registerView"})

@@ -102,7 +102,7 @@ class ExplainContext(_Body):
     update_kinds: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
     refs: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
     property_keys: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
-    requirements: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
+    creates: bool = False
 
 
 class ExplainRequest(_Body):
@@ -349,7 +349,7 @@ async def explain_decision(request: web.Request) -> web.Response:
         frozenset(body.context.update_kinds),
         frozenset(body.context.refs),
         frozenset(body.context.property_keys),
-        frozenset(body.context.requirements),
+        body.context.creates,
     )
     engine = security(request).policies
     decision = engine.decide(who, body.action, resource, RequestContext.of(who, body.client_address, changes))

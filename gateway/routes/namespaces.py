@@ -24,7 +24,7 @@ async def list_namespaces(request: web.Request) -> web.Response:
 
 
 async def create_namespace(request: web.Request) -> web.Response:
-    body = req.parse(req.CreateNamespaceRequest, await http.json_body(request))
+    body = http.parsed_body(request, req.CreateNamespaceRequest)
     namespace = Namespace.of(body.namespace)
     svc = services(request)
     return await mutate(
@@ -52,7 +52,7 @@ async def drop_namespace(request: web.Request) -> web.Response:
 
 async def update_properties(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
-    body = req.parse(req.UpdateNamespacePropertiesRequest, await http.json_body(request))
+    body = http.parsed_body(request, req.UpdateNamespacePropertiesRequest)
     svc = services(request)
     return await mutate(
         request,
@@ -64,9 +64,15 @@ async def update_properties(request: web.Request) -> web.Response:
 
 ROUTES = [
     Route("GET", NS, list_namespaces, "listNamespaces"),
-    Route("POST", NS, create_namespace, "createNamespace"),
+    Route("POST", NS, create_namespace, "createNamespace", body=req.CreateNamespaceRequest),
     Route("GET", NS + "/{namespace}", load_namespace, "loadNamespaceMetadata"),
     Route("HEAD", NS + "/{namespace}", namespace_exists, "namespaceExists"),
     Route("DELETE", NS + "/{namespace}", drop_namespace, "dropNamespace"),
-    Route("POST", NS + "/{namespace}/properties", update_properties, "updateProperties"),
+    Route(
+        "POST",
+        NS + "/{namespace}/properties",
+        update_properties,
+        "updateProperties",
+        body=req.UpdateNamespacePropertiesRequest,
+    ),
 ]

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+from pydantic import BaseModel
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -17,6 +18,9 @@ class Route:
     handler: Handler
     operation: str  # the spec's operationId
     advertised: bool = True  # False for routes that answer 501
+    # The request document, parsed once before authorization (`gateway.http.parsed_body`): Cedar
+    # and the handler see the same typed objects, and a malformed body is a 400 before any decision.
+    body: type[BaseModel] | None = None
 
     @property
     def endpoint(self) -> str:

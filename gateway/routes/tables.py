@@ -9,16 +9,13 @@ from catalog import requests as req
 from catalog.errors import InvalidRequestError
 from catalog.identifiers import Identifier
 from gateway import http
+from gateway.effect_gate import effect_gate
 from gateway.routes import data_access, signing
 from gateway.routes.route import Route
 from gateway.services import mutate, services
 
 TABLES = "/v1/{prefix}/namespaces/{namespace}/tables"
 TABLE = TABLES + "/{table}"
-
-
-def _identifier(model: req.TableIdentifierModel) -> Identifier:
-    return Identifier.of(model.namespace, model.name)
 
 
 async def _with_storage_config(
@@ -42,11 +39,10 @@ async def list_tables(request: web.Request) -> web.Response:
 
 async def create_table(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
-    body = req.parse(req.CreateTableRequest, await http.json_body(request))
-    Identifier.of(namespace, body.name)
-    svc = services(request)
+    body = http.parsed_body(request, req.CreateTableRequest)
+    svc, gate = services(request), effect_gate(request)
     response = await mutate(
-        request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec)
+        request, lambda rec: svc.tables.create(http.prefix(request), namespace, body, rec, gate)
     )
     return await _with_storage_config(request, Identifier.of(namespace, body.name), response)
 
@@ -76,12 +72,14 @@ async def table_exists(request: web.Request) -> web.Response:
 
 async def update_table(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = req.parse(req.CommitTableRequest, await http.json_body(request))
+    body = http.parsed_body(request, req.CommitTableRequest)
     # The identifier comes from the path; a body identifier, if sent, must agree with it.
-    if body.identifier is not None and _identifier(body.identifier) != identifier:
+    if body.identifier is not None and body.identifier.identifier() != identifier:
         raise InvalidRequestError("identifier in the body does not match the path")
-    svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.commit(http.prefix(request), identifier, body, rec))
+    svc, gate = services(request), effect_gate(request)
+    return await mutate(
+        request, lambda rec: svc.tables.commit(http.prefix(request), identifier, body, rec, gate)
+    )
 
 
 async def drop_table(request: web.Request) -> web.Response:
@@ -93,52 +91,61 @@ async def drop_table(request: web.Request) -> web.Response:
 
 async def register_table(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
-    body = req.parse(req.RegisterTableRequest, await http.json_body(request))
-    svc = services(request)
+    body = http.parsed_body(request, req.RegisterTableRequest)
+    svc, gate = services(request), effect_gate(request)
     response = await mutate(
-        request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec)
+        request, lambda rec: svc.tables.register(http.prefix(request), namespace, body, rec, gate)
     )
     return await _with_storage_config(request, Identifier.of(namespace, body.name), response)
 
 
 async def rename_table(request: web.Request) -> web.Response:
-    body = req.parse(req.RenameRequest, await http.json_body(request))
-    source, target = _identifier(body.source), _identifier(body.destination)
-    svc = services(request)
-    return await mutate(request, lambda rec: svc.tables.rename(http.prefix(request), source, target, rec))
+    body = http.parsed_body(request, req.RenameRequest)
+    source, target = body.source.identifier(), body.destination.identifier()
+    svc, gate = services(request), effect_gate(request)
+    return await mutate(
+        request, lambda rec: svc.tables.rename(http.prefix(request), source, target, rec, gate)
+    )
 
 
 async def report_metrics(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = req.parse(req.MetricsReport, await http.json_body(request))
+    body = http.parsed_body(request, req.MetricsReport)
     await services(request).tables.report_metrics(http.prefix(request), identifier, body)
     return web.Response(status=204)
 
 
 async def commit_transaction(request: web.Request) -> web.Response:
-    body = req.parse(req.CommitTransactionRequest, await http.json_body(request))
-    changes = []
-    for change in body.table_changes:
-        if change.identifier is None:
-            raise InvalidRequestError("every table change in a transaction needs an identifier")
-        changes.append((_identifier(change.identifier), change))
-    svc = services(request)
+    changes = http.parsed_body(request, req.CommitTransactionRequest).changes_by_table()
+    svc, gate = services(request), effect_gate(request)
     return await mutate(
-        request, lambda rec: svc.tables.commit_transaction(http.prefix(request), changes, rec)
+        request, lambda rec: svc.tables.commit_transaction(http.prefix(request), changes, rec, gate)
     )
 
 
 ROUTES = [
     Route("GET", TABLES, list_tables, "listTables"),
-    Route("POST", TABLES, create_table, "createTable"),
+    Route("POST", TABLES, create_table, "createTable", body=req.CreateTableRequest),
     Route("GET", TABLE, load_table, "loadTable"),
     Route("HEAD", TABLE, table_exists, "tableExists"),
-    Route("POST", TABLE, update_table, "updateTable"),
+    Route("POST", TABLE, update_table, "updateTable", body=req.CommitTableRequest),
     Route("DELETE", TABLE, drop_table, "dropTable"),
-    Route("POST", "/v1/{prefix}/namespaces/{namespace}/register", register_table, "registerTable"),
-    Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
-    Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics"),
-    Route("POST", "/v1/{prefix}/transactions/commit", commit_transaction, "commitTransaction"),
+    Route(
+        "POST",
+        "/v1/{prefix}/namespaces/{namespace}/register",
+        register_table,
+        "registerTable",
+        body=req.RegisterTableRequest,
+    ),
+    Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable", body=req.RenameRequest),
+    Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics", body=req.MetricsReport),
+    Route(
+        "POST",
+        "/v1/{prefix}/transactions/commit",
+        commit_transaction,
+        "commitTransaction",
+        body=req.CommitTransactionRequest,
+    ),
     # Scan planning is in gateway.routes.planning.
     Route("GET", TABLE + "/credentials", data_access.load_credentials, "loadCredentials"),
     Route("POST", TABLE + "/sign", signing.sign_request, "signRequest"),

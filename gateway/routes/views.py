@@ -6,8 +6,9 @@ from aiohttp import web
 
 from catalog import requests as req
 from catalog.errors import InvalidRequestError
-from catalog.identifiers import Identifier, Namespace
+from catalog.identifiers import Namespace
 from gateway import http
+from gateway.effect_gate import effect_gate
 from gateway.routes.route import Route
 from gateway.services import mutate, services
 
@@ -24,10 +25,11 @@ async def list_views(request: web.Request) -> web.Response:
 
 async def create_view(request: web.Request) -> web.Response:
     namespace: Namespace = http.namespace(request)
-    body = req.parse(req.CreateViewRequest, await http.json_body(request))
-    Identifier.of(namespace, body.name)
-    svc = services(request)
-    return await mutate(request, lambda rec: svc.views.create(http.prefix(request), namespace, body, rec))
+    body = http.parsed_body(request, req.CreateViewRequest)
+    svc, gate = services(request), effect_gate(request)
+    return await mutate(
+        request, lambda rec: svc.views.create(http.prefix(request), namespace, body, rec, gate)
+    )
 
 
 async def load_view(request: web.Request) -> web.Response:
@@ -41,14 +43,13 @@ async def view_exists(request: web.Request) -> web.Response:
 
 async def replace_view(request: web.Request) -> web.Response:
     identifier = http.view(request)
-    body = req.parse(req.CommitViewRequest, await http.json_body(request))
-    if (
-        body.identifier is not None
-        and Identifier.of(body.identifier.namespace, body.identifier.name) != identifier
-    ):
+    body = http.parsed_body(request, req.CommitViewRequest)
+    if body.identifier is not None and body.identifier.identifier() != identifier:
         raise InvalidRequestError("identifier in the body does not match the path")
-    svc = services(request)
-    return await mutate(request, lambda rec: svc.views.replace(http.prefix(request), identifier, body, rec))
+    svc, gate = services(request), effect_gate(request)
+    return await mutate(
+        request, lambda rec: svc.views.replace(http.prefix(request), identifier, body, rec, gate)
+    )
 
 
 async def drop_view(request: web.Request) -> web.Response:
@@ -58,27 +59,36 @@ async def drop_view(request: web.Request) -> web.Response:
 
 
 async def rename_view(request: web.Request) -> web.Response:
-    body = req.parse(req.RenameRequest, await http.json_body(request))
-    source = Identifier.of(body.source.namespace, body.source.name)
-    target = Identifier.of(body.destination.namespace, body.destination.name)
-    svc = services(request)
-    return await mutate(request, lambda rec: svc.views.rename(http.prefix(request), source, target, rec))
+    body = http.parsed_body(request, req.RenameRequest)
+    source, target = body.source.identifier(), body.destination.identifier()
+    svc, gate = services(request), effect_gate(request)
+    return await mutate(
+        request, lambda rec: svc.views.rename(http.prefix(request), source, target, rec, gate)
+    )
 
 
 async def register_view(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
-    body = req.parse(req.RegisterViewRequest, await http.json_body(request))
-    svc = services(request)
-    return await mutate(request, lambda rec: svc.views.register(http.prefix(request), namespace, body, rec))
+    body = http.parsed_body(request, req.RegisterViewRequest)
+    svc, gate = services(request), effect_gate(request)
+    return await mutate(
+        request, lambda rec: svc.views.register(http.prefix(request), namespace, body, rec, gate)
+    )
 
 
 ROUTES = [
     Route("GET", VIEWS, list_views, "listViews"),
-    Route("POST", VIEWS, create_view, "createView"),
+    Route("POST", VIEWS, create_view, "createView", body=req.CreateViewRequest),
     Route("GET", VIEW, load_view, "loadView"),
     Route("HEAD", VIEW, view_exists, "viewExists"),
-    Route("POST", VIEW, replace_view, "replaceView"),
+    Route("POST", VIEW, replace_view, "replaceView", body=req.CommitViewRequest),
     Route("DELETE", VIEW, drop_view, "dropView"),
-    Route("POST", "/v1/{prefix}/views/rename", rename_view, "renameView"),
-    Route("POST", "/v1/{prefix}/namespaces/{namespace}/register-view", register_view, "registerView"),
+    Route("POST", "/v1/{prefix}/views/rename", rename_view, "renameView", body=req.RenameRequest),
+    Route(
+        "POST",
+        "/v1/{prefix}/namespaces/{namespace}/register-view",
+        register_view,
+        "registerView",
+        body=req.RegisterViewRequest,
+    ),
 ]

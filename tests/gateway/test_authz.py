@@ -12,10 +12,21 @@ from pathlib import Path
 
 import pytest
 
+from catalog.effects import Effect
+from catalog.errors import InvalidRequestError
+from catalog.identifiers import Identifier
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz.authorizer import Verdict, authorize, filter_visible, is_visible, plan_checks
+from gateway.authz.authorizer import (
+    Verdict,
+    authorize,
+    decide_checks,
+    effect_checks,
+    filter_visible,
+    is_visible,
+    plan_checks,
+)
 from gateway.authz.cli import explain, run_fixture_tests, validate
-from gateway.authz.context import ChangeSummary, RequestContext
+from gateway.authz.context import MAX_CONTEXT_ITEMS, ChangeSummary, RequestContext
 from gateway.authz.engine import PolicyEngine, ReloadOutcome
 from gateway.authz.entities import (
     EntityType,
@@ -89,7 +100,7 @@ def call(
     if operation == "createNamespace":
         return authorize(eng, who, operation, context, child_namespace(namespace, "new"))
     if operation == "commitTransaction":
-        return authorize(eng, who, operation, context, tables=[(table, changes or ChangeSummary())])
+        return authorize(eng, who, operation, context, tables=[table])
     if operation == "renameTable":
         return authorize(eng, who, operation, context, table, target=child_table(namespace, "orders2"))
     if operation == "renameView":
@@ -139,9 +150,7 @@ def test_default_policy_set_loads_with_a_content_version(engine: PolicyEngine) -
 @pytest.mark.parametrize("operation", CATALOG_OPS)
 def test_admin_may_do_everything(engine: PolicyEngine, operation: str) -> None:
     for namespace in (SALES_NS, HR_NS):
-        verdict = call(
-            engine, ADMIN, operation, namespace, ChangeSummary.of_commit([{"action": "add-schema"}])
-        )
+        verdict = call(engine, ADMIN, operation, namespace, ChangeSummary(frozenset({"add-schema"})))
         assert verdict.allowed, (operation, verdict.denied)
         assert all("admins-manage-everything" in d.policy_ids for _, d in verdict.decisions)
         assert all(d.version == engine.version for _, d in verdict.decisions)
@@ -247,13 +256,12 @@ def test_rename_needs_drop_on_source_and_create_on_target(engine: PolicyEngine) 
 
 
 def test_transaction_needs_update_on_every_table(engine: PolicyEngine) -> None:
-    add = ChangeSummary.of_commit([{"action": "add-snapshot"}])
-    granted = [(child_table(SALES_NS, "a"), add), (child_table(SALES_EU_NS, "b"), add)]
+    granted = [child_table(SALES_NS, "a"), child_table(SALES_EU_NS, "b")]
     ok = authorize(engine, WRITER, "commitTransaction", ctx(WRITER), tables=granted)
     assert ok.allowed
     assert [c.action for c, _ in ok.decisions] == ["commitTransaction", "updateTable"] * 2
     bad = authorize(
-        engine, WRITER, "commitTransaction", ctx(WRITER), tables=[*granted, (child_table(HR_NS, "c"), add)]
+        engine, WRITER, "commitTransaction", ctx(WRITER), tables=[*granted, child_table(HR_NS, "c")]
     )
     assert not bad.allowed
     assert bad.hidden_kind is EntityType.TABLE
@@ -275,28 +283,34 @@ def test_protected_refs_and_schema_lock_guards(engine: PolicyEngine) -> None:
         ],  # a child cannot lift a parent's guard
     )
     table = child_table(guarded, "gl")
-    to_main = ChangeSummary.of_commit(
-        [{"action": "add-snapshot"}, {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch"}]
-    )
-    to_branch = ChangeSummary.of_commit([{"action": "set-snapshot-ref", "ref-name": "etl-staging"}])
-    schema = ChangeSummary.of_commit([{"action": "add-schema"}, {"action": "set-current-schema"}])
-    staged = ChangeSummary.of_commit(
-        [{"action": "add-schema"}, {"action": "set-current-schema"}], [{"type": "assert-create"}]
-    )
-    main_denied = authorize(engine, WRITER, "updateTable", ctx(WRITER, to_main), table)
+    to_main = ChangeSummary(frozenset({"add-snapshot", "set-snapshot-ref"}), frozenset({"main"}))
+    to_branch = ChangeSummary(frozenset({"set-snapshot-ref"}), frozenset({"etl-staging"}))
+    schema = ChangeSummary(frozenset({"add-schema", "set-current-schema"}))
+    created = ChangeSummary(frozenset({"add-schema", "set-current-schema"}), creates=True)
+    leaving = ChangeSummary(frozenset({"remove-schemas", "remove-snapshot-ref"}), frozenset({"main"}))
+
+    def effect(operation: str, who: Principal, changes: ChangeSummary) -> Verdict:
+        return decide_checks(engine, who, operation, effect_checks(operation, table, ctx(who, changes)))
+
+    main_denied = effect("updateTable", WRITER, to_main)
     assert not main_denied.allowed
-    assert not main_denied.hidden
     assert main_denied.decisions[-1][1].policy_ids == ("protected-refs",)
-    assert authorize(engine, WRITER, "updateTable", ctx(WRITER, to_branch), table).allowed
-    schema_denied = authorize(engine, WRITER, "updateTable", ctx(WRITER, schema), table)
+    assert effect("updateTable", WRITER, to_branch).allowed
+    schema_denied = effect("updateTable", WRITER, schema)
     assert schema_denied.decisions[-1][1].policy_ids == ("schema-locked",)
-    tx = authorize(engine, WRITER, "commitTransaction", ctx(WRITER), tables=[(table, schema)])
-    assert not tx.allowed
-    staged_ok = authorize(engine, WRITER, "updateTable", ctx(WRITER, staged), table)
-    assert staged_ok.allowed
-    assert [c.action for c, _ in staged_ok.decisions] == ["updateTable", "createTable"]
-    assert authorize(engine, ADMIN, "updateTable", ctx(ADMIN, to_main), table).allowed
-    assert authorize(engine, ADMIN, "updateTable", ctx(ADMIN, schema), table).allowed
+    assert not effect("commitTransaction", WRITER, schema).allowed
+    created_ok = effect("updateTable", WRITER, created)
+    assert created_ok.allowed
+    assert [c.action for c, _ in created_ok.decisions] == ["updateTable", "createTable"]
+    # The guards name no action: a rename out of the guarded namespace is judged on its effect.
+    out = effect("renameTable", WRITER, leaving)
+    assert not out.allowed
+    assert set(out.decisions[-1][1].policy_ids) == {"protected-refs", "schema-locked"}
+    assert effect("updateTable", ADMIN, to_main).allowed
+    assert effect("updateTable", ADMIN, schema).allowed
+    assert effect("renameTable", ADMIN, leaving).allowed
+    # The request-level decision carries no effect: guards never fire there.
+    assert authorize(engine, WRITER, "updateTable", ctx(WRITER), table).allowed
 
 
 def test_a_policy_can_forbid_schema_changes_through_update_kinds(policy_dir: Path) -> None:
@@ -308,10 +322,8 @@ def test_a_policy_can_forbid_schema_changes_through_update_kinds(policy_dir: Pat
     eng = PolicyEngine(policy_dir)
     eng.load()
     table = child_table(SALES_NS, "orders")
-    schema = ChangeSummary.of_commit([{"action": "add-schema", "schema": {}}])
-    append = ChangeSummary.of_commit(
-        [{"action": "add-snapshot"}, {"action": "set-properties", "updates": {"k": "v"}}]
-    )
+    schema = ChangeSummary(frozenset({"add-schema"}))
+    append = ChangeSummary(frozenset({"add-snapshot", "set-properties"}), property_keys=frozenset({"k"}))
     for who in (ADMIN, WRITER):
         denied = eng.decide(who, "updateTable", table, ctx(who, schema))
         assert not denied.allowed
@@ -335,7 +347,7 @@ def test_context_carries_auth_method_and_tls_subject(policy_dir: Path) -> None:
     assert eng.decide(with_key, "loadTable", child_table(HR_NS, "x"), ctx(with_key)).allowed
 
 
-def test_staged_create_commit_also_needs_create(policy_dir: Path) -> None:
+def test_a_commit_that_creates_its_table_also_needs_create(policy_dir: Path) -> None:
     (policy_dir / "grants.cedar").write_text(
         'permit (principal, action == Cedarberg::Action::"updateTable", resource)\n'
         "when { principal.groups.containsAny(resource.writers) };\n"
@@ -343,13 +355,39 @@ def test_staged_create_commit_also_needs_create(policy_dir: Path) -> None:
     eng = PolicyEngine(policy_dir)
     eng.load()
     table = child_table(SALES_NS, "new")
-    plain = ChangeSummary.of_commit([{"action": "add-snapshot"}])
-    staged = ChangeSummary.of_commit([{"action": "add-schema"}], [{"type": "assert-create"}])
-    assert authorize(eng, WRITER, "updateTable", ctx(WRITER, plain), table).allowed
-    verdict = authorize(eng, WRITER, "updateTable", ctx(WRITER, staged), table)
+    plain = ChangeSummary(frozenset({"add-snapshot"}))
+    creating = ChangeSummary(frozenset({"add-schema"}), creates=True)
+    assert decide_checks(
+        eng, WRITER, "updateTable", effect_checks("updateTable", table, ctx(WRITER, plain))
+    ).allowed
+    verdict = decide_checks(
+        eng, WRITER, "updateTable", effect_checks("updateTable", table, ctx(WRITER, creating))
+    )
     assert not verdict.allowed
     assert verdict.denied is not None
     assert verdict.denied.action == "createTable"
+
+
+def test_context_values_are_bounded() -> None:
+    identifier = Identifier.of(["sales"], "t")
+    many = Effect(
+        identifier,
+        "table",
+        False,
+        frozenset({"set-properties"}),
+        property_keys=frozenset(f"k{i}" for i in range(MAX_CONTEXT_ITEMS + 1)),
+    )
+    with pytest.raises(InvalidRequestError, match="too many property keys"):
+        ChangeSummary.of_effect(many)
+    long_ref = Effect(
+        identifier, "table", False, frozenset({"set-snapshot-ref"}), refs=frozenset({"r" * 600})
+    )
+    with pytest.raises(InvalidRequestError, match="refs longer than"):
+        ChangeSummary.of_effect(long_ref)
+    fine = Effect(identifier, "table", True, frozenset({"add-schema"}), refs=frozenset({"main"}))
+    assert ChangeSummary.of_effect(fine) == ChangeSummary(
+        frozenset({"add-schema"}), frozenset({"main"}), creates=True
+    )
 
 
 # -- the operation table -------------------------------------------------------------------------
@@ -422,32 +460,6 @@ def test_grants_inherit_as_a_union_and_properties_become_tags() -> None:
         "Cedarberg::Warehouse",
         "Cedarberg::Catalog",
     ]
-
-
-def test_change_summary_of_a_commit() -> None:
-    summary = ChangeSummary.of_commit(
-        [
-            {"action": "add-snapshot", "snapshot": {}},
-            {"action": "set-snapshot-ref", "ref-name": "main"},
-            {"action": "remove-snapshot-ref", "ref-name": "old"},
-            {"action": "set-properties", "updates": {"a": "1"}},
-            {"action": "remove-properties", "removals": ["b"]},
-            "garbage",  # type: ignore[list-item]
-            {"no-action": True},
-        ],
-        [{"type": "assert-ref-snapshot-id", "ref": "main"}],
-    )
-    assert summary.update_kinds == {
-        "add-snapshot",
-        "set-snapshot-ref",
-        "remove-snapshot-ref",
-        "set-properties",
-        "remove-properties",
-    }
-    assert summary.refs == {"main", "old"}
-    assert summary.property_keys == {"a", "b"}
-    assert summary.requirements == {"assert-ref-snapshot-id"}
-    assert not summary.creates
 
 
 # -- loading, refusing, reloading ----------------------------------------------------------------
@@ -640,7 +652,7 @@ def test_explain_prints_the_decision_and_determining_policies() -> None:
     assert code == 1
     text = out.getvalue()
     assert "decision:  DENY" in text
-    assert "protected-refs  (guards.cedar:4)" in text
+    assert "protected-refs  (guards.cedar:14)" in text
     out = io.StringIO()
     assert (
         explain(
