@@ -481,6 +481,7 @@ class StoreTx:
             select(dropped_objects)
             .where(
                 dropped_objects.c.next_purge_attempt_ms <= now_ms,
+                dropped_objects.c.purge_after_ms <= now_ms,  # the retention holds whatever was recorded
                 dropped_objects.c.warehouse.in_(sorted(warehouses)),
             )
             .order_by(dropped_objects.c.next_purge_attempt_ms, dropped_objects.c.drop_id)
