@@ -7,20 +7,33 @@ store opens.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 
+from catalog.context import CatalogContext, Limits, Warehouse
+from catalog.dropped import list_dropped, purge_due
 from catalog.errors import KeyServiceUnavailableError
+from catalog.idempotency import Idempotency
+from catalog.pagination import PageRequest
 from catalog.purge_failures import MAX_ERROR_CHARS, PurgeBackoff, describe_failure
+from catalog.sealing import Sealer
 from catalog.store.sql import MIGRATIONS, DroppedRow, ObjectRow, Store
+from kms.keyring import KeyRing
+from kms.settings import KmsSettings
 
 WAREHOUSE = "w"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 # -- backoff -----------------------------------------------------------------------------------
@@ -205,3 +218,45 @@ def test_migration_starts_existing_drops_with_no_attempts_at_their_purge_time(tm
     assert tuple(row) == (0, None, 1234)
     assert "ix_dropped_next_attempt" in indexes
     assert "ix_dropped_purge" not in indexes
+
+
+# -- the sweep ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def ctx(store: Store, tmp_path: Path) -> AsyncIterator[CatalogContext]:
+    """A catalog on `store` with the local KEK and one sealing warehouse, `w`."""
+    keyring = KeyRing.open(KmsSettings(), tmp_path / "kms")
+    sealer = Sealer(keyring)
+    yield CatalogContext(
+        store=store,
+        sealer=sealer,
+        warehouses={WAREHOUSE: Warehouse(WAREHOUSE, (tmp_path / "warehouse").as_uri(), True, 0)},
+        default_warehouse=WAREHOUSE,
+        idempotency=Idempotency(store, sealer, 1800),
+        limits=Limits(),
+    )
+    await keyring.aclose()
+
+
+async def test_a_sweep_records_each_failure_and_does_not_retry_before_the_backoff(
+    ctx: CatalogContext,
+) -> None:
+    # Rows whose wrapped data key the KMS refuses: every purge attempt of them fails.
+    broken = [_dropped(f"broken{i}", purge_after_ms=0) for i in range(3)]
+    await _insert(ctx.store, *broken)
+    backoff = PurgeBackoff(initial_seconds=3600, max_seconds=7200)
+    assert await purge_due(ctx, backoff, limit=2) == 0
+    assert await purge_due(ctx, backoff, limit=2) == 0  # the third, then nothing due: all wait
+    assert await purge_due(ctx, backoff, limit=2) == 0
+    async with ctx.store.read() as tx:
+        recorded = [await tx.get_dropped(row.drop_id) for row in broken]
+    for row in recorded:
+        assert row is not None
+        assert row.purge_attempts == 1  # once each, although the sweep ran three times
+        assert row.last_purge_error is not None
+        assert row.last_purge_error.startswith("KeyServiceUnavailableError: ")
+        assert 3_500_000 <= row.next_attempt_ms - _now_ms() <= 3_600_000
+    listing = orjson.loads(await list_dropped(ctx, WAREHOUSE, PageRequest.parse(None, "10", 10, 10)))
+    assert {item["purge-attempts"] for item in listing["dropped"]} == {1}
+    assert all(item["last-purge-error"] for item in listing["dropped"])
