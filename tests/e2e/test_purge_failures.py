@@ -133,13 +133,13 @@ def test_a_poisoned_manifest_list_does_not_block_other_purges(sweeper_gateway: G
     assert _registry_rows(gw, healthy_uuid) == 0
 
     # The poisoned one stays (files and key kept, still undroppable) and is retried with backoff:
-    # a sweep every 0.2 s without backoff would try it about 20 times in these 4 seconds.
+    # a sweep every 0.2 s without backoff would try it about 25 times in these 5 seconds.
     assert poisoned_location.exists()
     assert _registry_rows(gw, poisoned_uuid) == 1
     before = _dropped(gw)["poisoned"]["purge-attempts"]
-    time.sleep(4.0)
+    time.sleep(5.0)
     after = _dropped(gw)["poisoned"]
-    assert 1 <= after["purge-attempts"] - before <= 4, (before, after)
+    assert 1 <= after["purge-attempts"] - before <= 5, (before, after)
     assert after["next-purge-attempt-ms"] - after["dropped-at-ms"] >= RETRY_INITIAL_SECONDS * 1000
 
     # The CLI lists the failure too.
