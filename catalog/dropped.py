@@ -31,6 +31,7 @@ from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
 from catalog.objects import TABLE, require_object
 from catalog.pagination import PageRequest, fetch_page
+from catalog.purge_failures import PurgeBackoff, describe_failure
 from catalog.store.sql import DroppedRow
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,9 @@ def _describe(dropped: DroppedRow) -> dict[str, Any]:
         "uuid": row.uuid,
         "dropped-at-ms": dropped.dropped_at_ms,
         "purge-after-ms": dropped.purge_after_ms,
+        "purge-attempts": dropped.purge_attempts,
+        "last-purge-error": dropped.last_purge_error,
+        "next-purge-attempt-ms": dropped.next_attempt_ms,
     }
 
 
@@ -220,19 +224,49 @@ async def purge_dropped(ctx: CatalogContext, dropped: DroppedRow) -> None:
     ctx.sealer.forget(row.data_key)
 
 
-async def purge_due(ctx: CatalogContext, limit: int = 20) -> int:
-    """Purge soft-deleted objects whose retention has passed; returns how many were purged.
-    One that cannot be purged now (KMS or storage down) stays and is retried next time."""
+async def purge_due(ctx: CatalogContext, backoff: PurgeBackoff | None = None, limit: int = 20) -> int:
+    """Purge up to `limit` soft-deleted objects whose next purge attempt is due (their retention
+    has passed and any backoff too), earliest first; returns how many were purged.
+
+    Failures are isolated per object: whatever one object's purge raises (a KMS or storage outage,
+    a malformed manifest list, an OSError) is logged, recorded on that object (attempt count, a
+    safe message, the next attempt after `backoff`) and the sweep goes on with the others; its
+    files and row stay until an attempt succeeds or an admin undrops it. Raises only what the
+    registry raises while reading or recording (StorageUnavailableError), and cancellation."""
+    backoff = backoff or PurgeBackoff()
     async with ctx.store.read() as tx:
-        due = await tx.due_for_purge(_now_ms(), limit)
+        due = await tx.due_for_purge(_now_ms(), ctx.warehouses.keys(), limit)
     purged = 0
     for dropped in due:
-        if dropped.row.warehouse not in ctx.warehouses:
-            continue
+        # Claimed first: another sweeper (worker or instance) does not purge it at the same time,
+        # and an attempt that never ends (the process dies mid-purge) still waits its backoff.
+        attempts = dropped.purge_attempts + 1
+        async with ctx.store.write() as tx:
+            if not await tx.claim_purge(dropped, _now_ms() + backoff.delay_ms(attempts)):
+                continue
         try:
             await purge_dropped(ctx, dropped)
-        except CatalogError as err:
-            log.warning("purge of %s %s postponed: %s", dropped.row.kind, dropped.drop_id, err)
+        except Exception as err:  # any failure is this object's: recorded, never raised
+            await _record_failure(ctx, dropped, attempts, err, backoff)
             continue
         purged += 1
     return purged
+
+
+async def _record_failure(
+    ctx: CatalogContext, dropped: DroppedRow, attempts: int, err: Exception, backoff: PurgeBackoff
+) -> None:
+    """Log a failed purge attempt (with the exception, for operators) and record it on the row."""
+    delay_ms = backoff.delay_ms(attempts)
+    # Our own errors (KMS or storage unavailable) are expected outages: no traceback needed.
+    log.warning(
+        "purge of %s %s failed (attempt %d), next attempt in %.0f s: %s",
+        dropped.row.kind,
+        dropped.drop_id,
+        attempts,
+        delay_ms / 1000,
+        describe_failure(err),
+        exc_info=None if isinstance(err, CatalogError) else err,
+    )
+    async with ctx.store.write() as tx:
+        await tx.record_purge_failure(dropped.drop_id, attempts, describe_failure(err), _now_ms() + delay_ms)

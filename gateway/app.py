@@ -18,6 +18,7 @@ from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
 from catalog.load_results import LoadResultCache
 from catalog.planning.service import PlanService
+from catalog.purge_failures import PurgeBackoff
 from catalog.sealing import Sealer
 from catalog.store.cache import RegistryCache
 from catalog.store.sql import Store
@@ -133,13 +134,19 @@ async def close_catalog(ctx: CatalogContext) -> None:
     await ctx.sealer.keyring.aclose()
 
 
-async def _sweep_dropped(ctx: CatalogContext, interval: float) -> None:
+async def _sweep_dropped(ctx: CatalogContext, interval: float, backoff: PurgeBackoff) -> None:
+    """Purge due soft-deleted objects every `interval` until cancelled. purge_due isolates each
+    object's failures; what reaches here is the registry failing (logged, tried next interval)."""
     while True:
         await asyncio.sleep(interval)
         try:
-            await purge_due(ctx)
+            await purge_due(ctx, backoff)
         except Exception:
             log.exception("purge of dropped tables failed")
+
+
+def _purge_backoff(settings: Settings) -> PurgeBackoff:
+    return PurgeBackoff(settings.purge_retry_initial_seconds, settings.purge_retry_max_seconds)
 
 
 async def _sweep_plans(plans: PlanService, interval: float) -> None:
@@ -179,7 +186,9 @@ def create_app(settings: Settings) -> web.Application:
         app[SERVICES] = Services.build(settings, ctx)
         sweepers = [
             asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
-            asyncio.create_task(_sweep_dropped(ctx, settings.purge_interval_seconds)),
+            asyncio.create_task(
+                _sweep_dropped(ctx, settings.purge_interval_seconds, _purge_backoff(settings))
+            ),
             asyncio.create_task(_sweep_plans(app[SERVICES].plans, settings.planning.sweep_interval_seconds)),
         ]
         yield

@@ -6,7 +6,8 @@ while no gateway serves, and are safe while one does:
     cedarberg kms status                 current KEK, its version, keys not yet under it
     cedarberg kms rotate                 rewrap every data key under the current KEK version
     cedarberg kms new-local-version      add a version to a local:// KEK and make it current
-    cedarberg dropped list               soft-deleted tables and views, with drop ids
+    cedarberg dropped list               soft-deleted tables and views, with drop ids (and failed
+                                         purge attempts: how many, the next, the last error)
     cedarberg dropped undrop DROP_ID     restore one
     cedarberg rebuild                    restore a warehouse's tables and views from its sealed files
 """
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
@@ -129,12 +130,23 @@ async def _dropped_list(ctx: CatalogContext, warehouse: str | None, out: TextIO)
             name = ".".join([*item["namespace"], item["name"]])
             print(
                 f"{item['drop-id']}  {item['kind']:5}  {name}  dropped {_when(item['dropped-at-ms'])}  "
-                f"purge after {_when(item['purge-after-ms'])}",
+                f"purge after {_when(item['purge-after-ms'])}{_purge_state(item)}",
                 file=out,
             )
         token = document.get("next-page-token")
         if not token:
             return 0
+
+
+def _purge_state(item: Mapping[str, Any]) -> str:
+    """Purge attempts of a listed object, if any: how many, the next one, why the last failed."""
+    attempts = item.get("purge-attempts", 0)
+    if not attempts:
+        return ""
+    state = f"  purge attempts {attempts}, next {_when(item['next-purge-attempt-ms'])}"
+    if item.get("last-purge-error"):
+        state += f", last error: {item['last-purge-error']}"
+    return state
 
 
 async def _undrop(ctx: CatalogContext, warehouse: str | None, drop_id: str, out: TextIO) -> int:

@@ -191,6 +191,21 @@ class Settings(BaseModel):
     purge_interval_seconds: float = Field(
         60.0, gt=0, le=86_400, description="How often soft-deleted objects past their retention are purged."
     )
+    purge_retry_initial_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="After an object's purge fails (recorded on it and shown in the dropped listing), "
+        "how long its next attempt waits; the wait doubles after each further failure. Other "
+        "objects are purged meanwhile.",
+    )
+    purge_retry_max_seconds: float = Field(
+        21_600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="Longest wait between purge attempts of one object whose purge keeps failing "
+        "(at least purge_retry_initial_seconds).",
+    )
     anonymous: AnonymousSettings | None = Field(
         None, description="UNSAFE outside development: a principal for requests without credentials."
     )
@@ -217,6 +232,12 @@ class Settings(BaseModel):
                     f"invalid warehouse name {name!r} (letters, digits, '-' and '_'; not reserved)"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _purge_retry_bounds(self) -> Settings:
+        if self.purge_retry_max_seconds < self.purge_retry_initial_seconds:
+            raise ValueError("purge_retry_max_seconds must be at least purge_retry_initial_seconds")
+        return self
 
     @model_validator(mode="after")
     def _default_warehouse_exists(self) -> Settings:

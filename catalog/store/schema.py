@@ -118,7 +118,14 @@ dropped_objects = Table(
     Column("moved_files", Text, nullable=False),
     Column("dropped_at_ms", BigInteger, nullable=False),
     Column("purge_after_ms", BigInteger, nullable=False),
-    Index("ix_dropped_purge", "purge_after_ms"),
+    # Purge attempts (catalog.purge_failures): how many were started, why the last one failed, and
+    # when the next may start (purge_after_ms until the first attempt). The sweeper picks rows by
+    # the next attempt, so an object that keeps failing waits its backoff and never blocks others;
+    # it also checks purge_after_ms, so no value here can cut a retention short.
+    Column("purge_attempts", Integer, nullable=False, server_default="0"),
+    Column("last_purge_error", Text, nullable=True),
+    Column("next_purge_attempt_ms", BigInteger, nullable=False, server_default="0"),
+    Index("ix_dropped_next_attempt", "next_purge_attempt_ms"),
     Index("ix_dropped_name", "warehouse", "namespace", "name"),
 )
 

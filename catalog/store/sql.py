@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,13 +76,22 @@ class ObjectRow:
 
 @dataclass(frozen=True, slots=True)
 class DroppedRow:
-    """A soft-deleted object: its last pointer, plus where its metadata files were moved."""
+    """A soft-deleted object: its last pointer, where its metadata files were moved, and its
+    purge attempts so far (`next_purge_attempt_ms` None: at `purge_after_ms`)."""
 
     drop_id: str
     row: ObjectRow
     moved_files: list[tuple[str, str]]  # (published location, parked location)
     dropped_at_ms: int
     purge_after_ms: int
+    purge_attempts: int = 0
+    last_purge_error: str | None = None
+    next_purge_attempt_ms: int | None = None
+
+    @property
+    def next_attempt_ms(self) -> int:
+        """When the next purge attempt may start."""
+        return self.purge_after_ms if self.next_purge_attempt_ms is None else self.next_purge_attempt_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +132,9 @@ def _dropped(row: Any) -> DroppedRow:
         moved_files=[(str(a), str(b)) for a, b in orjson.loads(values["moved_files"])],
         dropped_at_ms=values["dropped_at_ms"],
         purge_after_ms=values["purge_after_ms"],
+        purge_attempts=values["purge_attempts"],
+        last_purge_error=values["last_purge_error"],
+        next_purge_attempt_ms=values["next_purge_attempt_ms"],
     )
 
 
@@ -438,6 +450,9 @@ class StoreTx:
                 moved_files=orjson.dumps(dropped.moved_files).decode(),
                 dropped_at_ms=dropped.dropped_at_ms,
                 purge_after_ms=dropped.purge_after_ms,
+                purge_attempts=dropped.purge_attempts,
+                last_purge_error=dropped.last_purge_error,
+                next_purge_attempt_ms=dropped.next_attempt_ms,
             )
         )
 
@@ -455,14 +470,51 @@ class StoreTx:
         rows = await self._conn.execute(query.order_by(dropped_objects.c.drop_id).limit(limit))
         return [_dropped(row) for row in rows]
 
-    async def due_for_purge(self, now_ms: int, limit: int) -> list[DroppedRow]:
+    async def due_for_purge(self, now_ms: int, warehouses: Collection[str], limit: int) -> list[DroppedRow]:
+        """At most `limit` soft-deleted objects of these warehouses whose next purge attempt is
+        due, earliest first (index-backed). An object waiting out a backoff is not among them, so
+        objects that keep failing cannot fill the batch; nor are objects of warehouses this
+        gateway does not serve."""
+        if not warehouses:
+            return []
         rows = await self._conn.execute(
             select(dropped_objects)
-            .where(dropped_objects.c.purge_after_ms <= now_ms)
-            .order_by(dropped_objects.c.purge_after_ms)
+            .where(
+                dropped_objects.c.next_purge_attempt_ms <= now_ms,
+                dropped_objects.c.purge_after_ms <= now_ms,  # the retention holds whatever was recorded
+                dropped_objects.c.warehouse.in_(sorted(warehouses)),
+            )
+            .order_by(dropped_objects.c.next_purge_attempt_ms, dropped_objects.c.drop_id)
             .limit(limit)
         )
         return [_dropped(row) for row in rows]
+
+    async def claim_purge(self, dropped: DroppedRow, next_attempt_ms: int) -> bool:
+        """Count a purge attempt of `dropped` as started and move its next attempt to
+        `next_attempt_ms`, only if no one else claimed it since it was read (compare-and-swap on
+        the attempt count). False: another sweeper (instance or worker) has it, or it is gone.
+        Claiming before purging also means an attempt that never finishes still waits its backoff."""
+        result = await self._conn.execute(
+            update(dropped_objects)
+            .where(
+                dropped_objects.c.drop_id == dropped.drop_id,
+                dropped_objects.c.purge_attempts == dropped.purge_attempts,
+            )
+            .values(purge_attempts=dropped.purge_attempts + 1, next_purge_attempt_ms=next_attempt_ms)
+        )
+        return result.rowcount == 1
+
+    async def record_purge_failure(
+        self, drop_id: str, attempts: int, error: str, next_attempt_ms: int
+    ) -> bool:
+        """Record why attempt number `attempts` failed and when the next may start; False if the
+        row is gone or another attempt has been claimed since."""
+        result = await self._conn.execute(
+            update(dropped_objects)
+            .where(dropped_objects.c.drop_id == drop_id, dropped_objects.c.purge_attempts == attempts)
+            .values(last_purge_error=error, next_purge_attempt_ms=next_attempt_ms)
+        )
+        return result.rowcount == 1
 
     async def delete_dropped(self, drop_id: str) -> bool:
         result = await self._conn.execute(delete(dropped_objects).where(dropped_objects.c.drop_id == drop_id))

@@ -2,7 +2,8 @@
 
     GET  /admin/v1/warehouses/{warehouse}/dropped                   listDroppedObjects
          {"dropped": [{"drop-id", "kind", "namespace", "name", "uuid", "dropped-at-ms",
-                       "purge-after-ms"}], "next-page-token"}
+                       "purge-after-ms", "purge-attempts", "last-purge-error" (null or a short
+                       message), "next-purge-attempt-ms"}], "next-page-token"}
     POST /admin/v1/warehouses/{warehouse}/dropped/{drop_id}/undrop  undropObject
          the restored object's description (404 unknown drop id, 409 name taken)
     GET  /admin/v1/kms                                              showKms
