@@ -14,6 +14,7 @@ from catalog.planning.service import PlanService
 from catalog.tables import TableService
 from catalog.views import ViewService
 from gateway import http
+from gateway.caller import caller_of
 from gateway.resource_memo import ResourceMemo
 from gateway.settings import Settings
 
@@ -45,6 +46,7 @@ class Services:
             request.query.get("pageSize"),
             self.settings.default_page_size,
             self.settings.max_page_size,
+            caller_of(request),
         )
 
 
