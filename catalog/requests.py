@@ -187,10 +187,20 @@ class CommitViewRequest(_StrictUpdates):
 
 
 class MetricsReport(_Request):
-    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="allow")
+    """A ScanReport or CommitReport. Only the spec's fields are kept (any other field a client
+    sends is dropped, never stored); size and nesting are bounded by `catalog.metrics_reports`."""
+
     report_type: Literal["scan-report", "commit-report"] = Field(alias="report-type")
     table_name: str = Field(alias="table-name")
     snapshot_id: int = Field(alias="snapshot-id")
+    filter: Any = None  # an Expression (scan reports): JSON of any shape, bounded as a whole
+    schema_id: int | None = Field(None, alias="schema-id")
+    projected_field_ids: list[int] | None = Field(None, alias="projected-field-ids")
+    projected_field_names: list[str] | None = Field(None, alias="projected-field-names")
+    sequence_number: int | None = Field(None, alias="sequence-number")
+    operation: str | None = None
+    metrics: dict[str, dict[str, int | str]] | None = None  # CounterResult / TimerResult by name
+    metadata: dict[str, str] | None = None
 
 
 def parse(model: type[M], data: Any) -> M:

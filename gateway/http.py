@@ -57,6 +57,13 @@ def operation_fingerprint(request: web.Request) -> str:
     return f"{request.method} {request.path}"[:512]
 
 
+async def request_fingerprint(request: web.Request) -> bytes:
+    """The request as an idempotency record is bound to it: method, decoded path, query parameters
+    (sorted) and the body's bytes. A retry sends the same bytes; anything else is another request."""
+    head = orjson.dumps([request.method, request.path, sorted(request.query.items())])
+    return head + b"\n" + await request.read()
+
+
 def flag(request: web.Request, name: str) -> bool:
     value = request.query.get(name, "false").lower()
     if value not in ("true", "false"):

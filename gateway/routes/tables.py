@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from catalog import metrics_reports
 from catalog import requests as req
 from catalog.errors import InvalidRequestError
 from catalog.identifiers import Identifier
@@ -110,7 +111,7 @@ async def rename_table(request: web.Request) -> web.Response:
 
 async def report_metrics(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = req.parse(req.MetricsReport, await http.json_body(request))
+    body = metrics_reports.parse_report(await request.read())
     await services(request).tables.report_metrics(http.prefix(request), identifier, body)
     return web.Response(status=204)
 
