@@ -69,7 +69,9 @@ def test_bound_requests_migration_adds_the_request_hash_and_the_retention_index(
     _upgrade(url, "0005")
     engine = create_engine(url)
     with engine.begin() as connection:  # a record from before: kept, with no request hash
-        connection.execute(text("INSERT INTO idempotency_records VALUES ('k', 'POST /v1/x', 'ok', NULL, 1.0)"))
+        connection.execute(
+            text("INSERT INTO idempotency_records VALUES ('k', 'POST /v1/x', 'ok', NULL, 1.0)")
+        )
     engine.dispose()
     _upgrade(url, "head")
     engine = create_engine(url)
