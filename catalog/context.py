@@ -8,7 +8,7 @@ from catalog.commit_locks import CommitLocks
 from catalog.errors import NoSuchWarehouseError
 from catalog.idempotency import Idempotency
 from catalog.load_results import LoadResultCache
-from catalog.sealing import Sealer
+from catalog.sealing import KeyPurpose, Sealer
 from catalog.store.sql import Store
 
 
@@ -45,3 +45,8 @@ class CatalogContext:
         if found is None:
             raise NoSuchWarehouseError(f"warehouse does not exist: {name}")
         return found
+
+    async def page_key(self) -> bytes:
+        """The deployment's page-token key (shared by every instance; cached after first use).
+        Raises KeyServiceUnavailableError if the KMS cannot unwrap the registry key."""
+        return await self.sealer.derived_key(self.store, KeyPurpose.PAGE_TOKENS)

@@ -147,7 +147,7 @@ async def list_dropped(ctx: CatalogContext, warehouse_name: str | None, page: Pa
         rows.update((item.drop_id, item) for item in found)
         return [item.drop_id for item in found]
 
-    result = await fetch_page(page, fetch)
+    result = await fetch_page(page, fetch, ctx.page_key, warehouse.name, "dropped")
     return documents.dumps(
         {
             "dropped": [_describe(rows[drop_id]) for drop_id in result.items],

@@ -2,7 +2,8 @@
 
     CatalogError
     ├── InvalidRequestError            malformed or semantically invalid input
-    │   └── LocationNotAllowedError    a location outside the table's allowed prefix
+    │   ├── LocationNotAllowedError    a location outside the table's allowed prefix
+    │   └── DocumentTooLargeError      a document over its documented size bound
     ├── UnprocessableError             well-formed but contradictory input
     ├── NotFoundError
     │   ├── NoSuchWarehouseError
@@ -16,7 +17,7 @@
     │   ├── NamespaceNotEmptyError
     │   └── CommitFailedError          a failed requirement or a lost compare-and-swap
     ├── ForbiddenError                 the caller may not do this (e.g. scan these columns)
-    ├── IdempotencyKeyReusedError      one key, two different operations
+    ├── IdempotencyKeyReusedError      one caller's key, two different operations or requests
     ├── CommitStateUnknownError        the outcome of a commit cannot be known
     ├── StorageUnavailableError        the registry or warehouse cannot be reached
     │   ├── KeyServiceUnavailableError the KMS cannot be reached or refuses: fail closed
@@ -40,6 +41,10 @@ class InvalidRequestError(CatalogError):
 
 class LocationNotAllowedError(InvalidRequestError):
     pass
+
+
+class DocumentTooLargeError(InvalidRequestError):
+    """A request document (e.g. a metrics report) larger than its documented bound."""
 
 
 class UnprocessableError(CatalogError):

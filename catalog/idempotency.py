@@ -4,21 +4,34 @@ A successful mutation records its response in the same database transaction that
 (`Recorder.record`), so a change and its record exist together or not at all: a retry after a crash
 either replays the recorded response or runs the operation for the first time, never twice.
 Deterministic failures (4xx) are recorded after the fact and replayed too; 5xx are never recorded,
-so they can be retried. A key reused for a different operation is refused.
+so they can be retried.
 
-Recorded payloads are sealed under the registry's data key, bound to the Idempotency-Key: a
+A record is bound to the caller and the request. It is stored under a keyed hash of (caller,
+Idempotency-Key), so the same key from another caller names another record: that caller's
+request runs as its own and never sees the first caller's response. Beside it is a keyed hash of
+the request (method, path, query, body as the gateway gives it): the same caller repeating a key
+with another operation or another request is refused (IdempotencyKeyReusedError, 422), never
+replayed. Both hashes use a key derived from the registry key, so every instance agrees on them
+and a database reader cannot test guesses of a key or a body.
+
+Recorded payloads are sealed under the registry's data key, bound to the record's name: a
 response holds table metadata, which the registry never stores in the clear.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import orjson
+
 from catalog import errors
-from catalog.sealing import ObjectKey, Sealer
+from catalog.sealing import KeyPurpose, ObjectKey, Sealer
 from catalog.store.sql import DuplicateKeyError, Store, StoreTx
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -43,12 +56,26 @@ _FINAL_ERRORS: dict[str, type[errors.CatalogError]] = {
 Body = bytes | None
 
 
+def record_name(key: bytes, caller: str, idempotency_key: str) -> str:
+    """The stored name of a caller's Idempotency-Key: the first 128 bits of an HMAC-SHA256 of
+    both, shaped as a UUID (the column's format)."""
+    # A JSON array is unambiguous whatever the caller binding contains.
+    digest = hmac.new(key, b"record\x00" + orjson.dumps([caller, idempotency_key]), hashlib.sha256)
+    return str(uuid.UUID(bytes=digest.digest()[:16]))
+
+
+def request_hash(key: bytes, request: bytes) -> str:
+    """A keyed hash of the request a record answers (hex)."""
+    return hmac.new(key, b"request\x00" + request, hashlib.sha256).hexdigest()
+
+
 @dataclass
 class Recorder:
     """Handed to a mutation so it can record its response inside its own transaction."""
 
-    key: str
+    key: str  # the record's name (see `record_name`), not the client's Idempotency-Key
     operation: str
+    request_hash: str
     expired_before: float
     sealing_key: ObjectKey = field(repr=False)
     recorded: bool = field(default=False)
@@ -60,6 +87,7 @@ class Recorder:
         await tx.put_idempotency(
             self.key,
             self.operation,
+            self.request_hash,
             "ok",
             None if body is None else self.seal(body.decode()),
             self.expired_before,
@@ -76,27 +104,38 @@ class Idempotency:
         self._sealer = sealer
         self.lifetime_seconds = lifetime_seconds
 
-    async def run(self, key: str | None, operation: str, mutation: Mutation) -> Body:
-        """Run `mutation` once per key; replay the recorded outcome for a repeated key."""
+    async def run(
+        self, key: str | None, operation: str, mutation: Mutation, *, caller: str, request: bytes
+    ) -> Body:
+        """Run `mutation` once per (caller, key); replay the recorded outcome when the same caller
+        repeats the key with the same request.
+
+        `caller` is an opaque binding of who asks (the gateway's principal binding); `request`
+        the request's canonical bytes. Raises InvalidRequestError for a malformed key,
+        IdempotencyKeyReusedError when the caller used the key for another operation or request,
+        and whatever the mutation (or a replayed final error) raises."""
         if key is None:
             return await mutation(None)
         if not _UUID.match(key):
             raise errors.InvalidRequestError("Idempotency-Key must be a UUID")
-        replayed = await self._replay(key, operation)
+        binding_key = await self._sealer.derived_key(self._store, KeyPurpose.IDEMPOTENCY)
+        name = record_name(binding_key, caller, key)
+        digest = request_hash(binding_key, request)
+        replayed = await self._replay(name, operation, digest)
         if replayed is not None:
             return replayed[0]
         sealing_key = await self._sealer.registry_key(self._store)
-        recorder = Recorder(key, operation, time.time() - self.lifetime_seconds, sealing_key)
+        recorder = Recorder(name, operation, digest, time.time() - self.lifetime_seconds, sealing_key)
         try:
             body = await mutation(recorder)
         except DuplicateKeyError:
-            replayed = await self._replay(key, operation)
+            replayed = await self._replay(name, operation, digest)
             if replayed is None:
                 raise errors.CommitStateUnknownError("idempotency record vanished") from None
             return replayed[0]
         except tuple(_FINAL_ERRORS.values()) as err:
             # A concurrent request with the same key may have won; its outcome is the answer.
-            replayed = await self._replay(key, operation)
+            replayed = await self._replay(name, operation, digest)
             if replayed is not None:
                 return replayed[0]
             await self._record_outside(recorder, "error", {"class": type(err).__name__, "message": str(err)})
@@ -110,13 +149,19 @@ class Idempotency:
         try:
             async with self._store.write() as tx:
                 await tx.put_idempotency(
-                    recorder.key, recorder.operation, outcome, sealed, recorder.expired_before
+                    recorder.key,
+                    recorder.operation,
+                    recorder.request_hash,
+                    outcome,
+                    sealed,
+                    recorder.expired_before,
                 )
         except DuplicateKeyError:
             pass  # a concurrent duplicate recorded first; both outcomes describe the same operation
 
-    async def _replay(self, key: str, operation: str) -> tuple[Body] | None:
-        """The recorded outcome as a 1-tuple (body), or None. Re-raises a recorded error."""
+    async def _replay(self, key: str, operation: str, digest: str) -> tuple[Body] | None:
+        """The recorded outcome as a 1-tuple (body), or None. Re-raises a recorded error; raises
+        IdempotencyKeyReusedError if the record answered another operation or request."""
         async with self._store.read() as tx:
             record = await tx.get_idempotency(key, not_before=time.time() - self.lifetime_seconds)
         if record is None:
@@ -125,6 +170,8 @@ class Idempotency:
             raise errors.IdempotencyKeyReusedError(
                 "Idempotency-Key was already used for a different operation"
             )
+        if record.request_hash is None or not hmac.compare_digest(record.request_hash, digest):
+            raise errors.IdempotencyKeyReusedError("Idempotency-Key was already used for a different request")
         payload = (
             None
             if record.payload is None

@@ -92,7 +92,9 @@ class NamespaceService:
                 key, lambda tx: tx.list_namespaces(warehouse.name, parent_key, after, limit)
             )
 
-        result = await fetch_page(page, fetch)
+        result = await fetch_page(
+            page, fetch, self._ctx.page_key, warehouse.name, "namespaces", parent_key or ""
+        )
         return documents.dumps(
             {
                 "namespaces": [Namespace.parse(key).levels for key in result.items],

@@ -84,7 +84,7 @@ async def list_objects(
             key, lambda tx: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
         )
 
-    result = await fetch_page(page, fetch)
+    result = await fetch_page(page, fetch, ctx.page_key, warehouse.name, kind, namespace.key)
     return documents.dumps(
         {
             "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],

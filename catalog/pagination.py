@@ -2,36 +2,44 @@
 
 A page token names the last item of the previous page, so a page never repeats or skips an item
 that existed before the listing started, however many items are inserted meanwhile. Tokens are
-opaque to clients (base64url JSON) and validated on the way in.
+sealed (`catalog.page_tokens`): opaque, authenticated, bound to the listing and the caller; a
+token that does not open is a 400.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import orjson
-
+from catalog import page_tokens
 from catalog.errors import InvalidRequestError
+from catalog.page_tokens import Listing
 
-_TOKEN_VERSION = 1
+KeySource = Callable[[], Awaitable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
 class PageRequest:
-    """`after`: resume after this name; `limit`: page size, or None for an unpaginated listing."""
+    """`token`: the sealed token to resume from (None: the first page); `limit`: page size, or
+    None for an unpaginated listing; `caller`: opaque binding of who lists (the gateway's
+    principal binding), which every token handed out is bound to."""
 
-    after: str | None
+    token: str | None
     limit: int | None
+    caller: str = field(default="", repr=False)
 
     @classmethod
     def parse(
-        cls, page_token: str | None, page_size: str | None, default_size: int, max_size: int
+        cls,
+        page_token: str | None,
+        page_size: str | None,
+        default_size: int,
+        max_size: int,
+        caller: str = "",
     ) -> PageRequest:
         """Build from the raw query parameters. An absent `pageToken` means the client does not
-        paginate (all items); an empty one means the first page."""
+        paginate (all items); an empty one means the first page (Spark sends `pageToken=`).
+        Raises InvalidRequestError for a bad pageSize (the token is checked when it is opened)."""
         size: int | None = None
         if page_size is not None:
             try:
@@ -41,29 +49,9 @@ class PageRequest:
             if size < 1:
                 raise InvalidRequestError("pageSize must be at least 1")
         if page_token is None and size is None:
-            return cls(after=None, limit=None)
+            return cls(token=None, limit=None, caller=caller)
         limit = min(size or default_size, max_size)
-        return cls(after=decode_token(page_token) if page_token else None, limit=limit)
-
-
-def encode_token(after: str) -> str:
-    raw = orjson.dumps({"v": _TOKEN_VERSION, "after": after})
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_token(token: str) -> str:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = orjson.loads(raw)
-    except (binascii.Error, ValueError):
-        raise InvalidRequestError("invalid pageToken") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("v") != _TOKEN_VERSION
-        or not isinstance(data.get("after"), str)
-    ):
-        raise InvalidRequestError("invalid pageToken")
-    return str(data["after"])
+        return cls(token=page_token or None, limit=limit, caller=caller)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +60,25 @@ class Page:
     next_token: str | None
 
 
-async def fetch_page(page: PageRequest, fetch: Callable[[str | None, int], Awaitable[list[str]]]) -> Page:
-    """Fetch one page with `fetch(after, limit)`, asking for one extra item to know if more exist."""
+async def fetch_page(
+    page: PageRequest,
+    fetch: Callable[[str | None, int], Awaitable[list[str]]],
+    key: KeySource,
+    warehouse: str,
+    what: str,
+    parent: str = "",
+) -> Page:
+    """Fetch one page with `fetch(after, limit)`, asking for one extra item to know if more exist.
+
+    The listing is (`warehouse`, `what`, `parent`) and the caller `page.caller`; a token is opened
+    and the next one sealed with `key()` (the deployment's page-token key). Raises
+    InvalidRequestError for a token that does not open for this listing and caller."""
     if page.limit is None:
         return Page(await fetch(None, 1_000_000_000), None)
-    items = await fetch(page.after, page.limit + 1)
+    listing = Listing(warehouse, what, parent, page.caller)
+    after = None if page.token is None else page_tokens.open_token(await key(), listing, page.token)
+    items = await fetch(after, page.limit + 1)
     if len(items) > page.limit:
         items = items[: page.limit]
-        return Page(items, encode_token(items[-1]))
+        return Page(items, page_tokens.seal(await key(), listing, items[-1]))
     return Page(items, None)

@@ -203,11 +203,35 @@ class CommitViewRequest(_StrictUpdates):
     updates: tuple[ViewUpdate, ...] = ()
 
 
+# Bounds on one metrics report. Real reports are far smaller: a Spark or pyiceberg scan report of
+# a table with hundreds of columns and a filter of dozens of predicates is a few KiB.
+MAX_REPORT_BYTES = 64 * 1024
+MAX_REPORT_DEPTH = 64  # a left-deep AND of many predicates nests one level per predicate
+MAX_REPORT_VALUES = 8192
+
+
 class MetricsReport(_Request):
-    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="allow")
+    """A ScanReport or CommitReport. Only the spec's fields are kept (any other field a client
+    sends is dropped, never stored); nesting and the number of values are bounded here, the size
+    by the route (`MAX_REPORT_BYTES`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        wire.check_bounded(data, "metrics report", MAX_REPORT_DEPTH, MAX_REPORT_VALUES)
+        return data
+
     report_type: Literal["scan-report", "commit-report"] = Field(alias="report-type")
     table_name: str = Field(alias="table-name")
     snapshot_id: int = Field(alias="snapshot-id")
+    filter: Any = None  # an Expression (scan reports): JSON of any shape, bounded as a whole
+    schema_id: int | None = Field(None, alias="schema-id")
+    projected_field_ids: list[int] | None = Field(None, alias="projected-field-ids")
+    projected_field_names: list[str] | None = Field(None, alias="projected-field-names")
+    sequence_number: int | None = Field(None, alias="sequence-number")
+    operation: str | None = None
+    metrics: dict[str, dict[str, int | str]] | None = None  # CounterResult / TimerResult by name
+    metadata: dict[str, str] | None = None
 
 
 def parse(model: type[M], data: Any) -> M:

@@ -10,6 +10,8 @@
   registry can be rebuilt from the warehouse and the KMS alone.
 - Idempotent responses are sealed under a registry-wide data key; metrics reports under their
   table's key, so purging a table shreds its reports too.
+- Keys for one purpose each (page tokens, idempotency record names) are derived from the registry
+  key with HKDF, so every instance sharing the registry and the KMS derives the same keys.
 
 kms errors become catalog errors here: an unreachable or refusing KMS is a 503 (fail closed,
 nothing written), a document that fails its checks an IntegrityCheckError.
@@ -21,9 +23,12 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import orjson
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from catalog import fileio
 from catalog.errors import IntegrityCheckError, InvalidRequestError, KeyServiceUnavailableError
@@ -39,6 +44,15 @@ T = TypeVar("T")
 REGISTRY_KEY = "registry"
 _REGISTRY_KIND = "registry"
 _DOCUMENT_KIND = "document"
+_DERIVED_KEY_BYTES = 32
+
+
+class KeyPurpose(StrEnum):
+    """What a key derived from the registry key is for (the HKDF info): one key per purpose, so
+    a value made for one purpose is never accepted for another."""
+
+    PAGE_TOKENS = "cedarberg/page-tokens/v1"
+    IDEMPOTENCY = "cedarberg/idempotency/v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +101,8 @@ class Sealer:
     def __init__(self, keyring: KeyRing) -> None:
         self.keyring = keyring
         self._registry_key: tuple[str, WrappedKey] | None = None
+        # One entry per KeyPurpose at most: bounded by the enum.
+        self._derived: dict[KeyPurpose, bytes] = {}
 
     async def _call(self, what: str, call: Awaitable[T]) -> T:
         async with _kms_errors(what):
@@ -217,6 +233,21 @@ class Sealer:
             self._registry_key = found
         key_uuid, wrapped = self._registry_key
         return await self.unwrap_object_key("", _REGISTRY_KIND, key_uuid, wrapped)
+
+    async def derived_key(self, store: Store, purpose: KeyPurpose) -> bytes:
+        """A 256-bit key for `purpose`, derived (HKDF-SHA256) from the registry key: the same on
+        every instance sharing the registry and the KMS, and across restarts. Kept in memory for
+        the process's life after the first call (rotating the KEK rewraps the registry key but
+        never changes it, so the derived key stays valid). Call outside write transactions.
+        Raises KeyServiceUnavailableError if the KMS cannot unwrap the registry key."""
+        found = self._derived.get(purpose)
+        if found is None:
+            registry = await self.registry_key(store)
+            found = HKDF(
+                algorithm=hashes.SHA256(), length=_DERIVED_KEY_BYTES, salt=None, info=purpose.value.encode()
+            ).derive(registry.plaintext)
+            self._derived[purpose] = found
+        return found
 
     def reset_registry_key(self) -> None:
         """Forget the registry key's wrapped form (after a rotation replaced it)."""

@@ -93,3 +93,20 @@ def check_updates(updates: Any) -> None:
             )
         elif action == "add-schema":
             check_struct(update.get("schema"), f"{at}.schema")
+
+
+def check_bounded(document: Any, what: str, max_depth: int, max_values: int) -> None:
+    """A document of any shape nested at most `max_depth` levels and holding at most `max_values`
+    values (objects, arrays and scalars, counted over the whole document). Walks iteratively, so
+    no document can exhaust the stack."""
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    values = 0
+    while pending:
+        value, depth = pending.pop()
+        values += 1
+        _require(values <= max_values, what, f"holds more than {max_values} values")
+        _require(depth <= max_depth, what, f"is nested deeper than {max_depth} levels")
+        if isinstance(value, dict):
+            pending.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1) for item in value)

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from catalog import fileio
+from catalog import fileio, metrics_reports
 from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
@@ -149,6 +149,15 @@ def _purge_backoff(settings: Settings) -> PurgeBackoff:
     return PurgeBackoff(settings.purge_retry_initial_seconds, settings.purge_retry_max_seconds)
 
 
+async def _sweep_metrics(store: Store, retention_seconds: int, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await metrics_reports.sweep(store, retention_seconds)
+        except Exception:
+            log.exception("sweep of expired metrics reports failed")
+
+
 async def _sweep_plans(plans: PlanService, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
@@ -188,6 +197,11 @@ def create_app(settings: Settings) -> web.Application:
             asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
             asyncio.create_task(
                 _sweep_dropped(ctx, settings.purge_interval_seconds, _purge_backoff(settings))
+            ),
+            asyncio.create_task(
+                _sweep_metrics(
+                    ctx.store, settings.metrics_report_retention_seconds, settings.purge_interval_seconds
+                )
             ),
             asyncio.create_task(_sweep_plans(app[SERVICES].plans, settings.planning.sweep_interval_seconds)),
         ]

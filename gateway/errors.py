@@ -14,6 +14,7 @@ from catalog import errors as catalog_errors
 ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     catalog_errors.InvalidRequestError: (400, "BadRequestException"),
     catalog_errors.LocationNotAllowedError: (400, "BadRequestException"),
+    catalog_errors.DocumentTooLargeError: (413, "RequestTooLargeException"),
     catalog_errors.UnprocessableError: (422, "UnprocessableEntityException"),
     catalog_errors.NotFoundError: (404, "NotFoundException"),
     catalog_errors.NoSuchWarehouseError: (404, "NoSuchWarehouseException"),

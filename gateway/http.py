@@ -9,7 +9,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from catalog import requests
-from catalog.errors import InvalidRequestError
+from catalog.errors import DocumentTooLargeError, InvalidRequestError
 from catalog.identifiers import Identifier, Namespace
 
 JSON = "application/json"
@@ -35,12 +35,15 @@ async def json_body(request: web.Request) -> Any:
         raise InvalidRequestError("request body is not valid JSON") from None
 
 
-async def parse_body(request: web.Request, model: type[M]) -> M:
+async def parse_body(request: web.Request, model: type[M], max_bytes: int | None = None) -> M:
     """Parse the body into `model` once (the pipeline does, before authorization); later calls
-    return the same object. Raises InvalidRequestError for a missing, malformed or invalid body."""
+    return the same object. Raises InvalidRequestError for a missing, malformed or invalid body,
+    DocumentTooLargeError for one over `max_bytes`."""
     parsed = request.get(_PARSED_BODY)
     if isinstance(parsed, model):
         return parsed
+    if max_bytes is not None and len(await request.read()) > max_bytes:
+        raise DocumentTooLargeError(f"request body is larger than {max_bytes} bytes")
     parsed = requests.parse(model, await json_body(request))
     request[_PARSED_BODY] = parsed
     return parsed
@@ -78,6 +81,13 @@ def idempotency_key(request: web.Request) -> str | None:
 def operation_fingerprint(request: web.Request) -> str:
     """What an Idempotency-Key is bound to: the method and the decoded path."""
     return f"{request.method} {request.path}"[:512]
+
+
+async def request_fingerprint(request: web.Request) -> bytes:
+    """The request as an idempotency record is bound to it: method, decoded path, query parameters
+    (sorted) and the body's bytes. A retry sends the same bytes; anything else is another request."""
+    head = orjson.dumps([request.method, request.path, sorted(request.query.items())])
+    return head + b"\n" + await request.read()
 
 
 def flag(request: web.Request, name: str) -> bool:

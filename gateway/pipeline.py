@@ -167,7 +167,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
     if route.body is not None:
         # One parse, before any decision: the resources and the context are built from the same
         # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
-        await http.parse_body(request, route.body)
+        await http.parse_body(request, route.body, route.max_body_bytes)
     sec, svc = security(request), services(request)
     principal: Principal = request[PRINCIPAL]
     built = await resources.build(request, spec, svc, sec)

@@ -14,6 +14,7 @@ from catalog.planning.service import PlanService
 from catalog.tables import TableService
 from catalog.views import ViewService
 from gateway import http
+from gateway.caller import caller_of
 from gateway.resource_memo import ResourceMemo
 from gateway.settings import Settings
 
@@ -45,6 +46,7 @@ class Services:
             request.query.get("pageSize"),
             self.settings.default_page_size,
             self.settings.max_page_size,
+            caller_of(request),
         )
 
 
@@ -58,7 +60,13 @@ def services(request: web.Request) -> Services:
 
 async def mutate(request: web.Request, mutation: Mutation) -> web.Response:
     """Run a mutation under the request's Idempotency-Key and answer its JSON (or 204)."""
+    key = http.idempotency_key(request)
     body = await services(request).ctx.idempotency.run(
-        http.idempotency_key(request), http.operation_fingerprint(request), mutation
+        key,
+        http.operation_fingerprint(request),
+        mutation,
+        caller=caller_of(request),
+        # Read only when a key is sent: the body is then hashed, never stored.
+        request=b"" if key is None else await http.request_fingerprint(request),
     )
     return http.json_response(body)

@@ -206,6 +206,13 @@ class Settings(BaseModel):
         description="Longest wait between purge attempts of one object whose purge keeps failing "
         "(at least purge_retry_initial_seconds).",
     )
+    metrics_report_retention_seconds: int = Field(
+        30 * 24 * 3600,
+        ge=1,
+        le=10 * 365 * 24 * 3600,
+        description="How long table metrics reports are kept; older ones are deleted every "
+        "purge_interval_seconds. A report is at most 64 KiB of JSON (catalog.metrics_reports).",
+    )
     anonymous: AnonymousSettings | None = Field(
         None, description="UNSAFE outside development: a principal for requests without credentials."
     )

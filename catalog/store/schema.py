@@ -9,7 +9,10 @@ Nothing readable about a table or view is stored: `metadata` is the sealed copy 
 metadata (kms.envelope, bound to warehouse, object UUID and metadata version) and the object's data
 key is stored only wrapped (`wrapped_key`), beside the KEK URI and version that wrapped it.
 Idempotent responses are sealed under the registry's own data key (`registry_keys`), metrics
-reports under their table's key.
+reports under their table's key. An idempotency record's `key` is not the client's
+Idempotency-Key but a keyed hash of (principal, Idempotency-Key) (catalog.idempotency), so the
+same key sent by two principals names two records; `request_hash` (a keyed hash of the request)
+tells a retry from a different request under the same key.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ idempotency_records = Table(
     metadata,
     Column("key", String(36), primary_key=True),
     Column("operation", String(512), nullable=False),
+    Column("request_hash", String(64), nullable=True),  # NULL only in records older than 0006
     Column("outcome", String(8), nullable=False),
     Column("payload", LargeBinary, nullable=True),
     Column("created_at", Float, nullable=False),
@@ -103,6 +107,7 @@ metrics_reports = Table(
     Column("report", LargeBinary, nullable=False),
     Column("received_at_ms", BigInteger, nullable=False),
     Index("ix_metrics_table", "warehouse", "namespace", "name"),
+    Index("ix_metrics_received", "received_at_ms"),  # the retention sweep
 )
 
 # Soft-deleted objects of sealed warehouses, kept for the retention, then purged (files deleted,

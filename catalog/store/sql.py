@@ -109,6 +109,7 @@ class KeyRef:
 @dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     operation: str
+    request_hash: str | None  # None only for records written before revision 0006
     outcome: str
     payload: bytes | None
     created_at: float
@@ -375,10 +376,16 @@ class StoreTx:
         ).first()
         if row is None:
             return None
-        return IdempotencyRecord(row.operation, row.outcome, row.payload, row.created_at)
+        return IdempotencyRecord(row.operation, row.request_hash, row.outcome, row.payload, row.created_at)
 
     async def put_idempotency(
-        self, key: str, operation: str, outcome: str, payload: bytes | None, expired_before: float
+        self,
+        key: str,
+        operation: str,
+        request_hash: str,
+        outcome: str,
+        payload: bytes | None,
+        expired_before: float,
     ) -> None:
         """Record a final outcome, replacing an expired record. Raises DuplicateKeyError."""
         await self._conn.execute(
@@ -391,6 +398,7 @@ class StoreTx:
                 insert(idempotency_records).values(
                     key=key,
                     operation=operation,
+                    request_hash=request_hash,
                     outcome=outcome,
                     payload=payload,
                     created_at=time.time(),
@@ -440,6 +448,20 @@ class StoreTx:
                 metrics_reports.c.name == name,
             )
         )
+
+    async def delete_metrics_reports_before(self, before_ms: int, limit: int) -> int:
+        """Delete up to `limit` reports received before `before_ms` (oldest first, by the
+        `ix_metrics_received` index); returns how many."""
+        oldest = (
+            select(metrics_reports.c.id)
+            .where(metrics_reports.c.received_at_ms < before_ms)
+            .order_by(metrics_reports.c.received_at_ms)
+            .limit(limit)
+        )
+        result = await self._conn.execute(
+            delete(metrics_reports).where(metrics_reports.c.id.in_(oldest.scalar_subquery()))
+        )
+        return int(result.rowcount)
 
     # -- soft-deleted objects ---------------------------------------------------------------
     async def insert_dropped(self, dropped: DroppedRow) -> None:

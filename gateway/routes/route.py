@@ -21,6 +21,7 @@ class Route:
     # The request document, parsed once before authorization (`gateway.http.parsed_body`): Cedar
     # and the handler see the same typed objects, and a malformed body is a 400 before any decision.
     body: type[BaseModel] | None = None
+    max_body_bytes: int | None = None  # a tighter bound than the application's for this body
 
     @property
     def endpoint(self) -> str:

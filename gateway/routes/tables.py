@@ -138,7 +138,14 @@ ROUTES = [
         body=req.RegisterTableRequest,
     ),
     Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable", body=req.RenameRequest),
-    Route("POST", TABLE + "/metrics", report_metrics, "reportMetrics", body=req.MetricsReport),
+    Route(
+        "POST",
+        TABLE + "/metrics",
+        report_metrics,
+        "reportMetrics",
+        body=req.MetricsReport,
+        max_body_bytes=req.MAX_REPORT_BYTES,
+    ),
     Route(
         "POST",
         "/v1/{prefix}/transactions/commit",

@@ -62,3 +62,37 @@ def test_sealed_registry_migration_upgrades_an_empty_registry(tmp_path: Path) ->
     engine.dispose()
     assert {"metadata", "kek_uri", "kek_version", "wrapped_key"} <= columns
     assert {"dropped_objects", "registry_keys"} <= tables
+
+
+def test_bound_requests_migration_adds_the_request_hash_and_the_retention_index(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bound.db'}"
+    _upgrade(url, "0005")
+    engine = create_engine(url)
+    with engine.begin() as connection:  # a record from before: kept, with no request hash
+        connection.execute(
+            text("INSERT INTO idempotency_records VALUES ('k', 'POST /v1/x', 'ok', NULL, 1.0)")
+        )
+    engine.dispose()
+    _upgrade(url, "head")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        columns = {row[1] for row in connection.execute(text("PRAGMA table_info(idempotency_records)"))}
+        indexes = {row[1] for row in connection.execute(text("PRAGMA index_list(metrics_reports)"))}
+        hashes = connection.execute(text("SELECT request_hash FROM idempotency_records")).fetchall()
+    engine.dispose()
+    assert "request_hash" in columns
+    assert "ix_metrics_received" in indexes
+    assert hashes == [(None,)]  # never replayed: catalog.idempotency refuses a record without one
+
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0005")
+    with engine.connect() as connection:
+        columns = {row[1] for row in connection.execute(text("PRAGMA table_info(idempotency_records)"))}
+        indexes = {row[1] for row in connection.execute(text("PRAGMA index_list(metrics_reports)"))}
+    engine.dispose()
+    assert "request_hash" not in columns
+    assert "ix_metrics_received" not in indexes

@@ -1296,7 +1296,13 @@ def test_idempotent_table_commit_replay(catalog_gateway: Any, cat: RestCatalog, 
     assert len(loaded.snapshots()) == 1
     location = loaded.metadata_location
 
-    headers = {"Content-Type": "application/json", "Idempotency-Key": key}
+    # The replay comes from the same principal: a record is bound to who sent it (another
+    # principal's request with this key would run as its own).
+    headers = {
+        "Content-Type": "application/json",
+        "Idempotency-Key": key,
+        "Authorization": str(original.headers["Authorization"]),
+    }
     replay = rest.session.post(original.url, data=original.body, headers=headers, timeout=HTTP_TIMEOUT)
     assert replay.status_code == 200, replay.text
     assert replay.json()["metadata-location"] == location

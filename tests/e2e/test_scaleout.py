@@ -209,6 +209,55 @@ def test_an_idempotency_key_holds_across_instances(cluster: Cluster) -> None:
     assert listed.count(["once"]) == 1
 
 
+def test_page_tokens_and_idempotency_bindings_hold_across_instances(cluster: Cluster) -> None:
+    """Every instance derives the same page-token and idempotency keys from the shared registry
+    key: a token from one resumes the listing on the other, a key replays there for its principal
+    only, and a different request under it is refused there too."""
+    first, second = cluster.instances
+    names = [f"p{i}" for i in range(5)]
+    other = cluster.create_key("other-admin", ["admins"])
+    with cluster.session() as admin, cluster.session(other) as other_admin:
+        for name in names:
+            assert admin.post(f"{first.url}/v1/namespaces", json={"namespace": [name]}, timeout=30).ok
+        seen: list[list[str]] = []
+        token = ""
+        for hop in range(len(names) + 1):  # alternate instances page by page
+            gw = cluster.instances[hop % 2]
+            page = admin.get(
+                f"{gw.url}/v1/namespaces", params={"pageSize": "2", "pageToken": token}, timeout=30
+            )
+            assert page.status_code == 200, page.text
+            seen += page.json()["namespaces"]
+            token = page.json().get("next-page-token") or ""
+            if not token:
+                break
+            foreign = other_admin.get(
+                f"{cluster.instances[(hop + 1) % 2].url}/v1/namespaces",
+                params={"pageSize": "2", "pageToken": token},
+                timeout=30,
+            )
+            assert foreign.status_code == 400, foreign.text
+        assert [n for n in seen if n[0] in names] == [[name] for name in names]
+
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        mine = admin.post(
+            f"{first.url}/v1/namespaces", json={"namespace": ["k-mine"]}, headers=key, timeout=30
+        )
+        again = admin.post(
+            f"{second.url}/v1/namespaces", json={"namespace": ["k-mine"]}, headers=key, timeout=30
+        )
+        theirs = other_admin.post(
+            f"{second.url}/v1/namespaces", json={"namespace": ["k-theirs"]}, headers=key, timeout=30
+        )
+        changed = admin.post(
+            f"{second.url}/v1/namespaces", json={"namespace": ["k-other"]}, headers=key, timeout=30
+        )
+    assert mine.status_code == again.status_code == theirs.status_code == 200
+    assert again.json() == mine.json()
+    assert theirs.json()["namespace"] == ["k-theirs"]
+    assert changed.status_code == 422, changed.text
+
+
 def test_the_rate_limit_is_one_budget_across_instances(
     postgres_url: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
