@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -274,3 +275,84 @@ def test_malformed_bodies_are_a_400_before_any_decision(lake: Lake, path: str, b
     _refused(
         lake.writer.post(lake.gw.catalog_url(path), json=body, timeout=TIMEOUT), 400, "BadRequestException"
     )
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants, in KiB."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        status = Path(f"/proc/{current}/status").read_text()
+        total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+        for task in Path(f"/proc/{current}/task").iterdir():
+            pending += [int(child) for child in (task / "children").read_text().split()]
+    return total
+
+
+def test_refused_commits_with_huge_values_do_not_grow_the_gateway(lake: Lake) -> None:
+    """The finding: 40 refused commits with multi-megabyte `action` strings grew memory by about
+    120 MB (the decision cache kept the raw context). They are now refused by the parse, before
+    any decision, and nothing of them is kept."""
+    pid = lake.gw.process.pid
+    assert pid is not None
+    body = {"requirements": [], "updates": [{"action": "x" * (2 * 1024 * 1024)}]}
+    url = lake.table_url("finance", "any")
+    for _ in range(5):  # warm up buffers and caches
+        assert lake.reader.post(url, json=body, timeout=TIMEOUT).status_code == 400
+    before = _tree_rss_kib(pid)
+    for i in range(40):
+        body["updates"][0]["action"] = f"{i:02d}" + "x" * (2 * 1024 * 1024)
+        assert lake.reader.post(url, json=body, timeout=TIMEOUT).status_code == 400
+    assert _tree_rss_kib(pid) - before < 30 * 1024
+
+
+def _view_body(name: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "schema": {"type": "struct", "schema-id": 0, "fields": fields},
+        "view-version": {
+            "version-id": 1,
+            "schema-id": 0,
+            "timestamp-ms": 1_700_000_000_000,
+            "summary": {},
+            "representations": [{"type": "sql", "sql": "select 1 as id", "dialect": "spark"}],
+            "default-namespace": ["finance"],
+        },
+        "properties": {},
+    }
+
+
+def test_a_locked_view_schema_cannot_change_and_creating_a_view_is_not_a_change(lake: Lake) -> None:
+    name = _name()
+    id_field = {"id": 1, "name": "id", "type": "long", "required": False}
+    views = lake.gw.catalog_url("namespaces/finance/views")
+    created = lake.writer.post(views, json=_view_body(name, [id_field]), timeout=TIMEOUT)  # control
+    assert created.status_code == 200, created.text
+    wider = [id_field, {"id": 2, "name": "note", "type": "string", "required": False}]
+    version = {**_view_body(name, wider)["view-version"], "version-id": 2, "schema-id": -1}
+    replace = {
+        "requirements": [],
+        "updates": [
+            {"action": "add-schema", "schema": {"type": "struct", "schema-id": 1, "fields": wider}},
+            {"action": "add-view-version", "view-version": version},
+            {"action": "set-current-view-version", "view-version-id": -1},
+        ],
+    }
+    _refused(lake.writer.post(f"{views}/{name}", json=replace, timeout=TIMEOUT))
+    loaded = lake.gw.admin.get(f"{views}/{name}", timeout=TIMEOUT).json()
+    assert loaded["metadata-location"] == created.json()["metadata-location"]
+    # Control: a change that keeps the schema (a new SQL text) is the writer's.
+    same_schema = {
+        **version,
+        "schema-id": 0,
+        "representations": [{"type": "sql", "sql": "select 2 as id", "dialect": "spark"}],
+    }
+    kept = {
+        "requirements": [],
+        "updates": [
+            {"action": "add-view-version", "view-version": same_schema},
+            {"action": "set-current-view-version", "view-version-id": -1},
+        ],
+    }
+    response = lake.writer.post(f"{views}/{name}", json=kept, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
