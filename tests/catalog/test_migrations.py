@@ -5,21 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, text
 
-from catalog.store.sql import MIGRATIONS
-
-
-def _upgrade(url: str, revision: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-    engine.dispose()
+from tests.support.migrations import downgrade, upgrade
 
 
 def _seed_unsealed_table(url: str) -> None:
@@ -38,10 +26,10 @@ def _seed_unsealed_table(url: str) -> None:
 
 def test_sealed_registry_migration_refuses_unsealed_tables(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    _upgrade(url, "0001")
+    upgrade(url, "0001")
     _seed_unsealed_table(url)
     with pytest.raises(RuntimeError, match="cedarberg rebuild"):
-        _upgrade(url, "head")
+        upgrade(url, "head")
     engine = create_engine(url)
     with engine.connect() as connection:  # nothing was dropped: the old registry is intact
         assert connection.execute(text("SELECT count(*) FROM catalog_objects")).scalar_one() == 1
@@ -51,8 +39,8 @@ def test_sealed_registry_migration_refuses_unsealed_tables(tmp_path: Path) -> No
 
 def test_sealed_registry_migration_upgrades_an_empty_registry(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.db'}"
-    _upgrade(url, "0001")
-    _upgrade(url, "head")
+    upgrade(url, "0001")
+    upgrade(url, "head")
     engine = create_engine(url)
     with engine.connect() as connection:
         columns = {row[1] for row in connection.execute(text("PRAGMA table_info(catalog_objects)"))}
@@ -66,14 +54,14 @@ def test_sealed_registry_migration_upgrades_an_empty_registry(tmp_path: Path) ->
 
 def test_bound_requests_migration_adds_the_request_hash_and_the_retention_index(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bound.db'}"
-    _upgrade(url, "0005")
+    upgrade(url, "0005")
     engine = create_engine(url)
     with engine.begin() as connection:  # a record from before: kept, with no request hash
         connection.execute(
             text("INSERT INTO idempotency_records VALUES ('k', 'POST /v1/x', 'ok', NULL, 1.0)")
         )
     engine.dispose()
-    _upgrade(url, "head")
+    upgrade(url, "head")
     engine = create_engine(url)
     with engine.connect() as connection:
         columns = {row[1] for row in connection.execute(text("PRAGMA table_info(idempotency_records)"))}
@@ -84,12 +72,8 @@ def test_bound_requests_migration_adds_the_request_hash_and_the_retention_index(
     assert "ix_metrics_received" in indexes
     assert hashes == [(None,)]  # never replayed: catalog.idempotency refuses a record without one
 
+    downgrade(url, "0005")
     engine = create_engine(url)
-    with engine.begin() as connection:
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0005")
     with engine.connect() as connection:
         columns = {row[1] for row in connection.execute(text("PRAGMA table_info(idempotency_records)"))}
         indexes = {row[1] for row in connection.execute(text("PRAGMA index_list(metrics_reports)"))}

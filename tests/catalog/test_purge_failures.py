@@ -14,8 +14,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, text
 
 from catalog.context import CatalogContext, Limits, Warehouse
@@ -25,9 +23,10 @@ from catalog.idempotency import Idempotency
 from catalog.pagination import PageRequest
 from catalog.purge_failures import MAX_ERROR_CHARS, PurgeBackoff, describe_failure
 from catalog.sealing import Sealer
-from catalog.store.sql import MIGRATIONS, DroppedRow, ObjectRow, Store
+from catalog.store.sql import DroppedRow, ObjectRow, Store
 from kms.keyring import KeyRing
 from kms.settings import KmsSettings
+from tests.support.migrations import upgrade
 
 WAREHOUSE = "w"
 
@@ -182,19 +181,9 @@ async def test_a_claimed_object_waits_its_backoff_and_others_come_first(store: S
 # -- migration ---------------------------------------------------------------------------------
 
 
-def _upgrade(url: str, revision: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
-    engine.dispose()
-
-
 def test_migration_starts_existing_drops_with_no_attempts_at_their_purge_time(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    _upgrade(url, "0004")
+    upgrade(url, "0004")
     engine = create_engine(url)
     with engine.begin() as connection:
         connection.execute(
@@ -207,7 +196,7 @@ def test_migration_starts_existing_drops_with_no_attempts_at_their_purge_time(tm
             )
         )
     engine.dispose()
-    _upgrade(url, "0005")
+    upgrade(url, "0005")
     engine = create_engine(url)
     with engine.connect() as connection:
         row = connection.execute(

@@ -12,8 +12,6 @@ retention), pyiceberg as the engine.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,23 +84,7 @@ def _registry_rows(gw: GatewayProcess, table_uuid: str) -> int:
 
 
 def _cli_dropped_list(gw: GatewayProcess) -> str:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "dropped",
-            "list",
-            "--config",
-            str(gw.config_path),
-            "--data-dir",
-            str(gw.data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = gw.cli("dropped", "list")
     assert result.returncode == 0, result.stderr
     return result.stdout
 

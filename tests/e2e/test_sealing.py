@@ -6,8 +6,6 @@ All against the real gateway process (local:// KEK, SQLite registry, local wareh
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -38,25 +36,6 @@ SCHEMA = Schema(
 
 def _rows(ids: list[int]) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), COLUMN: pa.array([f"v{i}" for i in ids], pa.string())})
-
-
-def _cli(gw: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            *args,
-            "--config",
-            str(gw.config_path),
-            "--data-dir",
-            str(gw.data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _files(root: Path) -> list[Path]:
@@ -267,11 +246,11 @@ def test_undrop_and_list_from_the_cli(retained_gateway: GatewayProcess) -> None:
     cat.create_namespace("cli")
     cat.create_table("cli.t", SCHEMA).append(_rows([1]))
     cat.drop_table("cli.t")
-    listed = _cli(gw, "dropped", "list")
+    listed = gw.cli("dropped", "list")
     assert listed.returncode == 0, listed.stderr
     drop_id = listed.stdout.split()[0]
     assert "cli.t" in listed.stdout
-    restored = _cli(gw, "dropped", "undrop", drop_id)
+    restored = gw.cli("dropped", "undrop", drop_id)
     assert restored.returncode == 0, restored.stderr
     assert "restored table cli.t" in restored.stdout
     assert cat.load_table("cli.t").scan().to_arrow().num_rows == 1
@@ -311,7 +290,7 @@ def test_rebuild_restores_every_table_and_view(gateway: GatewayProcess) -> None:
     gateway.stop()
     for path in gateway.data_dir.glob("catalog.db*"):
         path.unlink()
-    result = _cli(gateway, "rebuild")
+    result = gateway.cli("rebuild")
     assert result.returncode == 0, result.stderr
     assert "3 restored, 0 skipped" in result.stdout, result.stdout
     gateway.start()
@@ -377,9 +356,9 @@ def test_kek_rotation_under_load(tmp_path: Path) -> None:
             thread.start()
         try:
             assert _wait_until(lambda: counts["reads"] > 20 and counts["writes"] > 2)
-            new_version = _cli(gw, "kms", "new-local-version")
+            new_version = gw.cli("kms", "new-local-version")
             assert new_version.returncode == 0, new_version.stderr
-            rotated = _cli(gw, "kms", "rotate")
+            rotated = gw.cli("kms", "rotate")
             assert rotated.returncode == 0, rotated.stdout + rotated.stderr
             assert "0 remaining" in rotated.stdout
             reads_at_rotation = counts["reads"]
@@ -391,7 +370,7 @@ def test_kek_rotation_under_load(tmp_path: Path) -> None:
         assert errors == []
         assert counts["writes"] > 2
         assert _kek_versions(gw) == {"2"}
-        status = _cli(gw, "kms", "status")
+        status = gw.cli("kms", "status")
         assert "keys not under it: 0" in status.stdout, status.stdout
         for name in names:
             assert cat.load_table(f"rot.{name}").scan().to_arrow().num_rows == 1

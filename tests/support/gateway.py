@@ -170,6 +170,13 @@ class GatewayProcess:
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run ``cedarberg ARGS --config .. --data-dir ..`` against this gateway's store, offline."""
+        argv = [sys.executable, "-m", "gateway.cli", *args, "--data-dir", str(self.data_dir)]
+        if self.config is not None:
+            argv += ["--config", str(self.config_path)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT)
+
     # -- life cycle --------------------------------------------------------------------------
 
     def command(self) -> list[str]:
