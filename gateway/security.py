@@ -111,13 +111,15 @@ class Security:
             parse_api_key(token)
             return await self.api_keys.authenticate(token)
         principal = self.verified_tokens.get(token)
-        if principal is not None:
-            return principal
-        if self.oidc.handles(token):
-            principal = await self.oidc.authenticate(token)
-        else:
-            principal = self.tokens.verify(token)
-        self.verified_tokens.put(token, principal)
+        if principal is None:
+            if self.oidc.handles(token):
+                principal = await self.oidc.authenticate(token)
+            else:
+                principal = self.tokens.verify(token)
+            self.verified_tokens.put(token, principal)
+        if principal.auth_method is AuthMethod.GATEWAY_TOKEN:
+            # Checked on every use, cached or not: a rotation or revocation ends older tokens.
+            await self.api_keys.check_token(principal)
         return principal
 
     async def close(self) -> None:

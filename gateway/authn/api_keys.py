@@ -10,7 +10,8 @@ Public API::
     keys = ApiKeyAuthenticator(store, ApiKeySettings())
     principal = await keys.authenticate("cbk_...")          # raises AuthenticationError
     principal = await keys.authenticate_parts(key_id, secret)   # OAuth2 client id / secret
-    principal = await keys.active_principal(key_id)         # no secret, no hash (token refresh)
+    principal = await keys.active_principal(key_id, generation)   # no secret, no hash (token refresh)
+    await keys.check_token(principal)                       # a gateway token's key cut-off
     record, plaintext = await keys.create_key(principal, kind, groups, expires_at, description)
     records = await keys.list_keys(principal=None, after=None, limit=100)
     record = await keys.get_key(key_id)                     # raises NoSuchApiKeyError
@@ -36,6 +37,14 @@ every `change_poll_seconds`: a revoked or rotated key is refused everywhere with
 `_STALE_POLLS` intervals, cached verifications are not trusted (every request goes to the
 store), and after such a gap the whole cache is dropped, since feed entries may have been pruned.
 Expiry is enforced on every request, cached or not.
+
+Token cut-off: every rotation and revocation bumps the key's generation (in the same transaction
+as the change feed entry that carries it). Gateway tokens carry the generation of the key that
+proved them; `check_token` refuses a token older than the newest generation this process knows
+(from its own writes and the feed; at start-up it reads the whole retained feed, which outlives
+every token). So a rotation or revocation ends every token issued before it, on every process,
+within `change_poll_seconds`. While the feed is stale, `check_token` asks the store instead
+(failing closed: a store that cannot answer refuses the token).
 """
 
 from __future__ import annotations
@@ -136,6 +145,7 @@ def _principal(record: ApiKeyRecord) -> Principal:
         groups=frozenset(record.groups),
         auth_method=AuthMethod.API_KEY,
         attributes={"api_key_id": record.key_id},
+        key_generation=record.generation,
     )
 
 
@@ -160,6 +170,8 @@ class ApiKeyAuthenticator:
         self._feed_read_at: float | None = None  # monotonic time of the last good poll; None: off
         self._feed_task: asyncio.Task[None] | None = None
         self._feed_stop = asyncio.Event()
+        # Newest generation known per key changed since the feed's retention (token cut-offs).
+        self._generations: dict[str, int] = {}
 
     @property
     def settings(self) -> ApiKeySettings:
@@ -193,17 +205,45 @@ class ApiKeyAuthenticator:
             raise AuthenticationError from None
         return await self._authenticate(key)
 
-    async def active_principal(self, key_id: str) -> Principal:
+    async def active_principal(self, key_id: str, generation: int | None = None) -> Principal:
         """The principal of a key that is still usable, without its secret and without hashing.
 
-        For refreshing a token that was issued for this key. Raises AuthenticationError if the key
-        is unknown, revoked or expired.
+        For refreshing a token that was issued for this key at `generation`: reads the store, so
+        a rotation or revocation anywhere refuses it at once. Raises AuthenticationError if the key
+        is unknown, revoked or expired, or was rotated after `generation`.
         """
         stored = await self._store.get(key_id)
         if stored is None or not stored.record.is_active(datetime.now(UTC)):
             log.info("api key %s rejected: unknown, revoked or expired", key_id)
             raise AuthenticationError
+        if generation is not None and stored.record.generation > generation:
+            log.info("api key %s rejected: token issued before the key's last rotation", key_id)
+            raise AuthenticationError
         return _principal(stored.record)
+
+    async def check_token(self, principal: Principal) -> None:
+        """Refuse a gateway token issued for an API key before that key's last rotation or
+        revocation. Principals not proved by a key pass.
+
+        Raises AuthenticationError; StorageUnavailableError if the feed is stale and the store
+        cannot answer either (fail closed)."""
+        key_id = principal.attributes.get("api_key_id")
+        if key_id is None:
+            return
+        generation = principal.key_generation or 0
+        if self._feed_stale(time.monotonic()):
+            stored = await self._store.get(key_id)
+            active = stored is not None and stored.record.revoked_at is None
+            newest = stored.record.generation if stored is not None and active else None
+        else:
+            newest = self._generations.get(key_id, 0)
+        if newest is None or newest > generation:
+            log.info("gateway token for api key %s rejected: issued before a rotation or revocation", key_id)
+            raise AuthenticationError
+
+    def _note_generation(self, key_id: str, generation: int) -> None:
+        if generation > self._generations.get(key_id, -1):
+            self._generations[key_id] = generation
 
     async def _authenticate(self, key: ParsedKey) -> Principal:
         digest = self._cache.digest(key.presented)
@@ -278,9 +318,11 @@ class ApiKeyAuthenticator:
 
     # -- change feed (revocations and rotations made by other processes) -----------------------
     async def start_change_feed(self) -> None:
-        """Follow the store's change feed from now on. Raises StorageUnavailableError."""
-        self._feed_cursor = await self._store.latest_change()
-        self._feed_read_at = time.monotonic()
+        """Read the retained feed (the token cut-offs of every key changed within it), then
+        follow it. Raises StorageUnavailableError."""
+        self._feed_cursor = 0
+        self._feed_read_at = None
+        await self.poll_changes()
         self._feed_task = asyncio.create_task(self._follow_changes())
 
     async def poll_changes(self) -> int:
@@ -290,9 +332,10 @@ class ApiKeyAuthenticator:
         applied = 0
         while True:
             batch = await self._store.changes_after(self._feed_cursor, _FEED_BATCH)
-            for change_id, key_id in batch:
-                self._forget(key_id)
-                self._feed_cursor = change_id
+            for change in batch:
+                self._forget(change.key_id)
+                self._note_generation(change.key_id, change.generation)
+                self._feed_cursor = change.id
             applied += len(batch)
             if len(batch) < _FEED_BATCH:
                 break
@@ -411,18 +454,21 @@ class ApiKeyAuthenticator:
             raise ApiKeyRevokedError(key_id)
         key = ParsedKey(key_id, generate_key().secret)
         secret_hash = await self._hasher.hash(key.secret)
-        rotated = await self._store.replace_secret(key_id, secret_hash, datetime.now(UTC))
+        generation = await self._store.replace_secret(key_id, secret_hash, datetime.now(UTC))
         self._forget(key_id)
-        if not rotated:
+        if generation is None:
             raise ApiKeyRevokedError(key_id)
+        self._note_generation(key_id, generation)
         log.info("api key %s rotated", key_id)
         return await self.get_key(key_id), key.presented
 
     async def revoke_key(self, key_id: str) -> ApiKeyRecord:
         """Revoke a key (idempotent) and forget its cached verifications. Raises NoSuchApiKeyError."""
-        revoked = await self._store.revoke(key_id, datetime.now(UTC))
+        generation = await self._store.revoke(key_id, datetime.now(UTC))
         self._forget(key_id)
+        if generation is not None:
+            self._note_generation(key_id, generation)
         record = await self.get_key(key_id)
-        if revoked:
+        if generation is not None:
             log.info("api key %s revoked", key_id)
         return record

@@ -17,8 +17,9 @@ first `:`, or None. Grants:
   only if they agree. A wrong or unusable key is `invalid_client` (401, generic description).
 - `urn:ietf:params:oauth:grant-type:token-exchange` with `subject_token` = a still-valid gateway
   access token (`TokenEndpoint.refresh`): how Iceberg's Java client refreshes its token before it
-  expires. The key the token was issued for must still be active (checked without hashing), so
-  revoking a key also ends refreshes. If the client authenticates with HTTP Basic (the Java
+  expires. The key the token was issued for must still be active and not rotated since the token
+  was issued (checked in the store, without hashing), so rotating or revoking a key also ends
+  refreshes of its earlier tokens. If the client authenticates with HTTP Basic (the Java
   client's fallback once its token has expired), a token is issued for that key instead.
 
 Anything else is `unsupported_grant_type`; missing or repeated-method parameters are
@@ -55,7 +56,7 @@ class KeyVerifier(Protocol):
 
     async def authenticate_parts(self, key_id: str, secret: str) -> Principal: ...
 
-    async def active_principal(self, key_id: str) -> Principal: ...
+    async def active_principal(self, key_id: str, generation: int | None = None) -> Principal: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +209,7 @@ class TokenEndpoint:
             log.info("token refresh refused: token not issued for an api key")
             return _invalid_request("subject_token is not valid")
         try:
-            principal = await self._keys.active_principal(key_id)
+            principal = await self._keys.active_principal(key_id, subject.key_generation or 0)
         except AuthenticationError:
             return _invalid_request("subject_token is not valid")
         return await self._issue(principal)

@@ -29,6 +29,10 @@ class Principal:
 
     `id` is unique within its kind; `groups` drive the default policies; `attributes` carry extra
     claims a policy may use (e.g. the verified client-certificate subject under `tls_subject`).
+    `key_generation` is the generation of the API key (`attributes["api_key_id"]`) that proved the
+    principal, directly or through a gateway token; None for other methods. A gateway token of an
+    older generation than its key's current one was issued before a rotation or revocation and
+    is refused.
     """
 
     id: str
@@ -36,3 +40,4 @@ class Principal:
     groups: frozenset[str]
     auth_method: AuthMethod
     attributes: Mapping[str, str] = field(default_factory=dict)
+    key_generation: int | None = None

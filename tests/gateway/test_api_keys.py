@@ -325,11 +325,11 @@ async def test_the_feed_prunes_old_entries(tmp_path: Path, store: KeyStore) -> N
     keys = ApiKeyAuthenticator(store)
     old, _ = await keys.create_key("alice", PrincipalKind.USER)
     new, _ = await keys.create_key("bob", PrincipalKind.USER)
-    assert await store.revoke(old.key_id, datetime.now(UTC) - timedelta(days=2))
-    assert [key for _, key in await store.changes_after(0)] == [old.key_id]
+    assert await store.revoke(old.key_id, datetime.now(UTC) - timedelta(days=2)) == 1
+    assert [change.key_id for change in await store.changes_after(0)] == [old.key_id]
     await keys.revoke_key(new.key_id)
-    assert [key for _, key in await store.changes_after(0)] == [new.key_id]
-    assert await store.latest_change() == (await store.changes_after(0))[0][0]
+    assert [change.key_id for change in await store.changes_after(0)] == [new.key_id]
+    assert await store.latest_change() == (await store.changes_after(0))[0].id
 
 
 async def test_repeated_failures_lock_the_id_out_without_hashing(keys: ApiKeyAuthenticator) -> None:
@@ -554,8 +554,8 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         gateway_version = db.execute("SELECT version_num FROM alembic_version_gateway").fetchall()
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
-    assert gateway_version == [("gw0002",)]
-    assert catalog_version == [("0003",)]
+    assert gateway_version == [("gw0003",)]
+    assert catalog_version == [("0006",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "alice"
