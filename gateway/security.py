@@ -103,13 +103,14 @@ class Security:
         outcome = await asyncio.to_thread(self.policies.reload)
         log.info("policy reload: %s (version %s)", outcome, self.policies.version)
 
-    async def authenticate_bearer(self, token: str) -> Principal:
-        """Who a bearer credential names: an API key, a gateway token or an OIDC token.
+    async def authenticate_bearer(self, token: str, addr: str | None = None) -> Principal:
+        """Who a bearer credential names: an API key, a gateway token or an OIDC token. `addr` is
+        the caller's address: API key lockouts count per key and address.
 
         Raises AuthenticationError (CredentialExpiredError for an expired token)."""
         with contextlib.suppress(MalformedKeyError):
             parse_api_key(token)
-            return await self.api_keys.authenticate(token)
+            return await self.api_keys.authenticate(token, self.limiter.client(addr))
         principal = self.verified_tokens.get(token)
         if principal is None:
             if self.oidc.handles(token):

@@ -8,8 +8,8 @@ Public API::
 
     store = await open_key_store(url)                       # or KeyStore(engine); await store.migrate()
     keys = ApiKeyAuthenticator(store, ApiKeySettings())
-    principal = await keys.authenticate("cbk_...")          # raises AuthenticationError
-    principal = await keys.authenticate_parts(key_id, secret)   # OAuth2 client id / secret
+    principal = await keys.authenticate("cbk_...", client)  # raises AuthenticationError
+    principal = await keys.authenticate_parts(key_id, secret, client)   # OAuth2 client id / secret
     principal = await keys.active_principal(key_id, generation)   # no secret, no hash (token refresh)
     await keys.check_token(principal)                       # a gateway token's key cut-off
     record, plaintext = await keys.create_key(principal, kind, groups, expires_at, description)
@@ -22,7 +22,11 @@ Public API::
 Verification order in `authenticate`, cheapest first; each step rejects without doing the next:
 1. strict parse (length, charset, canonical base64): malformed keys cost no lookup and no hash;
 2. the verified-key cache: a key that verified before within the TTL costs no lookup and no hash;
-3. lockout of the key id: a locked-out id costs no lookup and no hash;
+3. lockout of the key id *for this client* (`client`: the caller's address as the rate limiter
+   keys it): a locked-out (key id, client) pair costs no lookup and no hash. Failures are counted
+   per key id and client, so someone who knows a key id (it is the OAuth2 client id, not a
+   secret) locks out only their own address, never the owner presenting the right secret from
+   elsewhere;
 4. one primary-key lookup: an unknown, revoked or expired key costs no hash;
 5. Argon2id verification, once per distinct presented key even when many requests carrying it
    arrive together (they share one verification).
@@ -101,16 +105,29 @@ class ApiKeySettings(BaseModel):
         "rotations made by any gateway process); the longest such a change takes to reach it.",
     )
     lockout_threshold: int = Field(
-        5, ge=1, le=1000, description="Failed verifications of one key id that trigger a lockout."
+        5,
+        ge=1,
+        le=1000,
+        description="Failed verifications of one key id from one client address that lock that "
+        "address out of that key (the key keeps working from other addresses).",
     )
     failure_window_seconds: float = Field(
-        300.0, gt=0, le=86_400, description="Window in which failures of one key id are counted."
+        300.0,
+        gt=0,
+        le=86_400,
+        description="Window in which failures of one key id from one client address are counted.",
     )
     lockout_seconds: float = Field(
-        300.0, gt=0, le=86_400, description="How long a locked-out key id is refused without hashing."
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long a locked-out (key id, client address) pair is refused without hashing.",
     )
     lockout_tracked_ids: int = Field(
-        10_000, ge=1, le=1_000_000, description="Key ids whose failures are tracked at once."
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="(Key id, client address) pairs whose failures are tracked at once.",
     )
 
 
@@ -147,6 +164,12 @@ def _principal(record: ApiKeyRecord) -> Principal:
         attributes={"api_key_id": record.key_id},
         key_generation=record.generation,
     )
+
+
+def _lockout_subject(key_id: str, client: str) -> str:
+    """What failures are counted under: the key id and the client (key ids never contain a
+    space, so distinct pairs never share a subject)."""
+    return f"{key_id} {client}"
 
 
 class ApiKeyAuthenticator:
@@ -187,23 +210,24 @@ class ApiKeyAuthenticator:
         return len(self._cache)
 
     # -- authentication -----------------------------------------------------------------------
-    async def authenticate(self, presented: str) -> Principal:
-        """The principal a presented API key proves. Raises AuthenticationError."""
+    async def authenticate(self, presented: str, client: str = "") -> Principal:
+        """The principal a presented API key proves, for a caller at `client` (whose failures
+        count toward the lockout of this key for that client only). Raises AuthenticationError."""
         try:
             key = parse_api_key(presented)
         except MalformedKeyError:
             log.info("api key rejected: malformed")
             raise AuthenticationError from None
-        return await self._authenticate(key)
+        return await self._authenticate(key, client)
 
-    async def authenticate_parts(self, key_id: str, secret: str) -> Principal:
+    async def authenticate_parts(self, key_id: str, secret: str, client: str = "") -> Principal:
         """As `authenticate`, for a key given as its id and secret (OAuth2 client credentials)."""
         try:
             key = parse_parts(key_id, secret)
         except MalformedKeyError:
             log.info("api key rejected: malformed")
             raise AuthenticationError from None
-        return await self._authenticate(key)
+        return await self._authenticate(key, client)
 
     async def active_principal(self, key_id: str, generation: int | None = None) -> Principal:
         """The principal of a key that is still usable, without its secret and without hashing.
@@ -245,18 +269,21 @@ class ApiKeyAuthenticator:
         if generation > self._generations.get(key_id, -1):
             self._generations[key_id] = generation
 
-    async def _authenticate(self, key: ParsedKey) -> Principal:
+    async def _authenticate(self, key: ParsedKey, client: str) -> Principal:
         digest = self._cache.digest(key.presented)
         now = time.monotonic()
         entry = self._cache.get(digest, now, time.time())
         if entry is not None and not self._feed_stale(now):
             return entry.principal
-        if self._lockout.is_locked(key.key_id, time.monotonic()):
+        subject = _lockout_subject(key.key_id, client)
+        if self._lockout.is_locked(subject, time.monotonic()):
             log.info("api key %s rejected: locked out after repeated failures", key.key_id)
             raise AuthenticationError
         task = self._inflight.get(digest)
         if task is None:
-            task = asyncio.ensure_future(self._verify(key, digest))
+            # Callers presenting the very same key share one verification; its outcome counts
+            # for the client that started it.
+            task = asyncio.ensure_future(self._verify(key, digest, subject))
             self._inflight[digest] = task
             task.add_done_callback(lambda done: self._verification_done(digest, done))
         # shield: one caller giving up (client disconnect) must not cancel the others' check.
@@ -267,7 +294,7 @@ class ApiKeyAuthenticator:
         if not task.cancelled():
             task.exception()  # retrieved: every waiter may have gone away
 
-    async def _verify(self, key: ParsedKey, digest: bytes) -> Principal:
+    async def _verify(self, key: ParsedKey, digest: bytes, subject: str) -> Principal:
         epoch = self._epoch
         stored = await self._store.get(key.key_id)
         if stored is None:
@@ -280,14 +307,14 @@ class ApiKeyAuthenticator:
         if record.is_expired(datetime.now(UTC)):
             log.info("api key %s rejected: expired", key.key_id)
             raise AuthenticationError
-        if not self._lockout.begin(key.key_id, time.monotonic()):
+        if not self._lockout.begin(subject, time.monotonic()):
             log.info("api key %s rejected: locked out after repeated failures", key.key_id)
             raise AuthenticationError
         ok = False
         try:
             ok = await self._hasher.verify(stored.secret_hash, key.secret)
         finally:
-            self._lockout.finish(key.key_id, ok, time.monotonic())
+            self._lockout.finish(subject, ok, time.monotonic())
         if not ok:
             log.info("api key %s rejected: wrong secret", key.key_id)
             raise AuthenticationError

@@ -1,5 +1,5 @@
 """What keeps API key verification cheap and un-abusable: the Argon2id hasher, the verified-key
-cache and the per-key-id lockout. In-memory, per process; used by `gateway.authn.api_keys`.
+cache and the per-(key id, client) lockout. In-memory, per process; used by `gateway.authn.api_keys`.
 
 - `SecretHasher`: Argon2id with argon2-cffi's default (RFC 9106 low-memory) parameters, run in a
   worker thread behind a semaphore, so hashing never blocks the event loop and at most
@@ -8,9 +8,11 @@ cache and the per-key-id lockout. In-memory, per process; used by `gateway.authn
   random per-process key. A hit proves the caller presented exactly a key that verified before,
   without Argon2 and without keeping the key itself in memory. Bounded (LRU) with a TTL; entries of
   one key id are evicted together on revoke or rotate.
-- `Lockout`: failed verifications per key id. After `threshold` failures within `window` seconds
-  (counting verifications still in flight, so a burst of concurrent guesses cannot overshoot), the
-  id is locked out for `duration` seconds: no lookup and no hash happen for it until then.
+- `Lockout`: failed verifications per subject (the API key authenticator uses the key id together
+  with the client address, so a guesser locks out only itself). After `threshold` failures within
+  `window` seconds (counting verifications still in flight, so a burst of concurrent guesses
+  cannot overshoot), the subject is locked out for `duration` seconds: no lookup and no hash
+  happen for it until then. At most `max_tracked` subjects are tracked (least recently used go).
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ class _Failures:
 
 
 class Lockout:
-    """Per-key-id failure counting and lockout. Only ids that exist are ever tracked."""
+    """Per-subject failure counting and lockout. Only subjects naming a key that exists are ever
+    tracked (the caller looks the key up before `begin`)."""
 
     def __init__(
         self, threshold: int, window_seconds: float, duration_seconds: float, max_tracked: int
