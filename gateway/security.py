@@ -21,7 +21,7 @@ from gateway.authn.key_format import MalformedKeyError, parse_api_key
 from gateway.authn.key_store import KeyStore
 from gateway.authn.oauth import Admission, TokenEndpoint
 from gateway.authn.oidc import OidcAuthenticator
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
 from gateway.authn.token_cache import VerifiedTokenCache
 from gateway.authn.tokens import TokenIssuer
 from gateway.authz.engine import PolicyEngine
@@ -72,7 +72,7 @@ class Security:
                 ", ".join(settings.anonymous.groups) or "none",
             )
             anonymous = Principal(
-                id=settings.anonymous.principal,
+                id=anonymous_principal_id(settings.anonymous.principal),
                 kind=PrincipalKind.ANONYMOUS,
                 groups=frozenset(settings.anonymous.groups),
                 auth_method=AuthMethod.ANONYMOUS,

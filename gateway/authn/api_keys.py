@@ -68,7 +68,7 @@ from gateway.authn.errors import AuthenticationError
 from gateway.authn.key_format import MalformedKeyError, ParsedKey, generate_key, parse_api_key, parse_parts
 from gateway.authn.key_guards import CacheEntry, Lockout, SecretHasher, VerifiedCache
 from gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
 
 log = logging.getLogger("cedarberg.authn.api_keys")
 
@@ -157,7 +157,7 @@ def _clean_name(value: str, what: str) -> str:
 
 def _principal(record: ApiKeyRecord) -> Principal:
     return Principal(
-        id=record.principal,
+        id=key_principal_id(record.principal),
         kind=record.kind,
         groups=frozenset(record.groups),
         auth_method=AuthMethod.API_KEY,

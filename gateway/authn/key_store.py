@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from catalog.errors import StorageUnavailableError
 from catalog.store.sql import prepare_sqlite, run_migrations
-from gateway.authn.principal import PrincipalKind
+from gateway.authn.principal import PrincipalKind, key_principal_id
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_gateway"
@@ -113,6 +113,11 @@ class ApiKeyRecord:
     rotated_at: datetime | None
     description: str
     generation: int = 0  # rotations plus revocation so far; tokens of older generations are void
+
+    @property
+    def principal_id(self) -> str:
+        """The namespaced id of the principal the key authenticates as (`key:<principal>`)."""
+        return key_principal_id(self.principal)
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and now >= self.expires_at

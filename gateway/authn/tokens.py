@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
 from gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
 
 log = logging.getLogger("cedarberg.authn.tokens")
@@ -259,6 +259,8 @@ def _principal_from_claims(claims: Mapping[str, Any]) -> Principal | None:
     groups, attrs = claims.get("groups"), claims.get("attrs")
     generation = claims.get("kgen")
     if not _is_short_str(sub) or kind not in (PrincipalKind.USER.value, PrincipalKind.SERVICE.value):
+        return None
+    if not str(sub).startswith(KEY_NAMESPACE):  # issued only for API keys, in their namespace
         return None
     if not isinstance(groups, list) or len(groups) > _MAX_GROUPS or not all(map(_is_short_str, groups)):
         return None
