@@ -57,6 +57,9 @@ class Security:
             settings.authz.policy_dir,
             entity_cache_size=settings.authz.entity_cache_size,
             decision_cache_size=settings.authz.decision_cache_size,
+            entity_cache_bytes=settings.authz.entity_cache_max_bytes,
+            decision_cache_bytes=settings.authz.decision_cache_max_bytes,
+            cache_entry_bytes=settings.authz.cache_max_entry_bytes,
         )
         policies.load()
         # `serve` upgraded or checked the schema before any worker started (gateway.server).
@@ -89,7 +92,9 @@ class Security:
             policies=policies,
             audit=AuditLog.open(settings.audit),
             anonymous=anonymous,
-            verified_tokens=VerifiedTokenCache(settings.tokens.verified_cache_size),
+            verified_tokens=VerifiedTokenCache(
+                settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
+            ),
         )
         await oidc.warm_up()
         await api_keys.start_change_feed()

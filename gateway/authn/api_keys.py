@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from catalog.errors import StorageUnavailableError
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.key_format import MalformedKeyError, ParsedKey, generate_key, parse_api_key, parse_parts
-from gateway.authn.key_guards import CacheEntry, Lockout, SecretHasher, VerifiedCache
+from gateway.authn.key_guards import DEFAULT_CACHE_BYTES, CacheEntry, Lockout, SecretHasher, VerifiedCache
 from gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
 
@@ -90,6 +90,13 @@ class ApiKeySettings(BaseModel):
         2, ge=1, le=64, description="Argon2id hashes run at once (each uses 64 MiB and one core)."
     )
     cache_size: int = Field(10_000, ge=0, le=1_000_000, description="Verified keys kept in memory.")
+    cache_max_bytes: int = Field(
+        DEFAULT_CACHE_BYTES,
+        ge=0,
+        le=4 * 1024**3,
+        description="Estimated memory the verified-key cache may hold; least recently used keys "
+        "go first. 0: verify every request.",
+    )
     cache_ttl_seconds: float = Field(
         300.0,
         gt=0,
@@ -179,7 +186,9 @@ class ApiKeyAuthenticator:
         self._store = store
         self._settings = settings or ApiKeySettings()
         self._hasher = SecretHasher(self._settings.hash_concurrency)
-        self._cache = VerifiedCache(self._settings.cache_size, self._settings.cache_ttl_seconds)
+        self._cache = VerifiedCache(
+            self._settings.cache_size, self._settings.cache_ttl_seconds, self._settings.cache_max_bytes
+        )
         self._lockout = Lockout(
             self._settings.lockout_threshold,
             self._settings.failure_window_seconds,

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gateway.byte_lru import estimate
+
 KEY_NAMESPACE = "key:"
 OIDC_NAMESPACE = "oidc:"
 ANONYMOUS_NAMESPACE = "anonymous:"
@@ -75,3 +77,8 @@ class Principal:
     auth_method: AuthMethod
     attributes: Mapping[str, str] = field(default_factory=dict)
     key_generation: int | None = None
+
+
+def principal_bytes(principal: Principal) -> int:
+    """Estimated memory a principal holds (its id, groups and attributes), for bounded caches."""
+    return 200 + estimate(principal.id, principal.groups, principal.attributes)

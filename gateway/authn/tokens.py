@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
+from gateway.authn.token_cache import DEFAULT_MAX_BYTES as DEFAULT_VERIFIED_CACHE_BYTES
 from gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
 
 log = logging.getLogger("cedarberg.authn.tokens")
@@ -86,6 +87,13 @@ class TokenSettings(BaseModel):
         le=1_000_000,
         description="Verified bearer JWTs (gateway-issued and OIDC) remembered, by SHA-256, until "
         "they expire, so a token's signature is checked once. 0: verify every request.",
+    )
+    verified_cache_max_bytes: int = Field(
+        DEFAULT_VERIFIED_CACHE_BYTES,
+        ge=0,
+        le=4 * 1024**3,
+        description="Estimated memory the verified-token cache may hold (the principals' ids, "
+        "groups and attributes); least recently used tokens go first. 0: verify every request.",
     )
 
 
