@@ -124,7 +124,7 @@ async def _authenticate(request: web.Request) -> Principal:
     if retry is not None:
         raise _rate_limited(request, retry, "auth_failures", "any")
     try:
-        principal = await sec.authenticate_bearer(credential)
+        principal = await sec.authenticate_bearer(credential, request.remote)
     except AuthenticationError:
         await sec.limiter.hit_auth_failure(request.remote)
         raise

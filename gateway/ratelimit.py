@@ -359,7 +359,7 @@ class RateLimiter:
 
     async def hit_address(self, addr: str | None) -> RetryAfter | None:
         """Count one request from ``addr`` (before authentication)."""
-        return await self._hit(self._address_items, "address", self._client(addr))
+        return await self._hit(self._address_items, "address", self.client(addr))
 
     async def hit_principal(self, principal_id: str, op_class: OperationClass | str) -> RetryAfter | None:
         """Count one ``op_class`` operation by an authenticated principal."""
@@ -368,14 +368,14 @@ class RateLimiter:
 
     async def hit_auth_failure(self, addr: str | None) -> RetryAfter | None:
         """Count one failed authentication from ``addr``; a `RetryAfter` once the limit is reached."""
-        return await self._hit(self._auth_failure_items, "authfail", self._client(addr))
+        return await self._hit(self._auth_failure_items, "authfail", self.client(addr))
 
     async def auth_failures_exceeded(self, addr: str | None) -> RetryAfter | None:
         """Whether ``addr`` has used up its failed-authentication budget. Consumes nothing: call
         it before any expensive authentication work and turn the request away if it is not None."""
         if not self._settings.enabled:
             return None
-        ident = ("authfail", self._client(addr))
+        ident = ("authfail", self.client(addr))
         local = self._local
         if local is not None:
             for item in self._auth_failure_items:
@@ -390,7 +390,8 @@ class RateLimiter:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _client(self, addr: str | None) -> str:
+    def client(self, addr: str | None) -> str:
+        """The identity `addr` is limited under (see `client_key`); API key lockouts use it too."""
         return client_key(addr, self._settings.ipv6_prefix_length)
 
     async def _hit(self, items: list[RateLimitItem], *ident: str) -> RetryAfter | None:

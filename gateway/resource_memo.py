@@ -6,26 +6,48 @@ registry's read cache (`catalog.store.cache`), which returns the same dict objec
 refreshed or forgotten; a memoised resource is reused only while every dict it was built from is
 that same object (identity, which the memo keeps alive, so it cannot be recycled) — a refreshed or
 changed grant is a different object, and the resource is built again.
+
+Bounded in entries and in estimated bytes (a resource's entity JSON, which carries its ancestors'
+grants and properties, with its parsed form counted alike), least recently used first; a resource
+larger than `MAX_ENTRY_BYTES` is built for each request instead of being kept (`gateway.byte_lru`).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from gateway.authz import entities
 from gateway.authz.entities import Resource
+from gateway.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_ENTRIES = 8192
+DEFAULT_MAX_BYTES = 32 * 1024**2
+MAX_ENTRY_BYTES = 256 * 1024
+# The entity JSON string, the entity dicts it was rendered from and the tags: about three copies.
+_COPIES = 3
+
+
+def _resource_bytes(resource: Resource) -> int:
+    return _COPIES * len(resource.entities_json) + len(str(resource.uid))
 
 
 class ResourceMemo:
     """Used from the event loop only."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[Hashable, tuple[tuple[Any, ...], Resource]] = OrderedDict()
+        self._entries: ByteBoundedLru[Hashable, tuple[tuple[Any, ...], Resource]] = ByteBoundedLru(
+            max_entries, max_bytes, MAX_ENTRY_BYTES
+        )
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def estimated_bytes(self) -> int:
+        """Estimated bytes held (at most `max_bytes`)."""
+        return self._entries.estimated_bytes
 
     def namespace(self, warehouse: str, levels: tuple[str, ...], chain: Sequence[dict[str, str]]) -> Resource:
         """`entities.namespace_resource(warehouse, levels, chain)`, reused while `chain` holds the
@@ -59,12 +81,7 @@ class ResourceMemo:
         if entry is not None:
             held, resource = entry
             if len(held) == len(sources) and all(a is b for a, b in zip(held, sources, strict=True)):
-                self._entries.move_to_end(key)
                 return resource
         resource = build()
-        if self.max_entries > 0:
-            self._entries[key] = (sources, resource)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+        self._entries.put(key, (sources, resource), _resource_bytes(resource))
         return resource

@@ -91,7 +91,7 @@ async def build(
     if spec.scope is Scope.API_KEY:
         key_id = match["key_id"]
         try:
-            owner = (await security.api_keys.get_key(key_id)).principal
+            owner = (await security.api_keys.get_key(key_id)).principal_id
         except ApiKeyError:  # an unknown or malformed id: the handler answers 404 once authorized
             owner = ""
         return RequestResources(entities.api_key_resource(key_id, owner))

@@ -21,7 +21,7 @@ from gateway.authn.key_format import MalformedKeyError, parse_api_key
 from gateway.authn.key_store import KeyStore
 from gateway.authn.oauth import Admission, TokenEndpoint
 from gateway.authn.oidc import OidcAuthenticator
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
 from gateway.authn.token_cache import VerifiedTokenCache
 from gateway.authn.tokens import TokenIssuer
 from gateway.authz.engine import PolicyEngine
@@ -57,6 +57,9 @@ class Security:
             settings.authz.policy_dir,
             entity_cache_size=settings.authz.entity_cache_size,
             decision_cache_size=settings.authz.decision_cache_size,
+            entity_cache_bytes=settings.authz.entity_cache_max_bytes,
+            decision_cache_bytes=settings.authz.decision_cache_max_bytes,
+            cache_entry_bytes=settings.authz.cache_max_entry_bytes,
         )
         policies.load()
         # `serve` upgraded or checked the schema before any worker started (gateway.server).
@@ -72,7 +75,7 @@ class Security:
                 ", ".join(settings.anonymous.groups) or "none",
             )
             anonymous = Principal(
-                id=settings.anonymous.principal,
+                id=anonymous_principal_id(settings.anonymous.principal),
                 kind=PrincipalKind.ANONYMOUS,
                 groups=frozenset(settings.anonymous.groups),
                 auth_method=AuthMethod.ANONYMOUS,
@@ -89,7 +92,9 @@ class Security:
             policies=policies,
             audit=AuditLog.open(settings.audit),
             anonymous=anonymous,
-            verified_tokens=VerifiedTokenCache(settings.tokens.verified_cache_size),
+            verified_tokens=VerifiedTokenCache(
+                settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
+            ),
         )
         await oidc.warm_up()
         await api_keys.start_change_feed()
@@ -103,21 +108,24 @@ class Security:
         outcome = await asyncio.to_thread(self.policies.reload)
         log.info("policy reload: %s (version %s)", outcome, self.policies.version)
 
-    async def authenticate_bearer(self, token: str) -> Principal:
-        """Who a bearer credential names: an API key, a gateway token or an OIDC token.
+    async def authenticate_bearer(self, token: str, addr: str | None = None) -> Principal:
+        """Who a bearer credential names: an API key, a gateway token or an OIDC token. `addr` is
+        the caller's address: API key lockouts count per key and address.
 
         Raises AuthenticationError (CredentialExpiredError for an expired token)."""
         with contextlib.suppress(MalformedKeyError):
             parse_api_key(token)
-            return await self.api_keys.authenticate(token)
+            return await self.api_keys.authenticate(token, self.limiter.client(addr))
         principal = self.verified_tokens.get(token)
-        if principal is not None:
-            return principal
-        if self.oidc.handles(token):
-            principal = await self.oidc.authenticate(token)
-        else:
-            principal = self.tokens.verify(token)
-        self.verified_tokens.put(token, principal)
+        if principal is None:
+            if self.oidc.handles(token):
+                principal = await self.oidc.authenticate(token)
+            else:
+                principal = self.tokens.verify(token)
+            self.verified_tokens.put(token, principal)
+        if principal.auth_method is AuthMethod.GATEWAY_TOKEN:
+            # Checked on every use, cached or not: a rotation or revocation ends older tokens.
+            await self.api_keys.check_token(principal)
         return principal
 
     async def close(self) -> None:

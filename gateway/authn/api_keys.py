@@ -8,9 +8,10 @@ Public API::
 
     store = await open_key_store(url)                       # or KeyStore(engine); await store.migrate()
     keys = ApiKeyAuthenticator(store, ApiKeySettings())
-    principal = await keys.authenticate("cbk_...")          # raises AuthenticationError
-    principal = await keys.authenticate_parts(key_id, secret)   # OAuth2 client id / secret
-    principal = await keys.active_principal(key_id)         # no secret, no hash (token refresh)
+    principal = await keys.authenticate("cbk_...", client)  # raises AuthenticationError
+    principal = await keys.authenticate_parts(key_id, secret, client)   # OAuth2 client id / secret
+    principal = await keys.active_principal(key_id, generation)   # no secret, no hash (token refresh)
+    await keys.check_token(principal)                       # a gateway token's key cut-off
     record, plaintext = await keys.create_key(principal, kind, groups, expires_at, description)
     records = await keys.list_keys(principal=None, after=None, limit=100)
     record = await keys.get_key(key_id)                     # raises NoSuchApiKeyError
@@ -21,7 +22,11 @@ Public API::
 Verification order in `authenticate`, cheapest first; each step rejects without doing the next:
 1. strict parse (length, charset, canonical base64): malformed keys cost no lookup and no hash;
 2. the verified-key cache: a key that verified before within the TTL costs no lookup and no hash;
-3. lockout of the key id: a locked-out id costs no lookup and no hash;
+3. lockout of the key id *for this client* (`client`: the caller's address as the rate limiter
+   keys it): a locked-out (key id, client) pair costs no lookup and no hash. Failures are counted
+   per key id and client, so someone who knows a key id (it is the OAuth2 client id, not a
+   secret) locks out only their own address, never the owner presenting the right secret from
+   elsewhere;
 4. one primary-key lookup: an unknown, revoked or expired key costs no hash;
 5. Argon2id verification, once per distinct presented key even when many requests carrying it
    arrive together (they share one verification).
@@ -36,6 +41,14 @@ every `change_poll_seconds`: a revoked or rotated key is refused everywhere with
 `_STALE_POLLS` intervals, cached verifications are not trusted (every request goes to the
 store), and after such a gap the whole cache is dropped, since feed entries may have been pruned.
 Expiry is enforced on every request, cached or not.
+
+Token cut-off: every rotation and revocation bumps the key's generation (in the same transaction
+as the change feed entry that carries it). Gateway tokens carry the generation of the key that
+proved them; `check_token` refuses a token older than the newest generation this process knows
+(from its own writes and the feed; at start-up it reads the whole retained feed, which outlives
+every token). So a rotation or revocation ends every token issued before it, on every process,
+within `change_poll_seconds`. While the feed is stale, `check_token` asks the store instead
+(failing closed: a store that cannot answer refuses the token).
 """
 
 from __future__ import annotations
@@ -53,9 +66,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from catalog.errors import StorageUnavailableError
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.key_format import MalformedKeyError, ParsedKey, generate_key, parse_api_key, parse_parts
-from gateway.authn.key_guards import CacheEntry, Lockout, SecretHasher, VerifiedCache
+from gateway.authn.key_guards import DEFAULT_CACHE_BYTES, CacheEntry, Lockout, SecretHasher, VerifiedCache
 from gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
 
 log = logging.getLogger("cedarberg.authn.api_keys")
 
@@ -77,6 +90,13 @@ class ApiKeySettings(BaseModel):
         2, ge=1, le=64, description="Argon2id hashes run at once (each uses 64 MiB and one core)."
     )
     cache_size: int = Field(10_000, ge=0, le=1_000_000, description="Verified keys kept in memory.")
+    cache_max_bytes: int = Field(
+        DEFAULT_CACHE_BYTES,
+        ge=0,
+        le=4 * 1024**3,
+        description="Estimated memory the verified-key cache may hold; least recently used keys "
+        "go first. 0: verify every request.",
+    )
     cache_ttl_seconds: float = Field(
         300.0,
         gt=0,
@@ -92,16 +112,29 @@ class ApiKeySettings(BaseModel):
         "rotations made by any gateway process); the longest such a change takes to reach it.",
     )
     lockout_threshold: int = Field(
-        5, ge=1, le=1000, description="Failed verifications of one key id that trigger a lockout."
+        5,
+        ge=1,
+        le=1000,
+        description="Failed verifications of one key id from one client address that lock that "
+        "address out of that key (the key keeps working from other addresses).",
     )
     failure_window_seconds: float = Field(
-        300.0, gt=0, le=86_400, description="Window in which failures of one key id are counted."
+        300.0,
+        gt=0,
+        le=86_400,
+        description="Window in which failures of one key id from one client address are counted.",
     )
     lockout_seconds: float = Field(
-        300.0, gt=0, le=86_400, description="How long a locked-out key id is refused without hashing."
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long a locked-out (key id, client address) pair is refused without hashing.",
     )
     lockout_tracked_ids: int = Field(
-        10_000, ge=1, le=1_000_000, description="Key ids whose failures are tracked at once."
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="(Key id, client address) pairs whose failures are tracked at once.",
     )
 
 
@@ -131,12 +164,19 @@ def _clean_name(value: str, what: str) -> str:
 
 def _principal(record: ApiKeyRecord) -> Principal:
     return Principal(
-        id=record.principal,
+        id=key_principal_id(record.principal),
         kind=record.kind,
         groups=frozenset(record.groups),
         auth_method=AuthMethod.API_KEY,
         attributes={"api_key_id": record.key_id},
+        key_generation=record.generation,
     )
+
+
+def _lockout_subject(key_id: str, client: str) -> str:
+    """What failures are counted under: the key id and the client (key ids never contain a
+    space, so distinct pairs never share a subject)."""
+    return f"{key_id} {client}"
 
 
 class ApiKeyAuthenticator:
@@ -146,7 +186,9 @@ class ApiKeyAuthenticator:
         self._store = store
         self._settings = settings or ApiKeySettings()
         self._hasher = SecretHasher(self._settings.hash_concurrency)
-        self._cache = VerifiedCache(self._settings.cache_size, self._settings.cache_ttl_seconds)
+        self._cache = VerifiedCache(
+            self._settings.cache_size, self._settings.cache_ttl_seconds, self._settings.cache_max_bytes
+        )
         self._lockout = Lockout(
             self._settings.lockout_threshold,
             self._settings.failure_window_seconds,
@@ -160,6 +202,8 @@ class ApiKeyAuthenticator:
         self._feed_read_at: float | None = None  # monotonic time of the last good poll; None: off
         self._feed_task: asyncio.Task[None] | None = None
         self._feed_stop = asyncio.Event()
+        # Newest generation known per key changed since the feed's retention (token cut-offs).
+        self._generations: dict[str, int] = {}
 
     @property
     def settings(self) -> ApiKeySettings:
@@ -175,48 +219,80 @@ class ApiKeyAuthenticator:
         return len(self._cache)
 
     # -- authentication -----------------------------------------------------------------------
-    async def authenticate(self, presented: str) -> Principal:
-        """The principal a presented API key proves. Raises AuthenticationError."""
+    async def authenticate(self, presented: str, client: str = "") -> Principal:
+        """The principal a presented API key proves, for a caller at `client` (whose failures
+        count toward the lockout of this key for that client only). Raises AuthenticationError."""
         try:
             key = parse_api_key(presented)
         except MalformedKeyError:
             log.info("api key rejected: malformed")
             raise AuthenticationError from None
-        return await self._authenticate(key)
+        return await self._authenticate(key, client)
 
-    async def authenticate_parts(self, key_id: str, secret: str) -> Principal:
+    async def authenticate_parts(self, key_id: str, secret: str, client: str = "") -> Principal:
         """As `authenticate`, for a key given as its id and secret (OAuth2 client credentials)."""
         try:
             key = parse_parts(key_id, secret)
         except MalformedKeyError:
             log.info("api key rejected: malformed")
             raise AuthenticationError from None
-        return await self._authenticate(key)
+        return await self._authenticate(key, client)
 
-    async def active_principal(self, key_id: str) -> Principal:
+    async def active_principal(self, key_id: str, generation: int | None = None) -> Principal:
         """The principal of a key that is still usable, without its secret and without hashing.
 
-        For refreshing a token that was issued for this key. Raises AuthenticationError if the key
-        is unknown, revoked or expired.
+        For refreshing a token that was issued for this key at `generation`: reads the store, so
+        a rotation or revocation anywhere refuses it at once. Raises AuthenticationError if the key
+        is unknown, revoked or expired, or was rotated after `generation`.
         """
         stored = await self._store.get(key_id)
         if stored is None or not stored.record.is_active(datetime.now(UTC)):
             log.info("api key %s rejected: unknown, revoked or expired", key_id)
             raise AuthenticationError
+        if generation is not None and stored.record.generation > generation:
+            log.info("api key %s rejected: token issued before the key's last rotation", key_id)
+            raise AuthenticationError
         return _principal(stored.record)
 
-    async def _authenticate(self, key: ParsedKey) -> Principal:
+    async def check_token(self, principal: Principal) -> None:
+        """Refuse a gateway token issued for an API key before that key's last rotation or
+        revocation. Principals not proved by a key pass.
+
+        Raises AuthenticationError; StorageUnavailableError if the feed is stale and the store
+        cannot answer either (fail closed)."""
+        key_id = principal.attributes.get("api_key_id")
+        if key_id is None:
+            return
+        generation = principal.key_generation or 0
+        if self._feed_stale(time.monotonic()):
+            stored = await self._store.get(key_id)
+            active = stored is not None and stored.record.revoked_at is None
+            newest = stored.record.generation if stored is not None and active else None
+        else:
+            newest = self._generations.get(key_id, 0)
+        if newest is None or newest > generation:
+            log.info("gateway token for api key %s rejected: issued before a rotation or revocation", key_id)
+            raise AuthenticationError
+
+    def _note_generation(self, key_id: str, generation: int) -> None:
+        if generation > self._generations.get(key_id, -1):
+            self._generations[key_id] = generation
+
+    async def _authenticate(self, key: ParsedKey, client: str) -> Principal:
         digest = self._cache.digest(key.presented)
         now = time.monotonic()
         entry = self._cache.get(digest, now, time.time())
         if entry is not None and not self._feed_stale(now):
             return entry.principal
-        if self._lockout.is_locked(key.key_id, time.monotonic()):
+        subject = _lockout_subject(key.key_id, client)
+        if self._lockout.is_locked(subject, time.monotonic()):
             log.info("api key %s rejected: locked out after repeated failures", key.key_id)
             raise AuthenticationError
         task = self._inflight.get(digest)
         if task is None:
-            task = asyncio.ensure_future(self._verify(key, digest))
+            # Callers presenting the very same key share one verification; its outcome counts
+            # for the client that started it.
+            task = asyncio.ensure_future(self._verify(key, digest, subject))
             self._inflight[digest] = task
             task.add_done_callback(lambda done: self._verification_done(digest, done))
         # shield: one caller giving up (client disconnect) must not cancel the others' check.
@@ -227,7 +303,7 @@ class ApiKeyAuthenticator:
         if not task.cancelled():
             task.exception()  # retrieved: every waiter may have gone away
 
-    async def _verify(self, key: ParsedKey, digest: bytes) -> Principal:
+    async def _verify(self, key: ParsedKey, digest: bytes, subject: str) -> Principal:
         epoch = self._epoch
         stored = await self._store.get(key.key_id)
         if stored is None:
@@ -240,14 +316,14 @@ class ApiKeyAuthenticator:
         if record.is_expired(datetime.now(UTC)):
             log.info("api key %s rejected: expired", key.key_id)
             raise AuthenticationError
-        if not self._lockout.begin(key.key_id, time.monotonic()):
+        if not self._lockout.begin(subject, time.monotonic()):
             log.info("api key %s rejected: locked out after repeated failures", key.key_id)
             raise AuthenticationError
         ok = False
         try:
             ok = await self._hasher.verify(stored.secret_hash, key.secret)
         finally:
-            self._lockout.finish(key.key_id, ok, time.monotonic())
+            self._lockout.finish(subject, ok, time.monotonic())
         if not ok:
             log.info("api key %s rejected: wrong secret", key.key_id)
             raise AuthenticationError
@@ -278,9 +354,11 @@ class ApiKeyAuthenticator:
 
     # -- change feed (revocations and rotations made by other processes) -----------------------
     async def start_change_feed(self) -> None:
-        """Follow the store's change feed from now on. Raises StorageUnavailableError."""
-        self._feed_cursor = await self._store.latest_change()
-        self._feed_read_at = time.monotonic()
+        """Read the retained feed (the token cut-offs of every key changed within it), then
+        follow it. Raises StorageUnavailableError."""
+        self._feed_cursor = 0
+        self._feed_read_at = None
+        await self.poll_changes()
         self._feed_task = asyncio.create_task(self._follow_changes())
 
     async def poll_changes(self) -> int:
@@ -290,9 +368,10 @@ class ApiKeyAuthenticator:
         applied = 0
         while True:
             batch = await self._store.changes_after(self._feed_cursor, _FEED_BATCH)
-            for change_id, key_id in batch:
-                self._forget(key_id)
-                self._feed_cursor = change_id
+            for change in batch:
+                self._forget(change.key_id)
+                self._note_generation(change.key_id, change.generation)
+                self._feed_cursor = change.id
             applied += len(batch)
             if len(batch) < _FEED_BATCH:
                 break
@@ -411,18 +490,21 @@ class ApiKeyAuthenticator:
             raise ApiKeyRevokedError(key_id)
         key = ParsedKey(key_id, generate_key().secret)
         secret_hash = await self._hasher.hash(key.secret)
-        rotated = await self._store.replace_secret(key_id, secret_hash, datetime.now(UTC))
+        generation = await self._store.replace_secret(key_id, secret_hash, datetime.now(UTC))
         self._forget(key_id)
-        if not rotated:
+        if generation is None:
             raise ApiKeyRevokedError(key_id)
+        self._note_generation(key_id, generation)
         log.info("api key %s rotated", key_id)
         return await self.get_key(key_id), key.presented
 
     async def revoke_key(self, key_id: str) -> ApiKeyRecord:
         """Revoke a key (idempotent) and forget its cached verifications. Raises NoSuchApiKeyError."""
-        revoked = await self._store.revoke(key_id, datetime.now(UTC))
+        generation = await self._store.revoke(key_id, datetime.now(UTC))
         self._forget(key_id)
+        if generation is not None:
+            self._note_generation(key_id, generation)
         record = await self.get_key(key_id)
-        if revoked:
+        if generation is not None:
             log.info("api key %s revoked", key_id)
         return record

@@ -1,16 +1,19 @@
 """What keeps API key verification cheap and un-abusable: the Argon2id hasher, the verified-key
-cache and the per-key-id lockout. In-memory, per process; used by `gateway.authn.api_keys`.
+cache and the per-(key id, client) lockout. In-memory, per process; used by `gateway.authn.api_keys`.
 
 - `SecretHasher`: Argon2id with argon2-cffi's default (RFC 9106 low-memory) parameters, run in a
   worker thread behind a semaphore, so hashing never blocks the event loop and at most
   `concurrency` hashes run at once. `hash_count` counts every hash and verify actually run.
 - `VerifiedCache`: presented keys that verified, keyed by HMAC-SHA256 of the whole key under a
   random per-process key. A hit proves the caller presented exactly a key that verified before,
-  without Argon2 and without keeping the key itself in memory. Bounded (LRU) with a TTL; entries of
-  one key id are evicted together on revoke or rotate.
-- `Lockout`: failed verifications per key id. After `threshold` failures within `window` seconds
-  (counting verifications still in flight, so a burst of concurrent guesses cannot overshoot), the
-  id is locked out for `duration` seconds: no lookup and no hash happen for it until then.
+  without Argon2 and without keeping the key itself in memory. Bounded (LRU) in entries and in
+  estimated bytes (`gateway.byte_lru`), with a TTL; entries of one key id are evicted together on
+  revoke or rotate.
+- `Lockout`: failed verifications per subject (the API key authenticator uses the key id together
+  with the client address, so a guesser locks out only itself). After `threshold` failures within
+  `window` seconds (counting verifications still in flight, so a burst of concurrent guesses
+  cannot overshoot), the subject is locked out for `duration` seconds: no lookup and no hash
+  happen for it until then. At most `max_tracked` subjects are tracked (least recently used go).
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from dataclasses import dataclass
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from gateway.authn.principal import Principal
+from gateway.authn.principal import Principal, principal_bytes
+from gateway.byte_lru import ByteBoundedLru
+
+DEFAULT_CACHE_BYTES = 16 * 1024**2
+MAX_ENTRY_BYTES = 64 * 1024
+_ENTRY_BYTES = 150  # the digest, the key id and three floats
 
 
 class SecretHasher:
@@ -72,15 +80,21 @@ class CacheEntry:
 class VerifiedCache:
     """LRU + TTL map from a keyed digest of a presented key to the principal it proved."""
 
-    def __init__(self, max_entries: int, ttl_seconds: float) -> None:
-        self._max = max_entries
+    def __init__(self, max_entries: int, ttl_seconds: float, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self._ttl = ttl_seconds
         self._digest_key = secrets.token_bytes(32)
-        self._entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
+        self._entries: ByteBoundedLru[bytes, CacheEntry] = ByteBoundedLru(
+            max_entries, max_bytes, MAX_ENTRY_BYTES, on_evict=self._unindex
+        )
         self._by_key_id: dict[str, set[bytes]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def estimated_bytes(self) -> int:
+        """Estimated bytes held (at most `max_bytes`)."""
+        return self._entries.estimated_bytes
 
     def digest(self, presented: str) -> bytes:
         return hmac.new(self._digest_key, presented.encode(), hashlib.sha256).digest()
@@ -92,36 +106,27 @@ class VerifiedCache:
         if now_mono - entry.cached_at >= self._ttl or (
             entry.expires_at is not None and now_wall >= entry.expires_at
         ):
-            self._drop(digest)
+            self._entries.pop(digest)
             return None
-        self._entries.move_to_end(digest)
         return entry
 
     def put(self, digest: bytes, entry: CacheEntry) -> None:
-        if self._max <= 0:
-            return
-        self._drop(digest)
-        self._entries[digest] = entry
-        self._by_key_id.setdefault(entry.key_id, set()).add(digest)
-        while len(self._entries) > self._max:
-            self._drop(next(iter(self._entries)))
+        if self._entries.put(digest, entry, _ENTRY_BYTES + principal_bytes(entry.principal)):
+            self._by_key_id.setdefault(entry.key_id, set()).add(digest)
 
     def evict_key(self, key_id: str) -> None:
-        for digest in self._by_key_id.pop(key_id, set()):
-            self._entries.pop(digest, None)
+        for digest in list(self._by_key_id.get(key_id, ())):
+            self._entries.pop(digest)
 
     def clear(self) -> None:
         self._entries.clear()
-        self._by_key_id.clear()
 
-    def _drop(self, digest: bytes) -> None:
-        entry = self._entries.pop(digest, None)
-        if entry is not None:
-            digests = self._by_key_id.get(entry.key_id)
-            if digests is not None:
-                digests.discard(digest)
-                if not digests:
-                    del self._by_key_id[entry.key_id]
+    def _unindex(self, digest: bytes, entry: CacheEntry) -> None:
+        digests = self._by_key_id.get(entry.key_id)
+        if digests is not None:
+            digests.discard(digest)
+            if not digests:
+                del self._by_key_id[entry.key_id]
 
 
 @dataclass(slots=True)
@@ -133,7 +138,8 @@ class _Failures:
 
 
 class Lockout:
-    """Per-key-id failure counting and lockout. Only ids that exist are ever tracked."""
+    """Per-subject failure counting and lockout. Only subjects naming a key that exists are ever
+    tracked (the caller looks the key up before `begin`)."""
 
     def __init__(
         self, threshold: int, window_seconds: float, duration_seconds: float, max_tracked: int

@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from catalog.errors import StorageUnavailableError
 from catalog.store.sql import prepare_sqlite, run_migrations
-from gateway.authn.principal import PrincipalKind
+from gateway.authn.principal import PrincipalKind, key_principal_id
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_gateway"
@@ -54,7 +54,9 @@ _PG_MIGRATION_LOCK = 0x6B657973  # "keys": serialises gateway migrations of seve
 # Serialises writers of the change feed on PostgreSQL, so feed ids are assigned in commit order
 # and a reader that has seen id N can never later find a smaller id committed (see KeyStore).
 _PG_FEED_LOCK = 0x6B6579666565  # "keyfee"
-FEED_RETENTION = timedelta(days=1)
+# Longer than any gateway token lives (`tokens.ttl_seconds` ≤ 1 day, plus `leeway_seconds` ≤ 5
+# min): a process starting up reads the token cut-offs of every key changed within it.
+FEED_RETENTION = timedelta(days=1, hours=1)
 
 metadata = MetaData()
 
@@ -71,18 +73,21 @@ api_keys = Table(
     Column("revoked_at", DateTime(timezone=True), nullable=True),
     Column("rotated_at", DateTime(timezone=True), nullable=True),
     Column("description", String(1024), nullable=False),
+    # Bumped by every rotation and revocation: tokens of an older generation are refused.
+    Column("generation", Integer, nullable=False, server_default=text("0")),
     Index("ix_api_keys_principal", "principal"),
 )
 
 # The change feed: one row per revocation or rotation, read by every gateway process to evict
-# its cached verifications of that key (`ApiKeyAuthenticator.poll_changes`). Rows older than
-# FEED_RETENTION are pruned by the writers.
+# its cached verifications of that key and to refuse its tokens of older generations
+# (`ApiKeyAuthenticator.poll_changes`). Rows older than FEED_RETENTION are pruned by the writers.
 api_key_changes = Table(
     "api_key_changes",
     metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
     Column("key_id", String(16), nullable=False),
     Column("changed_at", DateTime(timezone=True), nullable=False),
+    Column("generation", Integer, nullable=False, server_default=text("0")),
     Index("ix_api_key_changes_changed_at", "changed_at"),
 )
 
@@ -107,6 +112,12 @@ class ApiKeyRecord:
     revoked_at: datetime | None
     rotated_at: datetime | None
     description: str
+    generation: int = 0  # rotations plus revocation so far; tokens of older generations are void
+
+    @property
+    def principal_id(self) -> str:
+        """The namespaced id of the principal the key authenticates as (`key:<principal>`)."""
+        return key_principal_id(self.principal)
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -158,7 +169,17 @@ def _record(row: Any) -> ApiKeyRecord:
         revoked_at=_utc(row.revoked_at),
         rotated_at=_utc(row.rotated_at),
         description=row.description,
+        generation=int(row.generation),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChange:
+    """One change feed entry: key `key_id` was rotated or revoked, giving it `generation`."""
+
+    id: int
+    key_id: str
+    generation: int
 
 
 _RECORD_COLUMNS = [c for c in api_keys.c if c.name != "secret_hash"]
@@ -243,18 +264,18 @@ class KeyStore:
             rows = await conn.execute(query.order_by(api_keys.c.id).limit(limit))
             return [_record(row) for row in rows]
 
-    async def replace_secret(self, key_id: str, secret_hash: str, rotated_at: datetime) -> bool:
-        """Give an unrevoked key a new secret hash; False if absent or revoked."""
+    async def replace_secret(self, key_id: str, secret_hash: str, rotated_at: datetime) -> int | None:
+        """Give an unrevoked key a new secret hash and the next generation; returns that
+        generation, or None if the key is absent or revoked."""
         async with self._write() as conn:
             result = await conn.execute(
                 update(api_keys)
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
-                .values(secret_hash=secret_hash, rotated_at=rotated_at)
+                .values(secret_hash=secret_hash, rotated_at=rotated_at, generation=api_keys.c.generation + 1)
             )
-            changed = result.rowcount == 1
-            if changed:
-                await self._publish_change(conn, key_id, rotated_at)
-            return changed
+            if result.rowcount != 1:
+                return None
+            return await self._publish_change(conn, key_id, rotated_at)
 
     async def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
         """Replace a hash made with outdated parameters, unless the key was rotated meanwhile."""
@@ -266,27 +287,34 @@ class KeyStore:
             )
             return result.rowcount == 1
 
-    async def revoke(self, key_id: str, revoked_at: datetime) -> bool:
-        """Mark a key revoked; False if absent or revoked already."""
+    async def revoke(self, key_id: str, revoked_at: datetime) -> int | None:
+        """Mark a key revoked and give it the next generation; returns that generation, or None
+        if the key is absent or revoked already."""
         async with self._write() as conn:
             result = await conn.execute(
                 update(api_keys)
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=revoked_at)
+                .values(revoked_at=revoked_at, generation=api_keys.c.generation + 1)
             )
-            changed = result.rowcount == 1
-            if changed:
-                await self._publish_change(conn, key_id, revoked_at)
-            return changed
+            if result.rowcount != 1:
+                return None
+            return await self._publish_change(conn, key_id, revoked_at)
 
     # -- change feed --------------------------------------------------------------------------
-    async def _publish_change(self, conn: AsyncConnection, key_id: str, at: datetime) -> None:
-        """Append to the change feed in the writer's transaction (so the feed and the row change
-        together), and prune entries past the retention."""
+    async def _publish_change(self, conn: AsyncConnection, key_id: str, at: datetime) -> int:
+        """Append the key's new generation to the change feed in the writer's transaction (so
+        the feed and the row change together), prune entries past the retention, and return the
+        generation."""
         if not self._is_sqlite:  # SQLite writers are serialised by BEGIN IMMEDIATE already
             await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_FEED_LOCK})
-        await conn.execute(insert(api_key_changes).values(key_id=key_id, changed_at=at))
+        generation = int(
+            (await conn.execute(select(api_keys.c.generation).where(api_keys.c.id == key_id))).scalar_one()
+        )
+        await conn.execute(
+            insert(api_key_changes).values(key_id=key_id, changed_at=at, generation=generation)
+        )
         await conn.execute(delete(api_key_changes).where(api_key_changes.c.changed_at < at - FEED_RETENTION))
+        return generation
 
     async def latest_change(self) -> int:
         """The id of the newest feed entry (0 if none): where a new reader starts."""
@@ -294,16 +322,16 @@ class KeyStore:
             value = (await conn.execute(select(func.max(api_key_changes.c.id)))).scalar()
         return int(value or 0)
 
-    async def changes_after(self, cursor: int, limit: int = 1000) -> list[tuple[int, str]]:
-        """Feed entries (id, key id) with id > `cursor`, oldest first."""
+    async def changes_after(self, cursor: int, limit: int = 1000) -> list[KeyChange]:
+        """Feed entries with id > `cursor`, oldest first."""
         async with self._read() as conn:
             rows = await conn.execute(
-                select(api_key_changes.c.id, api_key_changes.c.key_id)
+                select(api_key_changes.c.id, api_key_changes.c.key_id, api_key_changes.c.generation)
                 .where(api_key_changes.c.id > cursor)
                 .order_by(api_key_changes.c.id)
                 .limit(limit)
             )
-            return [(int(row.id), str(row.key_id)) for row in rows]
+            return [KeyChange(int(row.id), str(row.key_id), int(row.generation)) for row in rows]
 
 
 async def open_key_store(url: str) -> KeyStore:

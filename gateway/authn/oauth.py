@@ -3,13 +3,15 @@
 Public API::
 
     endpoint = TokenEndpoint(keys, issuer, admit=None)   # keys: ApiKeyAuthenticator, issuer: TokenIssuer
-    result = await endpoint.handle(form, basic_auth)   # TokenResponse | OAuthError
+    result = await endpoint.handle(form, basic_auth, client)   # TokenResponse | OAuthError
+    result.auth_failure                                # an OAuthError: did credentials fail?
     result.status, result.headers, result.to_json()    # what the HTTP handler sends
 
 `form` is the decoded `application/x-www-form-urlencoded` body (the HTTP layer must refuse a body
 that repeats a parameter, RFC 6749 section 3.2, before calling); `basic_auth` is the
 `(user, password)` of an `Authorization: Basic` header, already base64-decoded and split at the
-first `:`, or None. Grants:
+first `:`, or None; `client` is the caller's address as the rate limiter keys it (API key
+lockouts count per key id and client). Grants:
 
 - `client_credentials` (`TokenEndpoint.client_credentials`): the client id is an API key's id and
   the client secret its secret, so engines configured with `credential=<id>:<secret>` work as they
@@ -17,10 +19,14 @@ first `:`, or None. Grants:
   only if they agree. A wrong or unusable key is `invalid_client` (401, generic description).
 - `urn:ietf:params:oauth:grant-type:token-exchange` with `subject_token` = a still-valid gateway
   access token (`TokenEndpoint.refresh`): how Iceberg's Java client refreshes its token before it
-  expires. The key the token was issued for must still be active (checked without hashing), so
-  revoking a key also ends refreshes. If the client authenticates with HTTP Basic (the Java
+  expires. The key the token was issued for must still be active and not rotated since the token
+  was issued (checked in the store, without hashing), so rotating or revoking a key also ends
+  refreshes of its earlier tokens. If the client authenticates with HTTP Basic (the Java
   client's fallback once its token has expired), a token is issued for that key instead.
 
+Failed credentials (a wrong, unknown or locked-out key; a subject token that does not verify or
+whose key was rotated or revoked) are marked `auth_failure`, so the HTTP layer counts them toward
+the caller's per-address failed-authentication budget like every other failed authentication.
 Anything else is `unsupported_grant_type`; missing or repeated-method parameters are
 `invalid_request` (400). Responses carry `Cache-Control: no-store` (RFC 6749 section 5.1).
 
@@ -53,9 +59,9 @@ _CHALLENGE = 'Basic realm="cedarberg", charset="UTF-8"'
 class KeyVerifier(Protocol):
     """What the endpoint needs from API keys (`ApiKeyAuthenticator` provides it)."""
 
-    async def authenticate_parts(self, key_id: str, secret: str) -> Principal: ...
+    async def authenticate_parts(self, key_id: str, secret: str, client: str = "") -> Principal: ...
 
-    async def active_principal(self, key_id: str) -> Principal: ...
+    async def active_principal(self, key_id: str, generation: int | None = None) -> Principal: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,7 @@ class OAuthError:
     description: str
     status: int
     retry_after_seconds: int | None = None  # with 429: when the client may ask again
+    auth_failure: bool = False  # credentials were presented and did not authenticate
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -108,7 +115,8 @@ def _invalid_request(description: str) -> OAuthError:
     return OAuthError("invalid_request", description, 400)
 
 
-INVALID_CLIENT = OAuthError("invalid_client", "Client authentication failed", 401)
+INVALID_CLIENT = OAuthError("invalid_client", "Client authentication failed", 401, auth_failure=True)
+INVALID_SUBJECT = OAuthError("invalid_request", "subject_token is not valid", 400, auth_failure=True)
 
 
 def _param(form: Mapping[str, str], name: str) -> str | None:
@@ -142,16 +150,16 @@ class TokenEndpoint:
         self._admit = admit
 
     async def handle(
-        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
+        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None, client: str = ""
     ) -> TokenResponse | OAuthError:
         """Dispatch on `grant_type`."""
         grant_type = _param(form, "grant_type")
         if grant_type is None:
             return _invalid_request("grant_type is required")
         if grant_type == GRANT_CLIENT_CREDENTIALS:
-            return await self.client_credentials(form, basic_auth)
+            return await self.client_credentials(form, basic_auth, client)
         if grant_type == GRANT_TOKEN_EXCHANGE:
-            return await self.refresh(form, basic_auth)
+            return await self.refresh(form, basic_auth, client)
         return OAuthError("unsupported_grant_type", "Unsupported grant_type", 400)
 
     async def _issue(self, principal: Principal) -> TokenResponse | OAuthError:
@@ -165,7 +173,7 @@ class TokenEndpoint:
         return TokenResponse(token, expires_in)
 
     async def client_credentials(
-        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
+        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None, client: str = ""
     ) -> TokenResponse | OAuthError:
         """The client_credentials grant (RFC 6749 section 4.4) with API key parts as credentials."""
         grant_type = _param(form, "grant_type")
@@ -177,13 +185,13 @@ class TokenEndpoint:
         if isinstance(credentials, OAuthError):
             return credentials
         try:
-            principal = await self._keys.authenticate_parts(*credentials)
+            principal = await self._keys.authenticate_parts(*credentials, client)
         except AuthenticationError:
             return INVALID_CLIENT
         return await self._issue(principal)
 
     async def refresh(
-        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None
+        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None, client: str = ""
     ) -> TokenResponse | OAuthError:
         """Token exchange (RFC 8693) of a gateway access token for a fresh one."""
         subject_token = _param(form, "subject_token")
@@ -196,19 +204,19 @@ class TokenEndpoint:
             if isinstance(credentials, OAuthError):
                 return credentials
             try:
-                return await self._issue(await self._keys.authenticate_parts(*credentials))
+                return await self._issue(await self._keys.authenticate_parts(*credentials, client))
             except AuthenticationError:
                 return INVALID_CLIENT
         try:
             subject = self._issuer.verify(subject_token)
         except AuthenticationError:
-            return _invalid_request("subject_token is not valid")
+            return INVALID_SUBJECT
         key_id = subject.attributes.get("api_key_id")
         if key_id is None:
             log.info("token refresh refused: token not issued for an api key")
-            return _invalid_request("subject_token is not valid")
+            return INVALID_SUBJECT
         try:
-            principal = await self._keys.active_principal(key_id)
+            principal = await self._keys.active_principal(key_id, subject.key_generation or 0)
         except AuthenticationError:
-            return _invalid_request("subject_token is not valid")
+            return INVALID_SUBJECT
         return await self._issue(principal)

@@ -45,7 +45,7 @@ from gateway.authn.jwks import (
     short_repr,
     url_allowed,
 )
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, oidc_principal_id
 
 DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
 MAX_PRINCIPAL_ID_LENGTH = 512
@@ -62,9 +62,10 @@ class OidcIssuerSettings(BaseModel):
     skips discovery. `principal_claim`, `groups_claim` and the values of `attribute_claims` are claim
     names, or dotted paths into nested objects (`realm_access.roles`); a claim whose literal name
     contains dots is found first. Groups may be a list of strings or one space/comma separated
-    string; a missing groups claim means no groups. `principal_prefix` is prepended to the id so
-    that equal subjects of two issuers stay distinct principals. URLs must be https unless they
-    point to loopback, or `unsafe_allow_http` is set.
+    string; a missing groups claim means no groups. The principal id is
+    `oidc:<alias>/<principal_prefix><subject>` (`alias` defaults to the issuer URL), so subjects of
+    two issuers, and subjects equal to an API key's principal name, stay distinct principals.
+    URLs must be https unless they point to loopback, or `unsafe_allow_http` is set.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -76,6 +77,14 @@ class OidcIssuerSettings(BaseModel):
     jwks_uri: str | None = None
     principal_claim: str = Field("sub", min_length=1)
     principal_prefix: str = ""
+    alias: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Short name of the issuer in principal ids (`oidc:<alias>/<subject>`); "
+        "unset: the issuer URL.",
+    )
     principal_kind: PrincipalKind = PrincipalKind.USER
     groups_claim: str | None = "groups"
     attribute_claims: Mapping[str, str] = Field(default_factory=dict)
@@ -105,6 +114,11 @@ class OidcIssuerSettings(BaseModel):
             if alg not in ASYMMETRIC_ALGORITHMS:
                 raise ValueError(f"unsupported algorithm {alg!r}; allowed: {sorted(ASYMMETRIC_ALGORITHMS)}")
         return tuple(dict.fromkeys(value))
+
+    @property
+    def namespace(self) -> str:
+        """What principal ids of this issuer's tokens start with, after `oidc:`."""
+        return self.alias if self.alias is not None else self.issuer
 
     @model_validator(mode="after")
     def _urls_are_safe(self) -> Self:
@@ -142,6 +156,16 @@ class OidcSettings(BaseModel):
         names = [issuer.issuer for issuer in value]
         if len(names) != len(set(names)):
             raise ValueError("each issuer may be configured once")
+        # `oidc:<namespace>/<subject>` must name one issuer: no namespace may equal another, or
+        # start with another followed by `/` (issuer URLs have paths), or ids could collide.
+        spaces = [issuer.namespace for issuer in value]
+        for i, one in enumerate(spaces):
+            for other in spaces[i + 1 :]:
+                if one == other or one.startswith(other + "/") or other.startswith(one + "/"):
+                    raise ValueError(
+                        f"issuer namespaces {one!r} and {other!r} overlap in principal ids; "
+                        "set distinct aliases"
+                    )
         return value
 
 
@@ -322,7 +346,7 @@ class OidcAuthenticator:
             if isinstance(value, str | int | float | bool):
                 attributes[name] = str(value)
         return Principal(
-            id=settings.principal_prefix + subject,
+            id=oidc_principal_id(settings.namespace, settings.principal_prefix + subject),
             kind=settings.principal_kind,
             groups=groups,
             auth_method=AuthMethod.JWT,

@@ -1,10 +1,45 @@
-"""The one identity type every authenticator produces and every policy decision consumes."""
+"""The one identity type every authenticator produces and every policy decision consumes.
+
+Principal ids are namespaced by how the caller authenticated, so ids of different methods never
+collide (an OIDC `sub` equal to an API key's principal name is another principal):
+
+- `key:<principal>` — an API key's principal, presented directly or through a gateway token
+  (gateway tokens are issued only for API keys and inherit their namespace);
+- `oidc:<alias>/<subject>` — a token from a configured OIDC issuer; `<alias>` is the issuer's
+  `alias` setting, else its `issuer` URL, and `<subject>` its principal claim (after the issuer's
+  `principal_prefix`). Issuer namespaces are validated to be distinct and prefix-free;
+- `anonymous:<name>` — the configured anonymous principal.
+
+Policies name one principal by its namespaced id (`Cedarberg::User::"key:alice"`); plan
+ownership, audit records, idempotency records and rate-limit budgets all use the namespaced id.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from gateway.byte_lru import estimate
+
+KEY_NAMESPACE = "key:"
+OIDC_NAMESPACE = "oidc:"
+ANONYMOUS_NAMESPACE = "anonymous:"
+
+
+def key_principal_id(name: str) -> str:
+    """The id of the principal an API key (or a gateway token issued for it) authenticates as."""
+    return KEY_NAMESPACE + name
+
+
+def oidc_principal_id(issuer_namespace: str, subject: str) -> str:
+    """The id of an OIDC token's subject; `issuer_namespace` is the issuer's alias or URL."""
+    return f"{OIDC_NAMESPACE}{issuer_namespace}/{subject}"
+
+
+def anonymous_principal_id(name: str) -> str:
+    """The id of the configured anonymous principal."""
+    return ANONYMOUS_NAMESPACE + name
 
 
 class AuthMethod(StrEnum):
@@ -27,8 +62,13 @@ class PrincipalKind(StrEnum):
 class Principal:
     """An authenticated caller.
 
-    `id` is unique within its kind; `groups` drive the default policies; `attributes` carry extra
+    `id` is namespaced by the authentication method (see the module docstring) and unique within
+    its kind; `groups` drive the default policies; `attributes` carry extra
     claims a policy may use (e.g. the verified client-certificate subject under `tls_subject`).
+    `key_generation` is the generation of the API key (`attributes["api_key_id"]`) that proved the
+    principal, directly or through a gateway token; None for other methods. A gateway token of an
+    older generation than its key's current one was issued before a rotation or revocation and
+    is refused.
     """
 
     id: str
@@ -36,3 +76,9 @@ class Principal:
     groups: frozenset[str]
     auth_method: AuthMethod
     attributes: Mapping[str, str] = field(default_factory=dict)
+    key_generation: int | None = None
+
+
+def principal_bytes(principal: Principal) -> int:
+    """Estimated memory a principal holds (its id, groups and attributes), for bounded caches."""
+    return 200 + estimate(principal.id, principal.groups, principal.attributes)

@@ -6,7 +6,10 @@ of the token. Invariants:
 - Only a token that passed full verification is stored, with the `nbf`/`exp` of its (then
   trusted) claims; a hit outside [nbf, exp) — without leeway, so never more lenient than full
   verification — is dropped and the token verified again (which raises the right error).
-- Bounded: least recently used entries go first.
+- Bounded in entries and in estimated bytes (the principals' ids, groups and attributes, which
+  an OIDC issuer's tokens choose), least recently used first; a principal larger than
+  `MAX_ENTRY_BYTES` is verified on every request instead of being cached
+  (`gateway.byte_lru`).
 - What verification would learn later is not seen before `exp`: a signing key removed from an
   issuer's JWKS keeps its unexpired tokens valid here until they expire (as tokens of a revoked API
   key already do; keep token lifetimes short).
@@ -17,13 +20,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from collections import OrderedDict
 
 import orjson
 
-from gateway.authn.principal import Principal
+from gateway.authn.principal import Principal, principal_bytes
+from gateway.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_ENTRIES = 10_000
+DEFAULT_MAX_BYTES = 16 * 1024**2
+MAX_ENTRY_BYTES = 64 * 1024
+_KEY_BYTES = 90  # a 32-byte digest and two floats
 
 
 def _validity(token: str) -> tuple[float, float] | None:
@@ -42,12 +48,19 @@ def _validity(token: str) -> tuple[float, float] | None:
 class VerifiedTokenCache:
     """Used from the event loop only."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[bytes, tuple[Principal, float, float]] = OrderedDict()
+        self._entries: ByteBoundedLru[bytes, tuple[Principal, float, float]] = ByteBoundedLru(
+            max_entries, max_bytes, MAX_ENTRY_BYTES
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def estimated_bytes(self) -> int:
+        """Estimated bytes held (at most `max_bytes`)."""
+        return self._entries.estimated_bytes
 
     @staticmethod
     def _key(token: str) -> bytes:
@@ -55,7 +68,7 @@ class VerifiedTokenCache:
 
     def get(self, token: str) -> Principal | None:
         """The principal of a cached, currently valid verification of `token`, else None."""
-        if self.max_entries <= 0:
+        if not self._entries.enabled:
             return None
         key = self._key(token)
         entry = self._entries.get(key)
@@ -63,18 +76,15 @@ class VerifiedTokenCache:
             return None
         principal, nbf, exp = entry
         if not nbf <= time.time() < exp:
-            del self._entries[key]
+            self._entries.pop(key)
             return None
-        self._entries.move_to_end(key)
         return principal
 
     def put(self, token: str, principal: Principal) -> None:
         """Remember a token that was just verified in full."""
-        if self.max_entries <= 0:
+        if not self._entries.enabled:
             return
         validity = _validity(token)
         if validity is None:
             return
-        self._entries[self._key(token)] = (principal, *validity)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._entries.put(self._key(token), (principal, *validity), _KEY_BYTES + principal_bytes(principal))

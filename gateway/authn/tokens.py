@@ -21,8 +21,11 @@ are required and checked with `leeway_seconds`; the custom claims must have the 
 Every failure raises the generic `AuthenticationError`, except an otherwise valid expired token,
 which raises `CredentialExpiredError` (the gateway answers 419 where the Iceberg spec allows it).
 
-A token stays valid until it expires even if the API key it was issued for is revoked; keep
-`ttl_seconds` short. Refreshing a token (see `gateway.authn.oauth`) re-checks the key.
+A token issued for an API key carries the key's id (`attrs.api_key_id`) and generation (`kgen`,
+see `Principal.key_generation`); `verify` checks only the token itself, and the caller
+(`Security.authenticate_bearer`) then refuses it through `ApiKeyAuthenticator.check_token` if the
+key was rotated or revoked after it was issued. Refreshing a token (see `gateway.authn.oauth`)
+re-checks the key in the store.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
+from gateway.authn.token_cache import DEFAULT_MAX_BYTES as DEFAULT_VERIFIED_CACHE_BYTES
 from gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
 
 log = logging.getLogger("cedarberg.authn.tokens")
@@ -83,6 +87,13 @@ class TokenSettings(BaseModel):
         le=1_000_000,
         description="Verified bearer JWTs (gateway-issued and OIDC) remembered, by SHA-256, until "
         "they expire, so a token's signature is checked once. 0: verify every request.",
+    )
+    verified_cache_max_bytes: int = Field(
+        DEFAULT_VERIFIED_CACHE_BYTES,
+        ge=0,
+        le=4 * 1024**3,
+        description="Estimated memory the verified-token cache may hold (the principals' ids, "
+        "groups and attributes); least recently used tokens go first. 0: verify every request.",
     )
 
 
@@ -202,6 +213,8 @@ class TokenIssuer:
             "groups": sorted(principal.groups),
             "attrs": dict(principal.attributes),
         }
+        if principal.key_generation is not None:
+            claims["kgen"] = principal.key_generation
         headers = {"kid": self._kid, "typ": TOKEN_TYPE}
         return jwt.encode(claims, self._private_key, algorithm=ALGORITHM, headers=headers), ttl
 
@@ -252,7 +265,10 @@ def _is_short_str(value: object) -> bool:
 def _principal_from_claims(claims: Mapping[str, Any]) -> Principal | None:
     sub, kind = claims.get("sub"), claims.get("kind")
     groups, attrs = claims.get("groups"), claims.get("attrs")
+    generation = claims.get("kgen")
     if not _is_short_str(sub) or kind not in (PrincipalKind.USER.value, PrincipalKind.SERVICE.value):
+        return None
+    if not str(sub).startswith(KEY_NAMESPACE):  # issued only for API keys, in their namespace
         return None
     if not isinstance(groups, list) or len(groups) > _MAX_GROUPS or not all(map(_is_short_str, groups)):
         return None
@@ -262,10 +278,15 @@ def _principal_from_claims(claims: Mapping[str, Any]) -> Principal | None:
         _is_short_str(k) and isinstance(v, str) and len(v) <= _MAX_CLAIM_STRING for k, v in attrs.items()
     ):
         return None
+    if generation is not None and (type(generation) is not int or generation < 0):
+        return None
+    if "api_key_id" in attrs and generation is None:
+        generation = 0  # issued before generations existed: void after the key's next change
     return Principal(
         id=str(sub),
         kind=PrincipalKind(kind),
         groups=frozenset(groups),
         auth_method=AuthMethod.GATEWAY_TOKEN,
         attributes=dict(attrs),
+        key_generation=generation,
     )

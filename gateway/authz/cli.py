@@ -2,7 +2,7 @@
 
     cedarberg policies validate [DIR]     exit 1 and `FILE:LINE: message` lines when the set is refused
     cedarberg policies test [DIR]         run DIR/tests/{ALLOW,DENY}/*.json; exit 1 if any fails
-    cedarberg policies explain --principal alice --group etl --action updateTable \\
+    cedarberg policies explain --principal key:alice --group etl --action updateTable \\
         --resource default/sales/orders --property 'sales:cedarberg.writers=etl'
                                           print the decision and its determining policies;
                                           exit 0 allow, 1 deny, 2 bad input or refused set
@@ -229,7 +229,9 @@ def add_policy_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     )
     ex = commands.add_parser("explain", help="decide one request and show the determining policies")
     ex.add_argument("--dir", type=Path, help=help_dir)
-    ex.add_argument("--principal", required=True, help="principal id")
+    ex.add_argument(
+        "--principal", required=True, help="namespaced principal id (key:<name>, oidc:<issuer>/<subject>)"
+    )
     ex.add_argument("--kind", default="user", choices=[k.value for k in PrincipalKind])
     ex.add_argument("--group", action="append", default=[], help="a group of the principal (repeatable)")
     ex.add_argument("--attribute", action="append", default=[], help="principal attribute KEY=VALUE")

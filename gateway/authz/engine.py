@@ -15,6 +15,10 @@ Invariants:
 - Decisions are kept in a bounded LRU keyed by everything a decision depends on (policy-set
   version, principal entity JSON, action, resource entity JSON with its ancestors, context), so a
   change to policies, group membership, grants or context is a different key, never a stale hit.
+- Every cache here (decisions, parsed entity sets, rendered principals) is bounded in entries and
+  in estimated bytes, and does not keep an entry larger than its entry cap (`gateway.byte_lru`):
+  requests with large names, grants or context values are decided, just not remembered, so they
+  cannot grow memory.
 - Anything but Allow is deny: Deny, NoDecision, no active set, or entities that do not conform.
 - Every `Decision` names the policy-set version it was made with.
 """
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,12 +49,20 @@ from gateway.authz.entities import (
 from gateway.authz.errors import PolicyLoadError, PolicyProblem
 from gateway.authz.loader import CompiledPolicySet, compile_sources, read_directory
 from gateway.authz.restrictions import ScanRule, rules_of
+from gateway.byte_lru import ByteBoundedLru
 
 log = logging.getLogger("gateway.authz")
 
 DEFAULT_ENTITY_CACHE_SIZE = 4096
+DEFAULT_ENTITY_CACHE_BYTES = 64 * 1024**2
 DEFAULT_DECISION_CACHE_SIZE = 65536
+DEFAULT_DECISION_CACHE_BYTES = 64 * 1024**2
+DEFAULT_CACHE_ENTRY_BYTES = 256 * 1024  # entry cap of the decision and entity caches
+# A parsed entity set (Rust structures behind cedarpy) takes a few times its JSON; counted so.
+_PARSED_ENTITIES_FACTOR = 4
 _PRINCIPAL_CACHE_SIZE = 4096
+_PRINCIPAL_CACHE_BYTES = 16 * 1024**2
+_PRINCIPAL_ENTRY_BYTES = 256 * 1024
 _DecisionKey = tuple[str, str, str, str, RequestContext]
 
 
@@ -91,18 +102,25 @@ class PolicyEngine:
         *,
         entity_cache_size: int = DEFAULT_ENTITY_CACHE_SIZE,
         decision_cache_size: int = DEFAULT_DECISION_CACHE_SIZE,
+        entity_cache_bytes: int = DEFAULT_ENTITY_CACHE_BYTES,
+        decision_cache_bytes: int = DEFAULT_DECISION_CACHE_BYTES,
+        cache_entry_bytes: int = DEFAULT_CACHE_ENTRY_BYTES,
     ) -> None:
         self._directory = Path(directory)
         self._active: CompiledPolicySet | None = None
         self._last_error: RefusedPolicySet | None = None
         self._load_lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str, str], cedarpy.Entities] = OrderedDict()
+        self._cache: ByteBoundedLru[tuple[str, str, str], cedarpy.Entities] = ByteBoundedLru(
+            entity_cache_size, entity_cache_bytes, cache_entry_bytes
+        )
         self._cache_lock = threading.Lock()
-        self._cache_size = entity_cache_size
-        self._decisions: OrderedDict[_DecisionKey, Decision] = OrderedDict()
-        self._decision_cache_size = decision_cache_size
+        self._decisions: ByteBoundedLru[_DecisionKey, Decision] = ByteBoundedLru(
+            decision_cache_size, decision_cache_bytes, cache_entry_bytes
+        )
         self.decision_hits = 0
-        self._principals: OrderedDict[int, tuple[Principal, str]] = OrderedDict()
+        self._principals: ByteBoundedLru[int, tuple[Principal, str]] = ByteBoundedLru(
+            _PRINCIPAL_CACHE_SIZE, _PRINCIPAL_CACHE_BYTES, _PRINCIPAL_ENTRY_BYTES
+        )
 
     # -- the policy set ---------------------------------------------------------------------------
 
@@ -229,26 +247,32 @@ class PolicyEngine:
         if active is None:
             return [self._deny(p_uid, action, r, "no policy set is active") for action, r, _ in checks]
         p_json = self._principal_json(principal)
-        if self._decision_cache_size <= 0:
+        if not self._decisions.enabled:
             return self._decide_uncached(active, p_uid, p_json, checks)
         keys = [(active.version, p_json, action, r.entities_json, context) for action, r, context in checks]
         with self._cache_lock:
             found = [self._decisions.get(key) for key in keys]
-            for key, decision in zip(keys, found, strict=True):
-                if decision is not None:
-                    self._decisions.move_to_end(key)
-                    self.decision_hits += 1
+            self.decision_hits += sum(decision is not None for decision in found)
         missing = [i for i, decision in enumerate(found) if decision is None]
         if missing:
             made = self._decide_uncached(active, p_uid, p_json, [checks[i] for i in missing])
+            sizes = [_decision_bytes(keys[i], decision) for i, decision in zip(missing, made, strict=True)]
             with self._cache_lock:
-                for i, decision in zip(missing, made, strict=True):
+                for i, decision, size in zip(missing, made, sizes, strict=True):
                     found[i] = decision
                     if not decision.errors:  # a failed evaluation is decided again next time
-                        self._decisions[keys[i]] = decision
-                while len(self._decisions) > self._decision_cache_size:
-                    self._decisions.popitem(last=False)
+                        self._decisions.put(keys[i], decision, size)
         return [decision for decision in found if decision is not None]
+
+    @property
+    def cache_bytes(self) -> int:
+        """Estimated bytes held by the decision, entity and principal caches together."""
+        with self._cache_lock:
+            return (
+                self._decisions.estimated_bytes
+                + self._cache.estimated_bytes
+                + self._principals.estimated_bytes
+            )
 
     def _principal_json(self, principal: Principal) -> str:
         """The principal's entities as Cedar JSON, rendered once per principal object (the
@@ -259,10 +283,9 @@ class PolicyEngine:
                 return held[1]
         rendered = orjson.dumps(principal_entities(principal)).decode()
         with self._cache_lock:
-            # The entry keeps the principal alive, so its id cannot be reused while cached.
-            self._principals[id(principal)] = (principal, rendered)
-            while len(self._principals) > _PRINCIPAL_CACHE_SIZE:
-                self._principals.popitem(last=False)
+            # The entry keeps the principal alive, so its id cannot be reused while cached. The
+            # principal's own strings are about as large as their rendering: counted twice.
+            self._principals.put(id(principal), (principal, rendered), 2 * len(rendered))
         return rendered
 
     def _decide_uncached(
@@ -352,14 +375,11 @@ class PolicyEngine:
         with self._cache_lock:
             cached = self._cache.get(key)
             if cached is not None:
-                self._cache.move_to_end(key)
                 return cached
         parsed = cedarpy.Entities.from_json_str(f"[{p_json[1:-1]},{r_json[1:-1]}]", active.schema)
-        if self._cache_size > 0:
-            with self._cache_lock:
-                self._cache[key] = parsed
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+        size = (1 + _PARSED_ENTITIES_FACTOR) * (len(p_json) + len(r_json)) + len(active.version)
+        with self._cache_lock:
+            self._cache.put(key, parsed, size)
         return parsed
 
     @staticmethod
@@ -372,3 +392,20 @@ class PolicyEngine:
                 merged.setdefault(f"{entity['uid']['type']}\0{entity['uid']['id']}", entity)
         r_json = orjson.dumps(list(merged.values())).decode()
         return cedarpy.Entities.from_json_str(f"[{p_json[1:-1]},{r_json[1:-1]}]", active.schema)
+
+
+def _decision_bytes(key: _DecisionKey, decision: Decision) -> int:
+    """Estimated bytes of a decision cache entry: its key (the principal's and resource's entity
+    JSON, the context as Cedar sees it) and the decision's strings."""
+    version, p_json, action, r_json, context = key
+    return (
+        len(version)
+        + len(p_json)
+        + len(action)
+        + len(r_json)
+        + 2 * len(orjson.dumps(context.to_cedar()))  # the context object and its sets
+        + sum(map(len, decision.policy_ids))
+        + len(decision.principal)
+        + len(decision.resource)
+        + len(decision.action)
+    )

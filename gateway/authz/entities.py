@@ -267,7 +267,8 @@ def catalog_resource() -> Resource:
 
 
 def api_key_resource(key_id: str, owner: str) -> Resource:
-    """An API key; `owner` is the id of the principal the key authenticates as."""
+    """An API key; `owner` is the (namespaced, `key:<name>`) id of the principal the key
+    authenticates as."""
     return _resource(
         EntityType.API_KEY, key_id, attrs={"owner": owner}, parent=catalog_resource(), name=key_id
     )

@@ -39,3 +39,24 @@ class AuthzSettings(BaseModel):
         "its ancestors' attributes (the grants) and the request context. Any change to one of "
         "these is a new key; a policy reload empties it. 0: decide every request.",
     )
+    decision_cache_max_bytes: int = Field(
+        64 * 1024**2,
+        ge=0,
+        le=16 * 1024**3,
+        description="Estimated memory the decision cache may hold (keys include the principal, the "
+        "resource with its grants and the request context); least recently used decisions go "
+        "first. 0: decide every request.",
+    )
+    entity_cache_max_bytes: int = Field(
+        64 * 1024**2,
+        ge=0,
+        le=16 * 1024**3,
+        description="Estimated memory the parsed entity sets may hold. 0: parse for every decision.",
+    )
+    cache_max_entry_bytes: int = Field(
+        256 * 1024,
+        ge=1024,
+        le=64 * 1024**2,
+        description="Largest decision or entity set (estimated) that is cached; larger ones are "
+        "decided without being remembered, so they cannot crowd out the cache.",
+    )

@@ -291,7 +291,7 @@ async def _explain_resource(request: web.Request, action: str, spec: ExplainReso
         owner = spec.owner
         if owner is None:
             with _key_errors():
-                owner = (await security(request).api_keys.get_key(spec.id)).principal
+                owner = (await security(request).api_keys.get_key(spec.id)).principal_id
         return entities.api_key_resource(spec.id, owner), "request" if spec.owner is not None else "catalog"
     svc = services(request)
     warehouse = spec.warehouse or svc.ctx.default_warehouse

@@ -9,6 +9,10 @@ inputs and its result into HTTP:
   form-urldecodes both halves (RFC 6749 section 2.3.1). A Basic header that cannot be decoded is
   `invalid_client` (401). Other schemes are ignored: the Iceberg Java client sends its current
   bearer token along with a token-exchange refresh;
+- failed authentications count toward the caller's per-address failed-authentication budget
+  (`rate_limits.auth_failures_per_address`) like those of every other route, and an address over
+  that budget is answered `temporarily_unavailable` (429, `Retry-After`) before any credential is
+  checked; API key lockouts count per key id and client address (see `gateway.authn.api_keys`);
 - every answer is JSON with the endpoint's status and headers (`Cache-Control: no-store`, and a
   `WWW-Authenticate` challenge with a 401); errors are `{"error", "error_description"}`.
 
@@ -49,10 +53,6 @@ def _oauth_response(result: TokenResponse | OAuthError) -> web.Response:
         content_type="application/json",
         headers=dict(result.headers),
     )
-
-
-def _invalid_request(description: str) -> web.Response:
-    return _oauth_response(OAuthError("invalid_request", description, 400))
 
 
 async def _form(request: web.Request) -> dict[str, str]:
@@ -109,21 +109,38 @@ def _basic_auth(request: web.Request) -> tuple[str, str] | OAuthError | None:
 
 async def get_token(request: web.Request) -> web.Response:
     """OAuth2 token endpoint (client credentials, token exchange)."""
+    sec = security(request)
+    # Guessing is slow here as everywhere: past the failure budget, nothing is verified.
+    retry = await sec.limiter.auth_failures_exceeded(request.remote)
+    if retry is not None:
+        metrics(request).token_request(None, issued=False)
+        metrics(request).rate_limited.labels("auth_failures", "any").inc()
+        return _oauth_response(
+            OAuthError("temporarily_unavailable", "Too many failed authentications", 429, retry.seconds)
+        )
+    result = await _token_result(request)
+    if isinstance(result, OAuthError) and result.auth_failure:
+        await sec.limiter.hit_auth_failure(request.remote)
+    return _oauth_response(result)
+
+
+async def _token_result(request: web.Request) -> TokenResponse | OAuthError:
     basic = _basic_auth(request)
     if isinstance(basic, OAuthError):
         metrics(request).token_request(None, issued=False)
-        return _oauth_response(basic)
+        return basic
     try:
         form = await _form(request)
     except _BadForm as err:
         metrics(request).token_request(None, issued=False)
-        return _invalid_request(str(err))
-    result = await security(request).token_endpoint.handle(form, basic)
+        return OAuthError("invalid_request", str(err), 400)
+    sec = security(request)
+    result = await sec.token_endpoint.handle(form, basic, sec.limiter.client(request.remote))
     stats = metrics(request)
     stats.token_request(form.get("grant_type"), issued=isinstance(result, TokenResponse))
     if result.status == 429:
         stats.rate_limited.labels("principal", "token").inc()
-    return _oauth_response(result)
+    return result
 
 
 async def get_jwks(request: web.Request) -> web.Response:

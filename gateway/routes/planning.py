@@ -22,7 +22,9 @@ from gateway.services import services
 
 def _owner(request: web.Request) -> str:
     principal: Principal = request[PRINCIPAL]
-    return f"{principal.kind}:{principal.id}"  # ids are unique per kind only
+    # Ids are namespaced by authentication method (an OIDC subject never equals a key's
+    # principal) and unique per kind.
+    return f"{principal.kind}:{principal.id}"
 
 
 def _answer(answer: PlanAnswer) -> web.Response:

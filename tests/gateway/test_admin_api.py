@@ -396,7 +396,7 @@ def test_client_credentials_in_the_form_and_as_basic(gateway: GatewayProcess, ad
     assert "d" not in jwk  # public part only
     key = jwt.PyJWK.from_dict(jwk)
     claims = jwt.decode(token, key=key, algorithms=[jwk["alg"]], options={"verify_aud": False})
-    assert claims["sub"] == "token-user"
+    assert claims["sub"] == "key:token-user"
     assert Api(gateway.url, token)("GET", f"{ADMIN}/policies").status_code == 200
 
 

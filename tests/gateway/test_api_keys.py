@@ -159,7 +159,7 @@ async def test_create_then_authenticate_then_cached(keys: ApiKeyAuthenticator) -
     principal = await keys.authenticate(plaintext)
     first = time.perf_counter() - started
     assert keys.hash_count == 2
-    assert principal.id == "etl-bot"
+    assert principal.id == "key:etl-bot"
     assert principal.kind is PrincipalKind.SERVICE
     assert principal.groups == frozenset({"readers", "writers"})
     assert principal.auth_method is AuthMethod.API_KEY
@@ -177,7 +177,7 @@ async def test_concurrent_first_uses_share_one_hash(keys: ApiKeyAuthenticator) -
     _record, plaintext = await keys.create_key("spark", PrincipalKind.SERVICE, ["readers"])
     before = keys.hash_count
     principals = await asyncio.gather(*(keys.authenticate(plaintext) for _ in range(20)))
-    assert {p.id for p in principals} == {"spark"}
+    assert {p.id for p in principals} == {"key:spark"}
     assert keys.hash_count == before + 1
 
 
@@ -213,7 +213,7 @@ async def test_wrong_secret_is_rejected_and_the_right_one_still_works(keys: ApiK
     before = keys.hash_count
     await _rejected(keys, f"cbk_{record.key_id}_{new_secret()}")
     assert keys.hash_count == before + 1
-    assert (await keys.authenticate(plaintext)).id == "alice"
+    assert (await keys.authenticate(plaintext)).id == "key:alice"
 
 
 async def test_expired_key_is_rejected_even_when_cached(keys: ApiKeyAuthenticator) -> None:
@@ -276,7 +276,7 @@ async def test_change_feed_carries_revocations_and_rotations_to_other_processes(
         assert here.cached_keys == 0
         await _rejected(here, revoked_key)
         await _rejected(here, rotated_key)
-        assert (await here.authenticate(new_secret_key)).id == "bob"
+        assert (await here.authenticate(new_secret_key)).id == "key:bob"
         assert await here.poll_changes() == 0  # the cursor moved on: nothing is applied twice
         assert here.cached_keys == 1
     finally:
@@ -313,7 +313,7 @@ async def test_an_unread_feed_stops_trusting_the_cache(store: KeyStore) -> None:
     assert here.hash_count == hashes  # fresh feed: served from the cache
     await here.aclose()  # the feed is no longer read (as when the store cannot be reached)
     await asyncio.sleep(0.7)  # more than 5 poll intervals
-    assert (await here.authenticate(plaintext)).id == "alice"
+    assert (await here.authenticate(plaintext)).id == "key:alice"
     assert here.hash_count == hashes + 1  # verified against the store again, not trusted blindly
     await here.poll_changes()  # the feed is readable again: the cache is trusted again
     await here.authenticate(plaintext)
@@ -325,11 +325,11 @@ async def test_the_feed_prunes_old_entries(tmp_path: Path, store: KeyStore) -> N
     keys = ApiKeyAuthenticator(store)
     old, _ = await keys.create_key("alice", PrincipalKind.USER)
     new, _ = await keys.create_key("bob", PrincipalKind.USER)
-    assert await store.revoke(old.key_id, datetime.now(UTC) - timedelta(days=2))
-    assert [key for _, key in await store.changes_after(0)] == [old.key_id]
+    assert await store.revoke(old.key_id, datetime.now(UTC) - timedelta(days=2)) == 1
+    assert [change.key_id for change in await store.changes_after(0)] == [old.key_id]
     await keys.revoke_key(new.key_id)
-    assert [key for _, key in await store.changes_after(0)] == [new.key_id]
-    assert await store.latest_change() == (await store.changes_after(0))[0][0]
+    assert [change.key_id for change in await store.changes_after(0)] == [new.key_id]
+    assert await store.latest_change() == (await store.changes_after(0))[0].id
 
 
 async def test_repeated_failures_lock_the_id_out_without_hashing(keys: ApiKeyAuthenticator) -> None:
@@ -344,7 +344,7 @@ async def test_repeated_failures_lock_the_id_out_without_hashing(keys: ApiKeyAut
     await _rejected(keys, plaintext)  # even the right secret waits out the lockout
     assert keys.hash_count == before + 3
     await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - locked_at)) + 0.05)
-    assert (await keys.authenticate(plaintext)).id == "alice"
+    assert (await keys.authenticate(plaintext)).id == "key:alice"
     assert keys.hash_count == before + 4
 
 
@@ -363,7 +363,7 @@ async def test_a_cached_key_keeps_working_while_its_id_is_locked_out(keys: ApiKe
     for _ in range(4):
         await _rejected(keys, f"cbk_{record.key_id}_{new_secret()}")
     hashes = keys.hash_count
-    assert (await keys.authenticate(plaintext)).id == "alice"
+    assert (await keys.authenticate(plaintext)).id == "key:alice"
     assert keys.hash_count == hashes
 
 
@@ -554,11 +554,11 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         gateway_version = db.execute("SELECT version_num FROM alembic_version_gateway").fetchall()
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
-    assert gateway_version == [("gw0002",)]
-    assert catalog_version == [("0003",)]
+    assert gateway_version == [("gw0003",)]
+    assert catalog_version == [("0006",)]
     store = await open_key_store(url)
     try:
-        assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "alice"
+        assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "key:alice"
         assert (await ApiKeyAuthenticator(store).get_key(record.key_id)).principal == "alice"
     finally:
         await store.close()
@@ -580,7 +580,7 @@ async def test_postgres_store(postgres_url: str) -> None:
         assert (await other.authenticate(plaintext)).groups == frozenset({"admins"})
         rotated, new = await keys.rotate_key(record.key_id)
         await _rejected(keys, plaintext)
-        assert (await keys.authenticate(new)).id == "alice"
+        assert (await keys.authenticate(new)).id == "key:alice"
         await keys.revoke_key(record.key_id)
         await _rejected(ApiKeyAuthenticator(stores[1]), new)
         listed = await other.list_keys(principal="alice")

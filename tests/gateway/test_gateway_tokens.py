@@ -34,7 +34,7 @@ from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from gateway.authn.tokens import DEFAULT_KEY_FILE, TokenIssuer, TokenKeyError, TokenSettings
 
 ALICE = Principal(
-    id="alice",
+    id="key:alice",
     kind=PrincipalKind.USER,
     groups=frozenset({"readers", "writers"}),
     auth_method=AuthMethod.API_KEY,
@@ -66,7 +66,7 @@ def _claims(**overrides: Any) -> dict[str, Any]:
     claims: dict[str, Any] = {
         "iss": "cedarberg",
         "aud": "cedarberg",
-        "sub": "alice",
+        "sub": "key:alice",
         "iat": now,
         "nbf": now,
         "exp": now + 600,
@@ -97,7 +97,7 @@ def test_issue_verify_round_trip(issuer: TokenIssuer) -> None:
     token, expires_in = issuer.issue(ALICE)
     assert expires_in == 3600
     principal = issuer.verify(token)
-    assert principal.id == "alice"
+    assert principal.id == "key:alice"
     assert principal.kind is PrincipalKind.USER
     assert principal.groups == ALICE.groups
     assert principal.attributes == {"api_key_id": "abcdefghijklmnop"}
@@ -121,7 +121,7 @@ def test_jwks_verifies_a_token_independently(issuer: TokenIssuer) -> None:
     assert jwk["kid"] == _b64(hashlib.sha256(canonical.encode()).digest())
     key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
     claims = jwt.decode(token, key.key, algorithms=["EdDSA"], audience="cedarberg", issuer="cedarberg")
-    assert claims["sub"] == "alice"
+    assert claims["sub"] == "key:alice"
 
 
 def test_expired_token_raises_the_expired_error(tmp_path: Path, issuer: TokenIssuer) -> None:
@@ -130,7 +130,7 @@ def test_expired_token_raises_the_expired_error(tmp_path: Path, issuer: TokenIss
     with pytest.raises(CredentialExpiredError):
         issuer.verify(expired)
     within_leeway = _sign(tmp_path, issuer, _claims(iat=now - 700, nbf=now - 700, exp=now - 10))
-    assert issuer.verify(within_leeway).id == "alice"
+    assert issuer.verify(within_leeway).id == "key:alice"
 
 
 def test_not_yet_valid_token(tmp_path: Path, issuer: TokenIssuer) -> None:
@@ -164,6 +164,11 @@ def test_required_claims(tmp_path: Path, issuer: TokenIssuer, missing: str) -> N
         {"attrs": {"k": 1}},
         {"sub": ""},
         {"sub": 5},
+        {"sub": "alice"},  # not in the API key namespace: gateway tokens are issued for keys only
+        {"sub": "oidc:https://idp.example/alice"},
+        {"kgen": -1},
+        {"kgen": "1"},
+        {"kgen": True},
     ],
 )
 def test_malformed_custom_claims(tmp_path: Path, issuer: TokenIssuer, overrides: dict[str, Any]) -> None:
@@ -234,7 +239,7 @@ def test_key_file_is_created_owner_only_and_reused(tmp_path: Path) -> None:
     assert TokenIssuer.open(TokenSettings(), data_dir).kid == first.kid
     assert [p.name for p in data_dir.iterdir()] == [DEFAULT_KEY_FILE]  # no temporary files left
     token, _ = first.issue(ALICE)
-    assert TokenIssuer.open(TokenSettings(), data_dir).verify(token).id == "alice"
+    assert TokenIssuer.open(TokenSettings(), data_dir).verify(token).id == "key:alice"
     os.chmod(key_file, 0o644)
     with pytest.raises(TokenKeyError, match="group or others"):
         TokenIssuer.open(TokenSettings(), data_dir)
@@ -362,7 +367,7 @@ async def test_client_credentials_in_the_form_body(
     assert credential[1] not in repr(result)
     principal = issuer.verify(body["access_token"])
     assert (principal.id, principal.kind, principal.groups) == (
-        "etl",
+        "key:etl",
         PrincipalKind.SERVICE,
         frozenset({"writers"}),
     )
@@ -438,7 +443,7 @@ async def test_token_exchange_refreshes_while_the_key_is_active(
     hashes = keys.hash_count
     fresh = _ok(await endpoint.handle(refresh, None))
     assert keys.hash_count == hashes  # refreshing re-checks the key without hashing
-    assert issuer.verify(fresh.access_token).id == "etl"
+    assert issuer.verify(fresh.access_token).id == "key:etl"
     # The Java client's fallback: the same request with the credential as HTTP Basic.
     _ok(await endpoint.handle({**refresh, "subject_token": "expired-or-anything"}, credential))
     _error(await endpoint.handle({**refresh, "subject_token_type": "x"}, None), "invalid_request", 400)

@@ -95,7 +95,7 @@ def test_create_prints_only_the_key_which_authenticates(tmp_path: Path) -> None:
     assert len(result.stderr.splitlines()) == 1
 
     principal = asyncio.run(_authenticate(_url(data_dir), key))
-    assert principal.id == "etl-bot"
+    assert principal.id == "key:etl-bot"
     assert principal.kind is PrincipalKind.SERVICE
     assert principal.groups == frozenset({"writers", "etl"})
     assert principal.auth_method is AuthMethod.API_KEY
@@ -108,19 +108,19 @@ def test_settings_come_from_config_env_and_flags_in_that_order(tmp_path: Path) -
     config.write_text(f'data_dir = "{from_file}"\n', encoding="utf-8")
 
     key = _run("create", "--principal", "a", "--config", str(config))[1].strip()
-    assert asyncio.run(_authenticate(_url(from_file), key)).id == "a"
+    assert asyncio.run(_authenticate(_url(from_file), key)).id == "key:a"
 
     env = {"CEDARBERG_DATA_DIR": str(from_env)}
     key = _run("create", "--principal", "b", "--config", str(config), environ=env)[1].strip()
-    assert asyncio.run(_authenticate(_url(from_env), key)).id == "b"
+    assert asyncio.run(_authenticate(_url(from_env), key)).id == "key:b"
 
     argv = ("create", "--principal", "c", "--config", str(config), "--data-dir", str(from_flag))
     key = _run(*argv, environ=env)[1].strip()
-    assert asyncio.run(_authenticate(_url(from_flag), key)).id == "c"
+    assert asyncio.run(_authenticate(_url(from_flag), key)).id == "key:c"
 
     store_url = f"sqlite+aiosqlite:///{tmp_path / 'elsewhere.db'}"
     key = _run("create", "--principal", "d", "--store-url", store_url, environ=env)[1].strip()
-    assert asyncio.run(_authenticate(store_url, key)).id == "d"
+    assert asyncio.run(_authenticate(store_url, key)).id == "key:d"
 
 
 def test_list_never_shows_secrets(tmp_path: Path) -> None:

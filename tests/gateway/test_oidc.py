@@ -204,6 +204,13 @@ async def refused(auth: OidcAuthenticator, token: str) -> type[Exception]:
     return caught.type
 
 
+def _local_id(principal: Principal) -> str:
+    """The subject part of an OIDC principal id (`oidc:<issuer namespace>/<subject>`)."""
+    assert principal.id.startswith("oidc:"), principal.id
+    assert principal.attributes["issuer"] in principal.id
+    return principal.id.rsplit("/", 1)[1]
+
+
 # -- real identity providers -------------------------------------------------------------------
 
 
@@ -240,7 +247,7 @@ async def test_oauth2_mock_server_client_credentials_token(
     principal = await auth.authenticate(token)
 
     assert principal == Principal(
-        id="spark-job",
+        id=f"oidc:{oauth2_idp.issuer}/spark-job",
         kind=PrincipalKind.SERVICE,
         groups=frozenset({"writers", "readers"}),
         auth_method=AuthMethod.JWT,
@@ -254,7 +261,7 @@ async def test_oauth2_mock_server_scope_string_as_groups_and_wrong_audience(
     auth = make_auth(issuer_settings(oauth2_idp.issuer, groups_claim="scope"))
     token = oauth2_idp.client_credentials("duck", AUDIENCE, scope="readers, auditors")
     principal = await auth.authenticate(token)
-    assert (principal.id, principal.groups) == ("duck", frozenset({"readers", "auditors"}))
+    assert (_local_id(principal), principal.groups) == ("duck", frozenset({"readers", "auditors"}))
 
     other_audience = oauth2_idp.client_credentials("duck", "some-other-api")
     assert await refused(auth, other_audience) is AuthenticationError
@@ -267,12 +274,12 @@ async def test_oauth2_mock_server_expired_token_and_leeway(
     expires = jwt.decode(token, options={"verify_signature": False})["exp"]
     strict = make_auth(issuer_settings(oauth2_idp.issuer, leeway_seconds=0))
     lenient = make_auth(issuer_settings(oauth2_idp.issuer, leeway_seconds=30))
-    assert (await strict.authenticate(token)).id == "short-lived"  # still valid right now
+    assert _local_id(await strict.authenticate(token)) == "short-lived"  # still valid right now
 
     await asyncio.sleep(max(0.0, expires - time.time()) + 0.1)
 
     assert await refused(strict, token) is CredentialExpiredError
-    assert (await lenient.authenticate(token)).id == "short-lived"  # expired, but within the leeway
+    assert _local_id(await lenient.authenticate(token)) == "short-lived"  # expired, but within the leeway
 
 
 async def test_stock_oauth2_mock_server_rotation_is_picked_up_after_refresh(make_auth: MakeAuth) -> None:
@@ -285,7 +292,7 @@ async def test_stock_oauth2_mock_server_rotation_is_picked_up_after_refresh(make
             issuer_settings(server.issuer, principal_claim="scope"), refresh_min_interval_seconds=0.2
         )
         old = server.client_credentials("ignored", AUDIENCE, scope="svc-etl")
-        assert (await auth.authenticate(old)).id == "svc-etl"
+        assert _local_id(await auth.authenticate(old)) == "svc-etl"
         no_sub = make_auth(issuer_settings(server.issuer))
         assert await refused(no_sub, old) is AuthenticationError  # principal claim `sub` missing
 
@@ -294,7 +301,7 @@ async def test_stock_oauth2_mock_server_rotation_is_picked_up_after_refresh(make
         new = server.client_credentials("ignored", AUDIENCE, scope="svc-etl")
         assert jwt.get_unverified_header(new)["kid"] != jwt.get_unverified_header(old)["kid"]
 
-        assert (await auth.authenticate(new)).id == "svc-etl"
+        assert _local_id(await auth.authenticate(new)) == "svc-etl"
         assert await refused(auth, old) is AuthenticationError  # its key is gone from the JWKS
     finally:
         server.close()
@@ -308,7 +315,7 @@ async def test_oauth2_mock_server_es256_key(make_auth: MakeAuth, tmp_path: Path)
     try:
         token = server.client_credentials("ec-client", AUDIENCE)
         assert jwt.get_unverified_header(token)["alg"] == "ES256"
-        assert (await make_auth(issuer_settings(server.issuer)).authenticate(token)).id == "ec-client"
+        assert _local_id(await make_auth(issuer_settings(server.issuer)).authenticate(token)) == "ec-client"
         rsa_only = make_auth(issuer_settings(server.issuer, algorithms=["RS256"]))
         assert await refused(rsa_only, token) is AuthenticationError
     finally:
@@ -324,7 +331,7 @@ async def test_oidc_provider_mock_id_token_without_kid(
 
     principal = await make_auth(issuer_settings(oidc_idp.issuer)).authenticate(token)
 
-    assert principal.id == "alice"
+    assert _local_id(principal) == "alice"
     assert principal.groups == frozenset({"readers", "writers"})
     assert principal.auth_method is AuthMethod.JWT
     assert principal.kind is PrincipalKind.USER
@@ -339,7 +346,7 @@ async def test_oidc_provider_mock_nested_groups_prefix_and_audience(
         issuer_settings(oidc_idp.issuer, groups_claim="realm_access.roles", principal_prefix="corp:")
     )
     principal = await auth.authenticate(token)
-    assert (principal.id, principal.groups) == ("corp:bob", frozenset({"admins"}))
+    assert (_local_id(principal), principal.groups) == ("corp:bob", frozenset({"admins"}))
 
     for_other_client = oidc_idp.id_token("bob", client_id="another-app")
     assert await refused(auth, for_other_client) is AuthenticationError
@@ -351,13 +358,13 @@ async def test_oidc_provider_mock_rotation_without_kid(make_auth: MakeAuth) -> N
     try:
         auth = make_auth(issuer_settings(server.issuer), refresh_min_interval_seconds=0.2)
         old = server.id_token("carol", client_id=AUDIENCE)
-        assert (await auth.authenticate(old)).id == "carol"
+        assert _local_id(await auth.authenticate(old)) == "carol"
 
         server.restart()  # a new RSA key; neither token names a kid
         await asyncio.sleep(0.25)
         new = server.id_token("carol", client_id=AUDIENCE)
 
-        assert (await auth.authenticate(new)).id == "carol"  # bad signature → one refresh → new key
+        assert _local_id(await auth.authenticate(new)) == "carol"  # bad signature → one refresh → new key
         assert await refused(auth, old) is AuthenticationError
     finally:
         server.close()
@@ -401,21 +408,21 @@ async def test_symmetric_keys_in_the_jwks_are_ignored(local: LocalIssuer, make_a
     token = jwt.encode(local.claims(), b"0" * 32, algorithm="HS256", headers={"kid": "shared"})
     assert await refused(auth, token) is AuthenticationError
     # The oct entry does not count as a key: a kid-less token still finds the single RSA key.
-    assert (await auth.authenticate(local.sign(kid=None))).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign(kid=None))) == "alice"
 
 
 async def test_key_type_must_match_the_algorithm(local: LocalIssuer, make_auth: MakeAuth) -> None:
     local.publish(ec_key("ec"), "ec")
     local.publish(rsa_key("pinned"), "pinned", alg="RS256")
     auth = make_auth(issuer_settings(local.issuer, algorithms=["RS256", "PS256", "ES256"]))
-    assert (await auth.authenticate(local.sign(ec_key("ec"), kid="ec", alg="ES256"))).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign(ec_key("ec"), kid="ec", alg="ES256"))) == "alice"
     # An RSA signature presented under the EC key's kid: that key cannot verify RS256.
     assert await refused(auth, local.sign(rsa_key("k1"), kid="ec", alg="RS256")) is AuthenticationError
     # The JWK pins RS256, so a PS256 signature by the very same key is refused.
     assert (
         await refused(auth, local.sign(rsa_key("pinned"), kid="pinned", alg="PS256")) is AuthenticationError
     )
-    assert (await auth.authenticate(local.sign(rsa_key("pinned"), kid="pinned"))).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign(rsa_key("pinned"), kid="pinned"))) == "alice"
 
 
 async def test_algorithm_not_pinned_for_the_issuer(local: LocalIssuer, make_auth: MakeAuth) -> None:
@@ -437,18 +444,18 @@ async def test_wrong_or_missing_audience(local: LocalIssuer, make_auth: MakeAuth
     auth = make_auth(issuer_settings(local.issuer))
     assert await refused(auth, local.sign(aud="other")) is AuthenticationError
     assert await refused(auth, local.sign(aud=None)) is AuthenticationError
-    assert (await auth.authenticate(local.sign(aud=["other", AUDIENCE]))).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign(aud=["other", AUDIENCE]))) == "alice"
     several = make_auth(OidcIssuerSettings(issuer=local.issuer, audiences=["a", "b"]))
-    assert (await several.authenticate(local.sign(aud="b"))).id == "alice"
+    assert _local_id(await several.authenticate(local.sign(aud="b"))) == "alice"
 
 
 async def test_expired_and_not_yet_valid(local: LocalIssuer, make_auth: MakeAuth) -> None:
     now = int(time.time())
     auth = make_auth(issuer_settings(local.issuer))  # leeway 30 s
     assert await refused(auth, local.sign(exp=now - 3600)) is CredentialExpiredError
-    assert (await auth.authenticate(local.sign(exp=now - 10))).id == "alice"  # within the leeway
+    assert _local_id(await auth.authenticate(local.sign(exp=now - 10))) == "alice"  # within the leeway
     assert await refused(auth, local.sign(nbf=now + 3600)) is AuthenticationError
-    assert (await auth.authenticate(local.sign(nbf=now + 10))).id == "alice"  # within the leeway
+    assert _local_id(await auth.authenticate(local.sign(nbf=now + 10))) == "alice"  # within the leeway
     assert await refused(auth, local.sign(exp=None)) is AuthenticationError  # exp is required
     # "Expired" is only said of a token whose signature holds.
     forged = tamper(local.sign(exp=now - 3600), sub="mallory")
@@ -496,11 +503,11 @@ async def test_oversized_and_malformed_tokens_cost_nothing(local: LocalIssuer, m
 
 async def test_kid_less_token_needs_exactly_one_key(local: LocalIssuer, make_auth: MakeAuth) -> None:
     auth = make_auth(issuer_settings(local.issuer))
-    assert (await auth.authenticate(local.sign(kid=None))).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign(kid=None))) == "alice"
     local.publish(rsa_key("k2"), "k2")
     two_keys = make_auth(issuer_settings(local.issuer))
     assert await refused(two_keys, local.sign(kid=None)) is AuthenticationError
-    assert (await two_keys.authenticate(local.sign(rsa_key("k2"), kid="k2"))).id == "alice"
+    assert _local_id(await two_keys.authenticate(local.sign(rsa_key("k2"), kid="k2"))) == "alice"
 
 
 async def test_principal_and_groups_claims(local: LocalIssuer, make_auth: MakeAuth) -> None:
@@ -510,7 +517,7 @@ async def test_principal_and_groups_claims(local: LocalIssuer, make_auth: MakeAu
     groups_claim: dict[str, Any] = {"https://x.io/groups": ["etl"]}  # a URL-named claim, dots and all
     token = local.sign(email="dana@example.com", **groups_claim)
     principal = await auth.authenticate(token)
-    assert (principal.id, principal.groups) == ("dana@example.com", frozenset({"etl"}))
+    assert (_local_id(principal), principal.groups) == ("dana@example.com", frozenset({"etl"}))
     assert await refused(auth, local.sign()) is AuthenticationError  # no email claim
     assert await refused(auth, local.sign(email="")) is AuthenticationError
     bad_groups: dict[str, Any] = {"https://x.io/groups": [1, 2]}
@@ -526,7 +533,7 @@ async def test_principal_and_groups_claims(local: LocalIssuer, make_auth: MakeAu
 
 async def test_unknown_kids_cannot_force_downloads(local: LocalIssuer, make_auth: MakeAuth) -> None:
     auth = make_auth(issuer_settings(local.issuer))  # default: at most one download per 30 s
-    assert (await auth.authenticate(local.sign())).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign())) == "alice"
     tokens = [local.sign(rsa_key("stranger"), kid=f"kid-{i}") for i in range(50)]
     results = await asyncio.gather(*(auth.authenticate(t) for t in tokens), return_exceptions=True)
     assert all(type(result) is AuthenticationError for result in results)
@@ -554,17 +561,17 @@ async def test_concurrent_first_use_downloads_once(local: LocalIssuer, make_auth
     local.jwks_delay = 0.3
     auth = make_auth(issuer_settings(local.issuer))
     principals = await asyncio.gather(*(auth.authenticate(local.sign()) for _ in range(10)))
-    assert {p.id for p in principals} == {"alice"}
+    assert {_local_id(p) for p in principals} == {"alice"}
     assert (local.discovery_hits, local.jwks_hits) == (1, 1)
 
 
 async def test_rotated_keys_are_picked_up_after_refresh(local: LocalIssuer, make_auth: MakeAuth) -> None:
     auth = make_auth(issuer_settings(local.issuer), refresh_min_interval_seconds=0.3)
     old = local.sign()
-    assert (await auth.authenticate(old)).id == "alice"
+    assert _local_id(await auth.authenticate(old)) == "alice"
     local.jwks = [public_jwk(rsa_key("k2"), "k2")]  # the issuer rotates: k2 in, k1 out
     await asyncio.sleep(0.35)
-    assert (await auth.authenticate(local.sign(rsa_key("k2"), kid="k2"))).id == "alice"
+    assert _local_id(await auth.authenticate(local.sign(rsa_key("k2"), kid="k2"))) == "alice"
     assert local.jwks_hits == 2
     assert await refused(auth, old) is AuthenticationError
 
@@ -580,10 +587,10 @@ async def test_failed_downloads_are_bounded_and_keep_the_last_good_keys(
     assert local.jwks_hits == 1
     local.jwks_status = 200
     await asyncio.sleep(0.35)
-    assert (await auth.authenticate(token)).id == "alice"
+    assert _local_id(await auth.authenticate(token)) == "alice"
     local.jwks_status = 503
     await asyncio.sleep(0.35)  # the cache expires, the refresh fails, the old keys still verify
-    assert (await auth.authenticate(token)).id == "alice"
+    assert _local_id(await auth.authenticate(token)) == "alice"
     assert local.jwks_hits == 3
 
 
@@ -603,7 +610,7 @@ async def test_discovery_and_document_limits(local: LocalIssuer, make_auth: Make
 
     local.jwks_status = 200
     direct = make_auth(issuer_settings(local.issuer, jwks_uri=local.jwks_url))
-    assert (await direct.authenticate(local.sign())).id == "alice"
+    assert _local_id(await direct.authenticate(local.sign())) == "alice"
     assert local.discovery_hits == 3  # the three above; the jwks_uri override skips discovery
 
 
@@ -633,8 +640,8 @@ async def test_multiple_issuers_and_routing(local: LocalIssuer, make_auth: MakeA
         assert auth.handles(theirs)
         assert not auth.handles("cbk_abcdefghijklmnop_" + "x" * 43)
         assert peek_issuer(theirs) == other.issuer
-        assert (await auth.authenticate(mine)).id == "alice"
-        assert (await auth.authenticate(theirs)).id == "o:alice"
+        assert (await auth.authenticate(mine)).id == f"oidc:{local.issuer}/alice"
+        assert (await auth.authenticate(theirs)).id == f"oidc:{other.issuer}/o:alice"
         # One issuer's key does not verify the other's tokens.
         crossed = other.sign(rsa_key("k1"), kid="k1")
         assert await refused(auth, crossed) is AuthenticationError
@@ -691,3 +698,28 @@ def test_settings_refuse_unsafe_algorithms_and_urls() -> None:
     assert OidcIssuerSettings(issuer="http://[::1]:8080", audiences="a")
     with pytest.raises(ValidationError):
         settings.model_copy(update={}).__setattr__("issuer", "https://other")  # frozen
+
+
+async def test_principal_ids_are_namespaced_by_issuer_alias(local: LocalIssuer, make_auth: MakeAuth) -> None:
+    auth = make_auth(issuer_settings(local.issuer, alias="corp"))
+    assert (await auth.authenticate(local.sign())).id == "oidc:corp/alice"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"alias": "corp"}, {"alias": "corp"}),
+        ({}, {}),  # one issuer URL is a prefix of the other's
+    ],
+)
+def test_issuer_namespaces_must_not_overlap(first: dict[str, Any], second: dict[str, Any]) -> None:
+    one = {"issuer": "https://idp.example/realms/a", "audiences": [AUDIENCE], **first}
+    two = {"issuer": "https://idp.example/realms", "audiences": [AUDIENCE], **second}
+    with pytest.raises(ValidationError, match="overlap"):
+        OidcSettings(issuers=(OidcIssuerSettings(**one), OidcIssuerSettings(**two)))
+
+
+def test_issuer_aliases_are_validated() -> None:
+    for bad in ["", "a/b", "-x", "x" * 65]:
+        with pytest.raises(ValidationError):
+            issuer_settings("https://idp.example", alias=bad)

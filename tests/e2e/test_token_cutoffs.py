@@ -1,0 +1,102 @@
+"""Token cut-off across real gateway processes: two instances share one PostgreSQL registry.
+
+A token issued (on either instance) for an API key before the key is rotated or revoked is refused
+by both instances within `api_keys.change_poll_seconds`, and cannot be refreshed through token
+exchange; tokens from the new secret and tokens of other keys keep working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.e2e.test_scaleout import POLL_SECONDS, Cluster, _cluster, _wait_for
+from tests.support.redis import RedisServer
+
+EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(postgres_url: str, redis_server: RedisServer, tmp_path: Path) -> Iterator[Cluster]:
+    with _cluster(tmp_path, postgres_url, redis_server.url) as started:
+        yield started
+
+
+def _token(url: str, form: dict[str, str]) -> requests.Response:
+    return requests.post(f"{url}/v1/oauth/tokens", data=form, timeout=30)
+
+
+def _client_credentials(url: str, key: str) -> str:
+    answer = _token(
+        url, {"grant_type": "client_credentials", "client_id": key[4:20], "client_secret": key[21:]}
+    )
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["access_token"])
+
+
+def _status(url: str, token: str) -> int:
+    return requests.get(
+        f"{url}/v1/config", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ).status_code
+
+
+def _exchange(url: str, token: str) -> requests.Response:
+    return _token(url, {"grant_type": EXCHANGE, "subject_token": token, "subject_token_type": ACCESS_TOKEN})
+
+
+@pytest.mark.parametrize("change", ["rotate", "revoke"])
+def test_a_rotation_or_revocation_ends_earlier_tokens_on_every_instance(
+    cluster: Cluster, change: str
+) -> None:
+    first, second = cluster.instances
+    key = cluster.create_key("etl", ["admins"])
+    other_key = cluster.create_key("other", ["admins"])
+    key_id = key[4:20]
+    # Tokens issued by each instance, used on both (so each has verified and cached them).
+    old = [_client_credentials(gw.url, key) for gw in (first, second)]
+    other = _client_credentials(second.url, other_key)
+    for gw in (first, second):
+        for token in (*old, other):
+            assert _status(gw.url, token) == 200
+    with cluster.session() as admin:
+        if change == "rotate":
+            answer = admin.post(f"{first.url}/admin/v1/api-keys/{key_id}/rotate", timeout=30)
+        else:
+            answer = admin.delete(f"{first.url}/admin/v1/api-keys/{key_id}", timeout=30)
+    assert answer.status_code == 200, answer.text
+    for token in old:
+        assert _status(first.url, token) == 401  # at once on the instance that changed the key
+    elapsed = _wait_for(
+        lambda: all(_status(second.url, token) == 401 for token in old),
+        "the other instance to refuse tokens issued before the change",
+    )
+    assert elapsed <= POLL_SECONDS + 1.0, elapsed
+    for gw in (first, second):
+        refused = _exchange(gw.url, old[0])
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"] == "invalid_request"
+    # Control: the other key's token works and refreshes; the new secret's tokens work.
+    for gw in (first, second):
+        assert _status(gw.url, other) == 200
+        assert _exchange(gw.url, other).status_code == 200
+    if change == "rotate":
+        new_key = str(answer.json()["key"])
+        for gw in (first, second):
+            fresh = _client_credentials(gw.url, new_key)
+            assert _status(first.url, fresh) == 200
+            assert _status(second.url, fresh) == 200
+            refreshed = _exchange(gw.url, fresh)
+            assert refreshed.status_code == 200, refreshed.text
+            assert _status(second.url, refreshed.json()["access_token"]) == 200
