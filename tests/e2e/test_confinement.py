@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from catalog.locations import normalize
+from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
 from tests.support.tls import TestPki
 
@@ -426,3 +427,102 @@ def test_registering_a_file_with_a_live_tables_uuid_is_refused(lake: Lake) -> No
     )
     assert answer.status_code == 200, answer.text
     assert source_location != answer.json()["metadata"]["location"]
+
+
+# -- section 2: vending and signing refuse tables whose roots predate the rule and break it ------
+
+
+class S3Lake:
+    def __init__(self, gateway: SecureGateway, s3: MotoS3Server, base: Path) -> None:
+        self.gateway = gateway
+        self.s3 = s3
+        self.base = base
+        self.key = gateway.create_key("etl-bot", ["etl"])
+
+    def session(self) -> requests.Session:
+        return self.gateway.session(self.gateway.token(self.key))
+
+    def table_url(self, name: str, suffix: str = "") -> str:
+        return self.gateway.catalog_url(f"namespaces/{self.gateway.ns_path('sales')}/tables/{name}{suffix}")
+
+    def create(self, name: str, location: str | None = None) -> str:
+        body: dict[str, Any] = {"name": name, "schema": SCHEMA}
+        if location is not None:
+            body["location"] = location
+        answer = self.session().post(
+            self.gateway.catalog_url(f"namespaces/{self.gateway.ns_path('sales')}/tables"),
+            json=body,
+            timeout=HTTP_TIMEOUT,
+        )
+        return location_of(answer)
+
+    def credentials(self, name: str) -> requests.Response:
+        return self.session().get(self.table_url(name, "/credentials"), timeout=HTTP_TIMEOUT)
+
+    def load_vended(self, name: str) -> requests.Response:
+        headers = {"X-Iceberg-Access-Delegation": "vended-credentials"}
+        return self.session().get(self.table_url(name), headers=headers, timeout=HTTP_TIMEOUT)
+
+    def sign(self, name: str, location: str) -> requests.Response:
+        key = location.removeprefix(f"s3://{self.s3.bucket}/") + "/data/f.parquet"
+        payload = {
+            "region": REGION,
+            "uri": f"{self.s3.url}/{self.s3.bucket}/{key}",
+            "method": "GET",
+            "headers": {},
+        }
+        return self.session().post(self.table_url(name, "/sign"), json=payload, timeout=HTTP_TIMEOUT)
+
+    def forget_roots(self, location: str) -> None:
+        """Make a table look like one from before `object_roots` existed (no recorded roots)."""
+        with sqlite3.connect(self.base / "gw" / "gateway" / "catalog.db") as db:
+            db.execute("DELETE FROM object_roots WHERE root = ?", (location.encode(),))
+
+    def audit_denials(self, action: str) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the audit writer thread flushes in batches
+        lines = (self.base / "audit.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        return [r for r in records if r.get("action") == action and r.get("decision") == "deny"]
+
+
+@pytest.fixture(scope="module")
+def s3_lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[S3Lake]:
+    base = tmp_path_factory.mktemp("confinement-s3")
+    with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
+        for name in AMBIENT_CA_VARIABLES:
+            env.delenv(name, raising=False)
+        config = {
+            "default_warehouse": "lake",
+            "warehouses": {"lake": s3.warehouse("lake", vending=True)},
+            "audit": {"destination": str(base / "audit.jsonl")},
+        }
+        with SecureGateway(base / "gw", pki=session_pki, config=config) as gateway:
+            gateway.create_namespace("sales", writers=["etl"])
+            yield S3Lake(gateway, s3, base)
+
+
+def test_vending_and_signing_refuse_a_table_whose_old_roots_overlap_another(s3_lake: S3Lake) -> None:
+    healthy = s3_lake.create("healthy")
+    assert s3_lake.credentials("healthy").status_code == 200
+    assert s3_lake.sign("healthy", healthy).status_code == 200
+
+    # Data from before the rule: `outer` was never recorded, so `inner` could be created inside it.
+    outer = s3_lake.create("outer")
+    s3_lake.forget_roots(outer)
+    inner = s3_lake.create("inner", f"s3a://{s3_lake.s3.bucket}/{outer.split('/', 3)[3]}/inner/")
+    # Until a gateway start records it, an unrecorded table gets nothing.
+    assert_refused(s3_lake.credentials("outer"), 403, "ForbiddenException", "not confined")
+    s3_lake.gateway.process.restart()  # the backfill records `outer` and reports the violation
+    assert "breaks the location rule" in s3_lake.gateway.log_text()
+
+    calls = s3_lake.s3.assume_role_count()
+    for name, location in (("outer", outer), ("inner", inner)):
+        assert_refused(s3_lake.credentials(name), 403, "ForbiddenException", "overlaps")
+        assert_refused(s3_lake.load_vended(name), 403, "ForbiddenException", "overlaps")
+        assert_refused(s3_lake.sign(name, location), 403, "ForbiddenException", "overlaps")
+    assert s3_lake.s3.assume_role_count() == calls  # nothing was vended
+    assert len(s3_lake.audit_denials("loadCredentials")) >= 4
+    assert len(s3_lake.audit_denials("signRequest")) >= 2
+    # Control: the healthy table is untouched by its neighbours' problem.
+    assert s3_lake.credentials("healthy").status_code == 200
+    assert s3_lake.sign("healthy", healthy).status_code == 200
