@@ -163,7 +163,9 @@ def table_files(metadata: TableMetadata, metadata_location: str, roots: Sequence
             continue
         try:
             manifests = snapshot.manifests(io)
-        except (OSError, ValueError) as err:
+        # Engines write these files and a crafted one fails Avro decoding in any way (EOFError,
+        # KeyError, ...): whatever the failure, the file is unreadable and purge goes on.
+        except Exception as err:
             log.warning("purge: cannot read manifest list %s: %s", snapshot.manifest_list, type(err).__name__)
             continue
         for manifest in manifests:
@@ -175,7 +177,7 @@ def table_files(metadata: TableMetadata, metadata_location: str, roots: Sequence
                 continue
             try:
                 entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
-            except (OSError, ValueError) as err:
+            except Exception as err:  # as for the manifest list above
                 log.warning("purge: cannot read manifest %s: %s", manifest.manifest_path, type(err).__name__)
                 continue
             files.update(entry.data_file.file_path for entry in entries)

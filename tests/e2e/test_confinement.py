@@ -526,3 +526,14 @@ def test_vending_and_signing_refuse_a_table_whose_old_roots_overlap_another(s3_l
     # Control: the healthy table is untouched by its neighbours' problem.
     assert s3_lake.credentials("healthy").status_code == 200
     assert s3_lake.sign("healthy", healthy).status_code == 200
+
+
+def test_concurrent_creates_at_overlapping_places_one_wins(lake: Lake) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    for round_no in range(5):
+        outer = lake.root("plain") / "mine" / f"race{round_no}"
+        places = [(f"a{round_no}", str(outer)), (f"b{round_no}", f"file:{outer}/inner")]
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda item: lake.create("plain", "mine", *item), places))
+        assert sorted(answer.status_code for answer in answers) == [200, 400], [a.text for a in answers]
