@@ -537,3 +537,49 @@ def test_concurrent_creates_at_overlapping_places_one_wins(lake: Lake) -> None:
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(lambda item: lake.create("plain", "mine", *item), places))
         assert sorted(answer.status_code for answer in answers) == [200, 400], [a.text for a in answers]
+
+
+def test_rename_keeps_the_location_and_its_exclusivity(lake: Lake) -> None:
+    location = location_of(lake.create("lake", "mine", "travels"))
+    admin = lake.gateway.admin
+    renamed = admin.post(
+        lake.url("lake", "tables/rename"),
+        json={
+            "source": {"namespace": ["mine"], "name": "travels"},
+            "destination": {"namespace": ["other"], "name": "travels"},
+        },
+        timeout=HTTP_TIMEOUT,
+    )
+    assert renamed.status_code == 204, renamed.text
+    url = lake.ns("lake", "other") + "/tables/travels"
+    # Not refused for staying in the old namespace's directory: ordinary commits go on.
+    props = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"owner": "them"}}]}
+    assert admin.post(url, json=props, timeout=HTTP_TIMEOUT).status_code == 200
+    assert location_of(lake.table("lake", "other", "travels")) == location
+    # Its location stays its own: nothing new may move in, from either namespace.
+    assert_refused(
+        lake.create("lake", "mine", "intruder", f"{location}/x"), 400, "BadRequestException", "overlaps"
+    )
+    # A new location must lie in its new namespace's directory.
+    move = {"requirements": [], "updates": [{"action": "set-location", "location": f"{location}-2"}]}
+    assert_refused(admin.post(url, json=move, timeout=HTTP_TIMEOUT), 400, "BadRequestException", "outside")
+
+
+def test_a_namespace_directory_never_lies_inside_a_table(lake: Lake) -> None:
+    location = location_of(lake.create("lake", "mine", "host"))
+    before = lake.registry()
+    answer = lake.gateway.admin.post(
+        lake.url("lake", "namespaces"),
+        json={"namespace": ["nested"], "properties": {"location": f"file:{local(location)}/ns/"}},
+        timeout=HTTP_TIMEOUT,
+    )
+    assert_refused(answer, 400, "BadRequestException", "lies inside the location of a table or view")
+    assert lake.registry() == before
+    assert lake.gateway.admin.get(lake.ns("lake", "nested"), timeout=HTTP_TIMEOUT).status_code == 404
+    update = lake.gateway.admin.post(
+        lake.ns("lake", "other") + "/properties",
+        json={"removals": [], "updates": {"location": location}},
+        timeout=HTTP_TIMEOUT,
+    )
+    assert_refused(update, 400, "BadRequestException", "lies inside the location of a table or view")
+    assert lake.registry() == before
