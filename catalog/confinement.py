@@ -125,12 +125,16 @@ async def held(ctx: CatalogContext, kind: str, owner: str, current: Iterable[str
 
 async def verify(ctx: CatalogContext, kind: str, owner: str, current: Sequence[str]) -> None:
     """At use time (vending, signing): raise ForbiddenError unless every current root is recorded
-    for this object, keeps clear of every warehouse root and namespace directory, and overlaps no
-    other object's roots. Catches objects whose locations predate the rule."""
+    for this object (or the object is a staged table, registered nowhere yet), keeps clear of every
+    warehouse root and namespace directory, and overlaps no other object's roots. Catches objects
+    whose locations predate the rule."""
     async with ctx.store.read() as tx:
         recorded = set(await rows.held(tx, kind, owner))
+        # A staged table (stage-create, not committed yet) has no row and no roots: its place was
+        # checked free when it was staged and is checked again below; it is claimed at its commit.
+        staged = not recorded and not await rows.uuid_in_use(tx, owner)
         for root in current:
-            if root not in recorded:
+            if root not in recorded and not staged:
                 raise ForbiddenError(f"location {root!r} of this {kind} is not confined (not recorded)")
             if any(roots.contains(root, warehouse) for warehouse in warehouse_roots(ctx)):
                 raise ForbiddenError(f"location {root!r} of this {kind} is or contains a warehouse root")
