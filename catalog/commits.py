@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from catalog import documents, effects, fileio, locations, table_metadata
+from catalog import confinement, documents, effects, fileio, locations, roots, table_metadata
 from catalog.context import CatalogContext, Warehouse
 from catalog.effects import Effect, EffectGate
 from catalog.errors import CommitFailedError, CommitStateUnknownError, NoSuchTableError
@@ -130,7 +130,10 @@ async def plan_change(
                 "location": default_location(warehouse, ns_properties or {}, identifier, str(new.table_uuid))
             }
         )
-    table_metadata.check_locations(new, warehouse.location)
+    confinement.check_new_roots(
+        ctx, warehouse, identifier.namespace, ns_properties or {}, roots.new_roots(base, new)
+    )
+    roots.check_added_paths(base, new)
     if working is not None:
         return PlannedChange(
             identifier,
@@ -237,6 +240,15 @@ async def _swap_all(
 ) -> None:
     async with ctx.store.write() as tx:
         for change in changes:
+            await confinement.claim(
+                tx,
+                ctx,
+                warehouse,
+                change.identifier.namespace,
+                TABLE,
+                change.object_uuid,
+                roots.table_roots(change.metadata),
+            )
             if change.base is None:
                 await tx.insert_object(
                     new_row(

@@ -18,12 +18,13 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from catalog import documents, fileio, locations
+from catalog import confinement, documents, fileio, locations, roots
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
 from catalog.idempotency import Body, Recorder
@@ -189,13 +190,18 @@ def purge_files(
     files: set[str],
     table: tuple[TableMetadata, str] | None,
     others: list[str],
+    held: Sequence[str],
 ) -> None:
     """Delete an object's files and, for a `table` (metadata, metadata location), every file its
-    metadata reaches; its directory too when it lies below the warehouse root and no other object
-    lives below it."""
+    metadata reaches, but only files under the object's roots `held` (anything else is someone
+    else's: skipped and logged, never read or deleted); its directory too when it lies below the
+    warehouse root and no other object lives below it."""
     if table is not None:
-        files = files | fileio.table_files(*table)
-    deleted = fileio.delete_files(files)
+        files = files | fileio.table_files(*table, roots=held)
+    outside = sorted(path for path in files if not roots.within(path, held))
+    for path in outside:
+        log.warning("purge of %s skips %s: outside its locations", object_location, path)
+    deleted = fileio.delete_files(files - set(outside))
     root = locations.normalize(object_location)
     below_warehouse = root != locations.normalize(warehouse.location)
     shared = any(locations.is_within(other, root) for other in others)
@@ -218,9 +224,13 @@ async def purge_dropped(ctx: CatalogContext, dropped: DroppedRow) -> None:
     parked = {target for _source, target in dropped.moved_files}
     async with ctx.store.read() as tx:
         others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
-    await asyncio.to_thread(purge_files, warehouse, object_location, parked, table, others)
+    held = await confinement.held(
+        ctx, row.kind, row.uuid, confinement.roots_of_document(row.kind, metadata_json)
+    )
+    await asyncio.to_thread(purge_files, warehouse, object_location, parked, table, others, held)
     async with ctx.store.write() as tx:
         await tx.delete_dropped(dropped.drop_id)
+        await confinement.forget(tx, row.kind, row.uuid)
     ctx.sealer.forget(row.data_key)
 
 

@@ -12,7 +12,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from pyiceberg.io import FileIO, load_file_io
@@ -20,6 +20,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from catalog import locations
+from catalog import roots as roots_
 from catalog.errors import InvalidRequestError, StorageUnavailableError
 
 log = logging.getLogger(__name__)
@@ -146,9 +147,11 @@ def delete_files(paths: Iterable[str]) -> int:
     return deleted
 
 
-def table_files(metadata: TableMetadata, metadata_location: str) -> set[str]:
+def table_files(metadata: TableMetadata, metadata_location: str, roots: Sequence[str]) -> set[str]:
     """Every file a table's metadata references: metadata log, manifest lists, manifests, data
-    and delete files, statistics. Unreadable manifests are skipped (and logged) so purge goes on."""
+    and delete files, statistics. Only manifest lists and manifests under the table's `roots`
+    are read (a path elsewhere is returned, for the caller to refuse, never opened). Unreadable
+    manifests are skipped (and logged) so purge goes on."""
     files = {metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
     files.update(stat.statistics_path for stat in metadata.statistics)
     files.update(stat.statistics_path for stat in metadata.partition_statistics)
@@ -156,9 +159,13 @@ def table_files(metadata: TableMetadata, metadata_location: str) -> set[str]:
     seen_manifests: set[str] = set()
     for snapshot in metadata.snapshots:
         files.add(snapshot.manifest_list)
+        if not roots_.within(snapshot.manifest_list, roots):
+            continue
         try:
             manifests = snapshot.manifests(io)
-        except (OSError, ValueError) as err:
+        # Engines write these files and a crafted one fails Avro decoding in any way (EOFError,
+        # KeyError, ...): whatever the failure, the file is unreadable and purge goes on.
+        except Exception as err:
             log.warning("purge: cannot read manifest list %s: %s", snapshot.manifest_list, type(err).__name__)
             continue
         for manifest in manifests:
@@ -166,9 +173,11 @@ def table_files(metadata: TableMetadata, metadata_location: str) -> set[str]:
                 continue
             seen_manifests.add(manifest.manifest_path)
             files.add(manifest.manifest_path)
+            if not roots_.within(manifest.manifest_path, roots):
+                continue
             try:
                 entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
-            except (OSError, ValueError) as err:
+            except Exception as err:  # as for the manifest list above
                 log.warning("purge: cannot read manifest %s: %s", manifest.manifest_path, type(err).__name__)
                 continue
             files.update(entry.data_file.file_path for entry in entries)

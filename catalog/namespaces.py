@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from catalog import documents, locations
+from catalog import confinement, documents, locations
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import NoSuchNamespaceError, UnprocessableError
 from catalog.idempotency import Body, Recorder
@@ -115,6 +115,7 @@ class NamespaceService:
         parent = namespace.parent_key if len(namespace.levels) > 1 else None
         async with self._ctx.store.write() as tx:
             await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)
+            await confinement.record_namespace(tx, warehouse, namespace, properties)
             if rec is not None:
                 await rec.record(tx, body)
         return body
@@ -133,6 +134,7 @@ class NamespaceService:
         async with self._ctx.store.write() as tx:
             if not await tx.delete_namespace(warehouse.name, namespace.key):
                 raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+            await confinement.forget_namespace(tx, warehouse, namespace)
             if rec is not None:
                 await rec.record(tx, None)
         return None
@@ -156,6 +158,7 @@ class NamespaceService:
             missing = [key for key in removals if key not in current]
             merged = {key: value for key, value in current.items() if key not in removals} | updates
             await tx.set_namespace_properties(warehouse.name, namespace.key, merged)
+            await confinement.record_namespace(tx, warehouse, namespace, merged)
             body = documents.dumps({"updated": sorted(updates), "removed": removed, "missing": missing})
             if rec is not None:
                 await rec.record(tx, body)

@@ -2,7 +2,7 @@
 
 pyiceberg is the reference Python implementation of the table spec, so requirements and updates
 are applied with its code; this module only adapts what Java engines send that pyiceberg would
-refuse, and enforces the gateway's location rule.
+refuse (the location rules are catalog.roots).
 """
 
 from __future__ import annotations
@@ -37,31 +37,14 @@ from pyiceberg.table.update import (
     update_table_metadata,
 )
 
-from catalog import locations
 from catalog.errors import CommitFailedError, InvalidRequestError
 from catalog.requests import CreateTableRequest
 
 V3 = 3
 
-# Table properties that point engines at other places to write; they must stay in the warehouse.
-LOCATION_PROPERTIES = (
-    "write.data.path",
-    "write.metadata.path",
-    "write.object-storage.path",
-    "write.folder-storage.path",
-)
-
 
 def _message(err: Exception) -> str:
     return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
-
-
-def check_locations(metadata: TableMetadata, allowed_root: str) -> None:
-    """Raise LocationNotAllowedError if the table or a write-path property leaves `allowed_root`."""
-    locations.require_within(metadata.location, allowed_root, "table location")
-    for key in LOCATION_PROPERTIES:
-        if key in metadata.properties:
-            locations.require_within(metadata.properties[key], allowed_root, key)
 
 
 def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata:

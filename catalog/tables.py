@@ -8,7 +8,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from catalog import documents, effects, fileio, locations, table_metadata
+from catalog import confinement, documents, effects, fileio, locations, registration, roots, table_metadata
 from catalog.commits import (
     PlannedChange,
     commit,
@@ -30,6 +30,7 @@ from catalog.objects import TABLE, list_objects, load_object, read_object, renam
 from catalog.pagination import PageRequest
 from catalog.planning import mode as planning_mode
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
+from catalog.store import roots as confinement_rows
 from catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
@@ -68,12 +69,15 @@ class TableService:
         location = request.location or default_location(
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
-        locations.require_within(location, warehouse.location, "table location")
         metadata = table_metadata.create_metadata(request, locations.normalize(location))
-        table_metadata.check_locations(metadata, warehouse.location)
+        confinement.check_new_roots(
+            self._ctx, warehouse, namespace, ns_properties, roots.table_roots(metadata)
+        )
         metadata_json = documents.model_json(metadata)
         if request.stage_create:
-            # Nothing is stored: the client commits the staged table later with assert-create.
+            # Nothing is stored: the client commits the staged table later with assert-create
+            # (claimed then); refused now if its place is taken already.
+            await confinement.check_free(self._ctx, warehouse, namespace, TABLE, roots.table_roots(metadata))
             return documents.load_result(None, metadata_json)
         key = await self._ctx.sealer.new_object_key(warehouse.name, TABLE, str(metadata.table_uuid))
         change = PlannedChange(
@@ -207,6 +211,8 @@ class TableService:
                 if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
                     continue  # dropped or changed concurrently: look again
                 await tx.delete_metrics_reports(warehouse.name, ns, name)
+                own = await confinement_rows.held(tx, TABLE, row.uuid)
+                await confinement.forget(tx, TABLE, row.uuid)
                 others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
                 if rec is not None:
                     await rec.record(tx, None)
@@ -218,6 +224,7 @@ class TableService:
                     set(),
                     (metadata, row.metadata_location),
                     others,
+                    (*own, *roots.table_roots(metadata)),
                 )
             self._ctx.sealer.forget(row.data_key)
             return None
@@ -237,16 +244,18 @@ class TableService:
         also removes the table it replaces, and is gated as that too."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        location = locations.require_within(
-            request.metadata_location, warehouse.location, "metadata-location"
-        )
+        location = registration.check_file(warehouse, request.metadata_location)
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
         opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
         metadata = fileio.parse_table_metadata(opened.metadata_json)
         uid = str(metadata.table_uuid)
         if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
             raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
-        table_metadata.check_locations(metadata, warehouse.location)
+        async with self._ctx.store.read() as tx:
+            ns_properties = await require_namespace(tx, warehouse.name, namespace)
+        held = roots.table_roots(metadata)
+        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
+        registration.check_contents(location, held, roots.added_paths(None, metadata))
         metadata_json = documents.model_json(metadata)
         key = await (
             self._ctx.sealer.unwrap_object_key(warehouse.name, TABLE, uid, opened.sealed_key)
@@ -279,6 +288,10 @@ class TableService:
                     raise AlreadyExistsError(f"Table already exists: {identifier}")
                 # The row takes the registered table's UUID and key: delete and insert.
                 await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
+                if existing.uuid != uid:
+                    await confinement.forget(tx, TABLE, existing.uuid)
+            await registration.check_uuid(tx, uid)
+            await confinement.claim(tx, self._ctx, warehouse, namespace, TABLE, uid, held)
             await tx.insert_object(row)
             if rec is not None:
                 await rec.record(tx, body)

@@ -7,7 +7,7 @@ import uuid
 
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import documents, effects, fileio, locations, view_metadata
+from catalog import confinement, documents, effects, fileio, locations, registration, roots, view_metadata
 from catalog.commits import default_location, file_content, new_row
 from catalog.context import CatalogContext, Warehouse
 from catalog.dropped import soft_drop
@@ -53,7 +53,10 @@ class ViewService:
         location = request.location or default_location(
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
-        location = locations.require_within(location, warehouse.location, "view location")
+        location = locations.normalize(location)
+        confinement.check_new_roots(
+            self._ctx, warehouse, namespace, ns_properties, roots.object_roots(location)
+        )
         metadata = view_metadata.new_view_metadata(
             location, request.view_schema, request.view_version, dict(request.properties)
         )
@@ -81,6 +84,16 @@ class ViewService:
         body = documents.load_result(metadata_location, metadata_json)
         try:
             async with self._ctx.store.write() as tx:
+                await registration.check_uuid(tx, uid)
+                await confinement.claim(
+                    tx,
+                    self._ctx,
+                    warehouse,
+                    identifier.namespace,
+                    VIEW,
+                    uid,
+                    roots.object_roots(metadata.location),
+                )
                 await tx.insert_object(
                     new_row(
                         self._ctx, warehouse, identifier, VIEW, uid, key, metadata_location, metadata_json
@@ -121,7 +134,13 @@ class ViewService:
             base = _parse(self._ctx.sealer.open_record(key, row))
             view_metadata.validate_requirements(request.requirements, base)
             new = view_metadata.apply_updates(base, request.updates)
-            locations.require_within(new.location, warehouse.location, "view location")
+            new_roots = roots.object_roots(new.location)
+            if new_roots != roots.object_roots(base.location):
+                async with self._ctx.store.read() as tx:
+                    ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
+                confinement.check_new_roots(
+                    self._ctx, warehouse, identifier.namespace, ns_properties, new_roots
+                )
             await gate([effects.of_view_change(identifier, base, new)])
             version = fileio.parse_metadata_version(row.metadata_location) + 1
             metadata_json = documents.model_json(new)
@@ -133,6 +152,9 @@ class ViewService:
             body = documents.load_result(metadata_location, metadata_json)
             try:
                 async with self._ctx.store.write() as tx:
+                    await confinement.claim(
+                        tx, self._ctx, warehouse, identifier.namespace, VIEW, row.uuid, new_roots
+                    )
                     swapped = await tx.swap_object(
                         warehouse.name,
                         identifier.namespace.key,
@@ -159,8 +181,12 @@ class ViewService:
             await soft_drop(self._ctx, warehouse, identifier, VIEW, rec)
             return None
         async with self._ctx.store.write() as tx:
-            if not await tx.delete_object(warehouse.name, identifier.namespace.key, identifier.name, VIEW):
+            row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
+            if row is None or not await tx.delete_object(
+                warehouse.name, identifier.namespace.key, identifier.name, VIEW
+            ):
                 raise NoSuchViewError(f"View does not exist: {identifier}")
+            await confinement.forget(tx, VIEW, row.uuid)
             if rec is not None:
                 await rec.record(tx, None)
         return None
@@ -186,9 +212,7 @@ class ViewService:
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        location = locations.require_within(
-            request.metadata_location, warehouse.location, "metadata-location"
-        )
+        location = registration.check_file(warehouse, request.metadata_location)
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
         opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
         metadata = _parse(opened.metadata_json)
@@ -196,9 +220,12 @@ class ViewService:
             opened.kind != VIEW or opened.object_uuid != metadata.view_uuid
         ):
             raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
-        locations.require_within(metadata.location, warehouse.location, "view location")
         async with self._ctx.store.read() as tx:
-            await require_namespace(tx, warehouse.name, namespace)
+            ns_properties = await require_namespace(tx, warehouse.name, namespace)
+        held = roots.object_roots(metadata.location)
+        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
+        registration.check_contents(location, held, ())
+        async with self._ctx.store.read() as tx:
             if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
                 raise AlreadyExistsError(f"Table or view already exists: {identifier}")
         await gate([effects.of_arrival(identifier, metadata)])

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from catalog import fileio, metrics_reports
+from catalog import confinement, fileio, metrics_reports
 from catalog.context import CatalogContext, Limits, Warehouse
 from catalog.dropped import purge_due
 from catalog.idempotency import Idempotency
@@ -105,7 +105,11 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
         sealer=sealer,
         warehouses={
             name: Warehouse(
-                name, warehouse.location, warehouse.seal_metadata_files, warehouse.drop_retention_seconds
+                name,
+                warehouse.location,
+                warehouse.seal_metadata_files,
+                warehouse.drop_retention_seconds,
+                allow_locations_outside_namespace=warehouse.allow_locations_outside_namespace,
             )
             for name, warehouse in settings.effective_warehouses().items()
         },
@@ -190,6 +194,8 @@ def create_app(settings: Settings) -> web.Application:
 
     async def catalog_resources(app: web.Application) -> AsyncIterator[None]:
         ctx = await open_catalog(settings, migrate=False, serving=True)
+        # Objects from before exclusive locations get their roots recorded (never fails start-up).
+        await confinement.backfill(ctx)
         ctx.sealer.keyring.observer = metrics
         metrics.watch_pool(ctx.store.engine, ctx.store.pool_capacity)
         app[SERVICES] = Services.build(settings, ctx)

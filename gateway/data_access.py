@@ -12,10 +12,14 @@ so only planned scans can honour a restriction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
+from catalog import confinement, roots
+from catalog.errors import ForbiddenError
 from catalog.identifiers import Identifier
+from catalog.objects import TABLE
 from gateway import resources
 from gateway.audit import Decision as AuditDecision
 from gateway.authn.principal import Principal
@@ -47,6 +51,31 @@ async def table_resource(request: web.Request, identifier: Identifier, fresh: bo
     svc = services(request)
     warehouse = request.match_info.get("prefix") or svc.ctx.default_warehouse
     return await resources.object_of(svc, warehouse, identifier, False, fresh)
+
+
+async def require_confined(
+    request: web.Request, action: str, table: Resource, metadata: dict[str, Any]
+) -> None:
+    """Raise ForbiddenError (403, audited as a denial of `action`) unless the table's roots are
+    confined: recorded for it, clear of warehouse roots and namespace directories, overlapping
+    no other object (`catalog.confinement.verify`). Credentials and signatures are scoped by
+    those roots, so a table whose locations predate the rule and break it gets neither."""
+    current = roots.object_roots(str(metadata["location"]), metadata.get("properties") or {})
+    try:
+        await confinement.verify(services(request).ctx, TABLE, str(metadata["table-uuid"]), current)
+    except ForbiddenError as err:
+        sec = security(request)
+        sec.audit.record_decision(
+            request_id=request_id_of(request),
+            principal=request[PRINCIPAL],
+            action=action,
+            resource=str(table),
+            decision=AuditDecision.DENY,
+            policy_version=sec.policies.version,
+            client_address=request.remote,
+            detail={"reason": str(err)[:1024]},
+        )
+        raise
 
 
 def decide_file_access(

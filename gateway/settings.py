@@ -61,6 +61,12 @@ class WarehouseSettings(BaseModel):
         le=365 * 24 * 3600,
         description="How long a dropped table or view of a sealing warehouse can be undropped.",
     )
+    allow_locations_outside_namespace: bool = Field(
+        False,
+        description="Let table and view locations lie outside their namespace's directory (for "
+        "migrating existing tables). They still may not be a warehouse root or a namespace directory "
+        "and never overlap another table's or view's location.",
+    )
     s3: S3Settings | None = Field(None, description="How the gateway reaches an s3:// warehouse.")
     vending: VendingSettings | None = Field(
         None, description="Vended credentials for engines (X-Iceberg-Access-Delegation); s3:// only."

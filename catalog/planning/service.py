@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 
-from catalog import errors, fileio
+from catalog import confinement, errors, fileio
 from catalog.commits import parse_metadata
 from catalog.context import CatalogContext
 from catalog.errors import (
@@ -38,7 +38,7 @@ from catalog.errors import (
 )
 from catalog.identifiers import Identifier
 from catalog.objects import TABLE, read_object
-from catalog.planning import pages
+from catalog.planning import confined, pages
 from catalog.planning.grants import ScanGrant
 from catalog.planning.limits import PlanningLimits
 from catalog.planning.request import PlanScanRequest
@@ -93,6 +93,9 @@ class PlanService:
         row = await read_object(self._ctx.store, warehouse.name, identifier, TABLE)
         key = await self._ctx.sealer.object_key(row)
         metadata_json = self._ctx.sealer.open_record(key, row)
+        held = await confinement.held(
+            self._ctx, TABLE, row.uuid, confinement.roots_of_document(TABLE, metadata_json)
+        )
         self._acquire()
         handed_off = False
         try:
@@ -100,7 +103,7 @@ class PlanService:
             # Parsing metadata and reading manifests take long for big tables: in a worker thread,
             # under the concurrency bound.
             work = asyncio.ensure_future(
-                asyncio.to_thread(self._plan_if_small, metadata_json, request, grants, stop)
+                asyncio.to_thread(self._plan_if_small, metadata_json, request, grants, stop, held)
             )
             try:
                 scan, encoded = await asyncio.shield(work)
@@ -112,7 +115,7 @@ class PlanService:
                 raise
             if encoded is None:
                 plan_id = await self._submit(row, owner)
-                self._start(plan_id, row, key, scan)
+                self._start(plan_id, row, key, scan, held)
                 handed_off = True
                 return PlanAnswer(pages.submitted(plan_id))
             return PlanAnswer(await self._complete_now(row, key, owner, encoded))
@@ -133,27 +136,33 @@ class PlanService:
         request: PlanScanRequest,
         grants: Sequence[ScanGrant],
         stop: threading.Event,
+        held: Sequence[str],
     ) -> tuple[Scan, list[bytes] | None]:
         """The checked scan and its encoded pages, or no pages when the scan is too large to plan
         during the request. Raises what `prepare` raises (400, 403)."""
         scan = prepare(parse_metadata(metadata_json), request, grants)
         try:
-            manifests = scan.manifests(_io(scan))
+            manifests = scan.manifests(_io(scan, held))
         except OSError as err:
             raise StorageUnavailableError(f"cannot read the table's manifests: {type(err).__name__}") from err
         if len(manifests) > self.limits.max_sync_manifests:
             return scan, None
         # A point-in-time scan plans from the manifests just read (an incremental one reads its own).
-        return scan, self._plan_pages(scan, stop, None if scan.incremental else manifests)
+        return scan, self._plan_pages(scan, stop, held, None if scan.incremental else manifests)
 
     def _plan_pages(
-        self, scan: Scan, stop: threading.Event, manifests: Sequence[ManifestFile] | None = None
+        self,
+        scan: Scan,
+        stop: threading.Event,
+        held: Sequence[str],
+        manifests: Sequence[ManifestFile] | None = None,
     ) -> list[bytes]:
         guard = Guard(lambda: stop.is_set() or self._closing.is_set(), self.limits.max_files_per_plan)
         try:
-            tasks = plan_files(scan, _io(scan), guard, manifests)
+            tasks = plan_files(scan, _io(scan, held), guard, manifests)
         except OSError as err:
             raise StorageUnavailableError(f"cannot read the table's manifests: {type(err).__name__}") from err
+        confined.check_tasks(tasks, held)
         return pages.encode_pages(scan.encoder, tasks, self.limits.tasks_per_page)
 
     async def _complete_now(self, row: ObjectRow, key: ObjectKey, owner: str, encoded: list[bytes]) -> bytes:
@@ -201,17 +210,23 @@ class PlanService:
             await rows.insert_plan(tx, self._plan_row(row, plan_id, owner, rows.SUBMITTED, _now_ms()))
         return plan_id
 
-    def _start(self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan) -> None:
+    def _start(self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan, held: Sequence[str]) -> None:
         """Plan in the background; the task owns one concurrency slot until it ends."""
         stop = threading.Event()
-        task = asyncio.get_running_loop().create_task(self._run(plan_id, row, key, scan, stop))
+        task = asyncio.get_running_loop().create_task(self._run(plan_id, row, key, scan, stop, held))
         self._running[plan_id] = _Running(task, stop)
 
     async def _run(
-        self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan, stop: threading.Event
+        self,
+        plan_id: str,
+        row: ObjectRow,
+        key: ObjectKey,
+        scan: Scan,
+        stop: threading.Event,
+        held: Sequence[str],
     ) -> None:
         try:
-            encoded = await asyncio.to_thread(self._plan_pages, scan, stop)
+            encoded = await asyncio.to_thread(self._plan_pages, scan, stop, held)
             stored = self._page_rows(row, key, plan_id, encoded)
             async with self._ctx.store.write() as tx:
                 # Only a plan still submitted takes its result: a cancelled one stays cancelled.
@@ -315,8 +330,9 @@ class PlanService:
         return total
 
 
-def _io(scan: Scan) -> FileIO:
-    return fileio.file_io(scan.metadata.location)
+def _io(scan: Scan, held: Sequence[str]) -> FileIO:
+    """The planner's FileIO: it opens nothing outside the table's roots `held`."""
+    return confined.ConfinedFileIO(fileio.file_io(scan.metadata.location), held)
 
 
 def _error_kind(err: CatalogError) -> str:

@@ -132,6 +132,7 @@ dropped_objects = Table(
     Column("next_purge_attempt_ms", BigInteger, nullable=False, server_default="0"),
     Index("ix_dropped_next_attempt", "next_purge_attempt_ms"),
     Index("ix_dropped_name", "warehouse", "namespace", "name"),
+    Index("ix_dropped_uuid", "uuid"),
 )
 
 # Data keys that belong to the registry rather than to one object (sealing idempotent responses).
@@ -175,4 +176,18 @@ scan_plan_pages = Table(
     Column("page_no", Integer, nullable=False),
     Column("payload", LargeBinary, nullable=False),
     UniqueConstraint("plan_id", "page_no", name="uq_scan_plan_pages_page"),
+)
+
+# The roots of every table and view (catalog.roots), live or soft-deleted, past ones included,
+# and the directory of every namespace: the index behind the rule that no two objects' roots
+# overlap (catalog.confinement). `root` is the normalised location as UTF-8 bytes, so ranges
+# compare byte by byte whatever the database's collation. Rows of an object go when it is purged.
+object_roots = Table(
+    "object_roots",
+    metadata,
+    Column("root", LargeBinary, primary_key=True),
+    Column("kind", String(16), primary_key=True),  # table | view | namespace
+    Column("owner", String(1024), primary_key=True),  # object UUID, or the namespace's key
+    Column("warehouse", String(128), nullable=False),
+    Index("ix_object_roots_owner", "kind", "owner"),
 )

@@ -18,7 +18,7 @@ from catalog.errors import ForbiddenError, InvalidRequestError
 from catalog.identifiers import Identifier
 from gateway import http
 from gateway.audit import Outcome
-from gateway.data_access import RESTRICTED, decide_file_access, table_resource
+from gateway.data_access import RESTRICTED, decide_file_access, require_confined, table_resource
 from gateway.pipeline import PRINCIPAL, request_id_of
 from gateway.s3_scope import S3Scope
 from gateway.security import security
@@ -71,12 +71,14 @@ async def with_storage_config(
         access = decide_file_access(request, table, "loadCredentials")
         if not access.read:
             return body  # a load the caller may make, without credentials it may not have
+        await require_confined(request, "loadCredentials", table, document["metadata"])
         vended = await _vend(request, warehouse, str(table), location, access.write)
         config.update(vended)
         document["storage-credentials"] = [{"prefix": location, "config": vended}]
     else:
         if not decide_file_access(request, table, "signRequest", want_write=False).read:
             return body
+        await require_confined(request, "signRequest", table, document["metadata"])
         config.update(signing_config(request, warehouse, identifier))
     return orjson.dumps(document)
 
@@ -141,7 +143,9 @@ async def load_credentials(request: web.Request) -> web.Response:
         raise InvalidRequestError(
             f"warehouse {name!r} does not vend credentials (no [warehouses.{name}.vending] configured)"
         )
-    location = orjson.loads(body or b"{}")["metadata"]["location"]
+    metadata = orjson.loads(body or b"{}")["metadata"]
+    await require_confined(request, "loadCredentials", table, metadata)
+    location = metadata["location"]
     config = await _vend(request, warehouse, str(table), location, access.write)
     document = {"storage-credentials": [{"prefix": location, "config": config}]}
     return http.json_response(orjson.dumps(document), headers=NO_STORE)

@@ -18,7 +18,7 @@ from catalog import requests as req
 from catalog.errors import InvalidRequestError
 from gateway import http
 from gateway.audit import Decision as AuditDecision
-from gateway.data_access import RESTRICTED, decide_file_access, table_resource
+from gateway.data_access import RESTRICTED, decide_file_access, require_confined, table_resource
 from gateway.pipeline import PRINCIPAL, ForbiddenError, request_id_of
 from gateway.s3_scope import S3Scope
 from gateway.security import security
@@ -52,11 +52,13 @@ async def sign_request(request: web.Request) -> web.Response:
     if sign.provider not in (None, "s3"):
         raise InvalidRequestError("only S3 requests are signed")
     _etag, loaded = await svc.tables.load(http.prefix(request), identifier, "refs", None)
-    scope = S3Scope.of(orjson.loads(loaded or b"{}")["metadata"]["location"])
+    metadata = orjson.loads(loaded or b"{}")["metadata"]
+    scope = S3Scope.of(metadata["location"])
     verdict = classify(warehouse.endpoint, scope, sign.method, sign.uri, sign.headers, sign.body)
     table = await table_resource(request, identifier, fresh=verdict.write)
     if verdict.refused is not None:
         _refuse(request, str(table), sign, verdict.refused)
+    await require_confined(request, "signRequest", table, metadata)
     # Every signature goes through the one choke point, reads included.
     access = decide_file_access(request, table, "signRequest", want_write=verdict.write)
     if not access.read:

@@ -1,0 +1,46 @@
+"""What registering a metadata file (registerTable, registerView) must not do: bring back a
+dropped object, duplicate a live one, or point the gateway at files of another object.
+
+Undrop is the only way back for a dropped object: its parked files (`cedarberg-dropped/`) and its
+UUID stay its own until it is purged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from catalog import locations, roots
+from catalog.context import Warehouse
+from catalog.dropped import PARKING_DIR
+from catalog.errors import AlreadyExistsError, LocationNotAllowedError
+from catalog.store import roots as rows
+from catalog.store.sql import StoreTx
+
+
+def check_file(warehouse: Warehouse, metadata_location: str) -> str:
+    """The normalised location of a file to register. Raises LocationNotAllowedError if it lies
+    outside the warehouse or in any object's dropped area."""
+    location = locations.require_within(metadata_location, warehouse.location, "metadata-location")
+    if PARKING_DIR in location.split("/"):
+        raise LocationNotAllowedError(
+            f"metadata-location lies in a dropped object's area ({PARKING_DIR}/): undrop it instead"
+        )
+    return location
+
+
+def check_contents(location: str, held: Sequence[str], added: Iterable[str]) -> None:
+    """Raise LocationNotAllowedError unless the registered file and every file its metadata adds
+    (manifest lists, statistics) lie under the object's roots `held`."""
+    if not roots.within(location, held):
+        raise LocationNotAllowedError("metadata-location lies outside the location its metadata names")
+    for path in added:
+        if not roots.within(path, held):
+            raise LocationNotAllowedError(f"file {path!r} lies outside the table's locations")
+
+
+async def check_uuid(tx: StoreTx, uuid: str) -> None:
+    """Raise AlreadyExistsError if a live or dropped table or view has this UUID."""
+    if await rows.uuid_in_use(tx, uuid):
+        raise AlreadyExistsError(
+            f"a table or view with UUID {uuid} exists or was dropped: undrop it rather than register it"
+        )

@@ -1,0 +1,585 @@
+"""Locations are exclusive and every path belongs to its object (issue 15, sections 2-4).
+
+A production-like gateway (TLS, API keys, the bundled Cedar policies) with three local warehouses:
+`lake` (sealed: drops are soft deletes), `plain` (plain metadata files: drop with purge deletes at
+once) and `mig` (locations outside the namespace directory allowed, for migrations). The attacker
+is an ordinary writer of namespace `mine`; `other` belongs to someone else. Each attack asserts the
+status, the ErrorModel type and that nothing changed on disk or in the registry; each control shows
+the legitimate operation still works. Locations are sent in every spelling the catalog accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from catalog.locations import normalize
+from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
+from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
+from tests.support.tls import TestPki
+
+WAREHOUSES = ("lake", "plain", "mig")
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+}
+
+
+def spellings(path: Path) -> list[str]:
+    """Every way the catalog accepts to name one local place."""
+    text = str(path)
+    return [f"file://{text}", f"file:{text}", f"file://{text}/", text, f"file://localhost{text}"]
+
+
+class Lake:
+    def __init__(self, gateway: SecureGateway, base: Path) -> None:
+        self.gateway = gateway
+        self.base = base
+        self.writer = gateway.create_key("etl-bot", ["etl"])
+        self.other_writer = gateway.create_key("their-bot", ["theirs"])
+        self.sessions = {key: gateway.session(gateway.token(key)) for key in (self.writer, self.other_writer)}
+
+    def root(self, warehouse: str) -> Path:
+        return self.base / warehouse
+
+    def url(self, warehouse: str, path: str) -> str:
+        return f"{self.gateway.url}/v1/{warehouse}/{path.lstrip('/')}"
+
+    def ns(self, warehouse: str, namespace: str) -> str:
+        return self.url(warehouse, f"namespaces/{self.gateway.ns_path(namespace)}")
+
+    def as_writer(self, method: str, url: str, key: str | None = None, **kwargs: Any) -> requests.Response:
+        session = self.sessions[key or self.writer]
+        return session.request(method, url, timeout=HTTP_TIMEOUT, **kwargs)
+
+    def create(
+        self, warehouse: str, namespace: str, name: str, location: str | None = None, **extra: Any
+    ) -> requests.Response:
+        body: dict[str, Any] = {"name": name, "schema": SCHEMA, **extra}
+        if location is not None:
+            body["location"] = location
+        key = self.writer if namespace == "mine" else self.other_writer
+        return self.as_writer("POST", self.ns(warehouse, namespace) + "/tables", key, json=body)
+
+    def table(self, warehouse: str, namespace: str, name: str) -> requests.Response:
+        return self.gateway.admin.get(self.ns(warehouse, namespace) + f"/tables/{name}", timeout=HTTP_TIMEOUT)
+
+    def commit(self, warehouse: str, name: str, updates: list[dict[str, Any]]) -> requests.Response:
+        body = {"requirements": [], "updates": updates}
+        return self.as_writer("POST", self.ns(warehouse, "mine") + f"/tables/{name}", json=body)
+
+    def registry(self) -> list[tuple[Any, ...]]:
+        """The object rows and roots as stored: what a refused request must leave unchanged."""
+        with sqlite3.connect(self.base / "gw" / "gateway" / "catalog.db") as db:
+            objects = db.execute(
+                "SELECT warehouse, namespace, name, metadata_location FROM catalog_objects ORDER BY 1, 2, 3"
+            ).fetchall()
+            roots = db.execute("SELECT root, kind, owner FROM object_roots ORDER BY 1, 2, 3").fetchall()
+            dropped = db.execute("SELECT drop_id FROM dropped_objects ORDER BY 1").fetchall()
+        return [*objects, *roots, *dropped]
+
+    def files(self) -> set[Path]:
+        return {path for path in self.base.rglob("*") if path.is_file() and "gw" not in path.parts}
+
+    def audit_records(self) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the audit writer thread flushes in batches
+        audit = self.base / "audit.jsonl"
+        return [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[Lake]:
+    base = tmp_path_factory.mktemp("confinement")
+    config = {
+        "default_warehouse": "lake",
+        "warehouses": {
+            "lake": {"location": (base / "lake").as_uri(), "drop_retention_seconds": 3600},
+            "plain": {"location": (base / "plain").as_uri(), "seal_metadata_files": False},
+            "mig": {"location": (base / "mig").as_uri(), "allow_locations_outside_namespace": True},
+        },
+        "audit": {"destination": str(base / "audit.jsonl")},
+    }
+    with pytest.MonkeyPatch.context() as env:
+        for name in AMBIENT_CA_VARIABLES:
+            env.delenv(name, raising=False)
+        with SecureGateway(base / "gw", pki=session_pki, config=config) as gateway:
+            for warehouse in WAREHOUSES:
+                for namespace, writers in (("mine", "etl"), ("other", "theirs")):
+                    answer = gateway.admin.post(
+                        f"{gateway.url}/v1/{warehouse}/namespaces",
+                        json={"namespace": [namespace], "properties": {"cedarberg.writers": writers}},
+                        timeout=HTTP_TIMEOUT,
+                    )
+                    assert answer.status_code == 200, answer.text
+            yield Lake(gateway, base)
+
+
+def assert_refused(answer: requests.Response, status: int, error_type: str, words: str) -> None:
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == error_type
+    assert error["code"] == status
+    assert words in error["message"], error["message"]
+
+
+def location_of(answer: requests.Response) -> str:
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["metadata"]["location"])
+
+
+def local(location: str) -> Path:
+    return Path(location.removeprefix("file://"))
+
+
+# -- section 2: create --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def theirs(lake: Lake) -> str:
+    """other.victim in `lake`, with a data file of its own."""
+    location = location_of(lake.create("lake", "other", "victim"))
+    data = local(location) / "data" / "secret.parquet"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(b"their data")
+    return location
+
+
+@pytest.mark.parametrize("spelling", range(5))
+def test_create_is_refused_at_the_warehouse_root_and_at_any_namespace_directory(
+    lake: Lake, theirs: str, spelling: int
+) -> None:
+    places = {
+        "the warehouse root": lake.root("lake"),
+        "another namespace's directory": lake.root("lake") / "other",
+        "the namespace's own directory": lake.root("lake") / "mine",
+        "above the warehouse": lake.base,
+    }
+    before, files = lake.registry(), lake.files()
+    for _what, place in places.items():
+        answer = lake.create("lake", "mine", f"t{spelling}", spellings(place)[spelling])
+        assert_refused(answer, 400, "BadRequestException", "location")
+        assert lake.table("lake", "mine", f"t{spelling}").status_code == 404
+    assert lake.registry() == before
+    assert lake.files() == files
+
+
+@pytest.mark.parametrize("spelling", range(5))
+def test_create_is_refused_inside_another_namespace_and_inside_another_table(
+    lake: Lake, theirs: str, spelling: int
+) -> None:
+    before, files = lake.registry(), lake.files()
+    inside_theirs = local(theirs) / "mine"
+    answer = lake.create("lake", "mine", "spy", spellings(inside_theirs)[spelling])
+    assert_refused(answer, 400, "BadRequestException", "outside the namespace directory")
+    # The same overlap inside the writer's own namespace: another table's location, from below
+    # and from above.
+    own = location_of(
+        lake.create("lake", "mine", f"own{spelling}", str(lake.root("lake") / "mine" / f"g{spelling}" / "t"))
+    )
+    before, files = lake.registry(), lake.files()
+    for place in (local(own) / "data", local(own), local(own).parent):
+        answer = lake.create("lake", "mine", f"spy{spelling}", spellings(place)[spelling])
+        assert_refused(answer, 400, "BadRequestException", "overlaps the location of another table or view")
+    assert lake.table("lake", "mine", f"spy{spelling}").status_code == 404
+    assert lake.registry() == before
+    assert lake.files() == files
+
+
+def test_create_is_refused_inside_a_soft_deleted_table(lake: Lake) -> None:
+    gone = location_of(lake.create("lake", "mine", "gone"))
+    assert lake.as_writer("DELETE", lake.ns("lake", "mine") + "/tables/gone").status_code == 204
+    before, files = lake.registry(), lake.files()
+    for place in spellings(local(gone)) + spellings(local(gone) / "data"):
+        answer = lake.create("lake", "mine", "squatter", place)
+        assert_refused(answer, 400, "BadRequestException", "live or dropped")
+    stage = lake.create("lake", "mine", "squatter", gone, **{"stage-create": True})
+    assert_refused(stage, 400, "BadRequestException", "live or dropped")
+    assert lake.registry() == before
+    assert lake.files() == files
+
+
+def test_control_create_at_the_default_and_at_an_explicit_location_in_the_own_namespace(lake: Lake) -> None:
+    default = location_of(lake.create("lake", "mine", "ordinary"))
+    assert local(default).parent == lake.root("lake") / "mine"
+    explicit = location_of(
+        lake.create("lake", "mine", "chosen", f"file:{lake.root('lake')}/mine/chosen-place/")
+    )
+    assert explicit == f"file://{lake.root('lake')}/mine/chosen-place"
+    staged = lake.create("lake", "mine", "staged", **{"stage-create": True})
+    assert staged.status_code == 200, staged.text
+
+
+def test_views_obey_the_same_rule(lake: Lake, theirs: str) -> None:
+    view = {
+        "name": "v",
+        "schema": SCHEMA,
+        "view-version": {
+            "version-id": 1,
+            "timestamp-ms": 1,
+            "schema-id": 0,
+            "summary": {},
+            "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+            "default-namespace": ["mine"],
+        },
+        "properties": {},
+    }
+    before = lake.registry()
+    for place in (theirs, str(lake.root("lake")), str(lake.root("lake") / "other" / "v")):
+        answer = lake.as_writer("POST", lake.ns("lake", "mine") + "/views", json={**view, "location": place})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["type"] == "BadRequestException"
+    assert lake.registry() == before
+    created = lake.as_writer("POST", lake.ns("lake", "mine") + "/views", json=view)
+    assert created.status_code == 200, created.text
+
+
+# -- section 2: commits -------------------------------------------------------------------------
+
+
+def test_set_location_and_write_paths_are_confined(lake: Lake, theirs: str) -> None:
+    start = location_of(lake.create("lake", "mine", "mover"))
+    outside = [
+        str(lake.root("lake")),
+        str(lake.root("lake") / "other"),
+        theirs,
+        f"file:{local(theirs)}/data/",
+        str(lake.root("lake") / "other" / "x"),
+    ]
+    before, files = lake.registry(), lake.files()
+    for place in outside:
+        moved = lake.commit("lake", "mover", [{"action": "set-location", "location": place}])
+        assert_refused(moved, 400, "BadRequestException", "location")
+        for key in ("write.data.path", "write.metadata.path", "write.object-storage.path"):
+            props = lake.commit("lake", "mover", [{"action": "set-properties", "updates": {key: place}}])
+            assert_refused(props, 400, "BadRequestException", "location")
+    assert location_of(lake.table("lake", "mine", "mover")) == start
+    assert lake.registry() == before
+    assert lake.files() == files
+
+    # Control: set-location and write.data.path inside the own namespace directory.
+    new_place = f"file:{lake.root('lake')}/mine/moved-here/"
+    assert (
+        lake.commit("lake", "mover", [{"action": "set-location", "location": new_place}]).status_code == 200
+    )
+    data_path = f"file://{lake.root('lake')}/mine/mover-data"
+    props = lake.commit(
+        "lake", "mover", [{"action": "set-properties", "updates": {"write.data.path": data_path}}]
+    )
+    assert props.status_code == 200, props.text
+    moved = normalize(location_of(lake.table("lake", "mine", "mover")))
+    assert moved == f"file://{lake.root('lake')}/mine/moved-here"
+    # The past location stays the table's: nothing else may move in.
+    assert_refused(lake.create("lake", "mine", "heir", start), 400, "BadRequestException", "overlaps")
+
+
+def snapshot(snapshot_id: int, manifest_list: str) -> dict[str, Any]:
+    return {
+        "action": "add-snapshot",
+        "snapshot": {
+            "snapshot-id": snapshot_id,
+            "sequence-number": 1,
+            "timestamp-ms": int(time.time() * 1000),
+            "manifest-list": manifest_list,
+            "summary": {"operation": "append"},
+            "schema-id": 0,
+        },
+    }
+
+
+def statistics(snapshot_id: int, path: str) -> dict[str, Any]:
+    return {
+        "action": "set-statistics",
+        "statistics": {
+            "snapshot-id": snapshot_id,
+            "statistics-path": path,
+            "file-size-in-bytes": 10,
+            "file-footer-size-in-bytes": 4,
+            "blob-metadata": [],
+        },
+    }
+
+
+def partition_statistics(snapshot_id: int, path: str) -> dict[str, Any]:
+    return {
+        "action": "set-partition-statistics",
+        "partition-statistics": {
+            "snapshot-id": snapshot_id,
+            "statistics-path": path,
+            "file-size-in-bytes": 10,
+        },
+    }
+
+
+def test_commits_adding_paths_outside_the_roots_are_refused_and_purge_stays_inside(lake: Lake) -> None:
+    victim = location_of(lake.create("plain", "other", "victim"))
+    victim_file = local(victim) / "data" / "precious.parquet"
+    victim_file.parent.mkdir(parents=True)
+    victim_file.write_bytes(b"their data")
+    outside_file = lake.base / "outside.txt"
+    outside_file.write_text("not the catalog's")
+    mine = location_of(lake.create("plain", "mine", "purged"))
+    url = lake.ns("plain", "mine") + "/tables/purged"
+    before = lake.registry()
+    for target in (str(victim_file), f"file:{outside_file}", f"s3a://bucket{outside_file}"):
+        for update in (snapshot(7, target), statistics(7, target), partition_statistics(7, target)):
+            updates = (
+                [update]
+                if update["action"] == "add-snapshot"
+                else [snapshot(7, f"{mine}/metadata/snap-7.avro"), update]
+            )
+            answer = lake.as_writer("POST", url, json={"requirements": [], "updates": updates})
+            assert_refused(answer, 400, "BadRequestException", "outside the table's locations")
+    assert lake.registry() == before
+
+    # Control: the table's own statistics file is accepted, and purge deletes the table's own files.
+    own_stats = local(mine) / "metadata" / "stats.puffin"
+    own_stats.parent.mkdir(parents=True, exist_ok=True)
+    own_stats.write_bytes(b"puffin")
+    answer = lake.as_writer(
+        "POST",
+        url,
+        json={
+            "requirements": [],
+            "updates": [snapshot(7, f"{mine}/metadata/snap-7.avro"), statistics(7, str(own_stats))],
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    dropped = lake.as_writer("DELETE", url, params={"purgeRequested": "true"})
+    assert dropped.status_code == 204, dropped.text
+    assert not local(mine).exists()
+    assert victim_file.read_bytes() == b"their data"
+    assert outside_file.read_text() == "not the catalog's"
+
+
+# -- section 2: the migration setting -----------------------------------------------------------
+
+
+def test_migration_warehouse_allows_outside_the_namespace_but_never_overlap(lake: Lake) -> None:
+    legacy = lake.root("mig") / "legacy" / "orders"
+    assert location_of(lake.create("mig", "mine", "orders", f"file:{legacy}/")) == f"file://{legacy}"
+    before = lake.registry()
+    for place in (
+        legacy / "part",
+        legacy.parent,
+        lake.root("mig"),
+        lake.root("mig") / "other",
+        lake.base / "elsewhere",
+    ):
+        answer = lake.create("mig", "mine", "clash", str(place))
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["type"] == "BadRequestException"
+    assert lake.registry() == before
+
+
+# -- section 4: registration -----------------------------------------------------------------------
+
+
+def test_registering_a_dropped_tables_parked_file_is_refused(lake: Lake) -> None:
+    location = location_of(lake.create("lake", "other", "retired"))
+    assert (
+        lake.as_writer("DELETE", lake.ns("lake", "other") + "/tables/retired", lake.other_writer).status_code
+        == 204
+    )
+    [parked] = [p for p in local(location).rglob("*.metadata.json") if "cedarberg-dropped" in p.parts]
+    before = lake.registry()
+    for spelling in spellings(parked):
+        answer = lake.as_writer(
+            "POST",
+            lake.ns("lake", "mine") + "/register",
+            json={"name": "loot", "metadata-location": spelling},
+        )
+        assert_refused(answer, 400, "BadRequestException", "dropped")
+    assert lake.registry() == before
+    assert lake.table("lake", "mine", "loot").status_code == 404
+
+
+def test_registering_a_file_with_a_live_tables_uuid_is_refused(lake: Lake) -> None:
+    source_location = location_of(lake.create("plain", "mine", "uuid-source"))
+    metadata = lake.table("plain", "mine", "uuid-source").json()
+    copy = dict(metadata["metadata"], location=f"file://{lake.root('plain')}/mine/copy")
+    copy_file = lake.root("plain") / "mine" / "copy" / "metadata" / "00000-copy.metadata.json"
+    copy_file.parent.mkdir(parents=True)
+    copy_file.write_text(json.dumps(copy))
+    before = lake.registry()
+    answer = lake.as_writer(
+        "POST",
+        lake.ns("plain", "mine") + "/register",
+        json={"name": "twin", "metadata-location": str(copy_file)},
+    )
+    assert_refused(answer, 409, "AlreadyExistsException", "undrop it")
+    assert lake.registry() == before
+    # Control: the same file with a fresh UUID registers.
+    copy["table-uuid"] = str(uuid.uuid4())
+    copy_file.write_text(json.dumps(copy))
+    answer = lake.as_writer(
+        "POST",
+        lake.ns("plain", "mine") + "/register",
+        json={"name": "twin", "metadata-location": str(copy_file)},
+    )
+    assert answer.status_code == 200, answer.text
+    assert source_location != answer.json()["metadata"]["location"]
+
+
+# -- section 2: vending and signing refuse tables whose roots predate the rule and break it ------
+
+
+class S3Lake:
+    def __init__(self, gateway: SecureGateway, s3: MotoS3Server, base: Path) -> None:
+        self.gateway = gateway
+        self.s3 = s3
+        self.base = base
+        self.key = gateway.create_key("etl-bot", ["etl"])
+
+    def session(self) -> requests.Session:
+        return self.gateway.session(self.gateway.token(self.key))
+
+    def table_url(self, name: str, suffix: str = "") -> str:
+        return self.gateway.catalog_url(f"namespaces/{self.gateway.ns_path('sales')}/tables/{name}{suffix}")
+
+    def create(self, name: str, location: str | None = None) -> str:
+        body: dict[str, Any] = {"name": name, "schema": SCHEMA}
+        if location is not None:
+            body["location"] = location
+        answer = self.session().post(
+            self.gateway.catalog_url(f"namespaces/{self.gateway.ns_path('sales')}/tables"),
+            json=body,
+            timeout=HTTP_TIMEOUT,
+        )
+        return location_of(answer)
+
+    def credentials(self, name: str) -> requests.Response:
+        return self.session().get(self.table_url(name, "/credentials"), timeout=HTTP_TIMEOUT)
+
+    def load_vended(self, name: str) -> requests.Response:
+        headers = {"X-Iceberg-Access-Delegation": "vended-credentials"}
+        return self.session().get(self.table_url(name), headers=headers, timeout=HTTP_TIMEOUT)
+
+    def sign(self, name: str, location: str) -> requests.Response:
+        key = location.removeprefix(f"s3://{self.s3.bucket}/") + "/data/f.parquet"
+        payload = {
+            "region": REGION,
+            "uri": f"{self.s3.url}/{self.s3.bucket}/{key}",
+            "method": "GET",
+            "headers": {},
+        }
+        return self.session().post(self.table_url(name, "/sign"), json=payload, timeout=HTTP_TIMEOUT)
+
+    def forget_roots(self, location: str) -> None:
+        """Make a table look like one from before `object_roots` existed (no recorded roots)."""
+        with sqlite3.connect(self.base / "gw" / "gateway" / "catalog.db") as db:
+            db.execute("DELETE FROM object_roots WHERE root = ?", (location.encode(),))
+
+    def audit_denials(self, action: str) -> list[dict[str, Any]]:
+        time.sleep(0.3)  # the audit writer thread flushes in batches
+        lines = (self.base / "audit.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        return [r for r in records if r.get("action") == action and r.get("decision") == "deny"]
+
+
+@pytest.fixture(scope="module")
+def s3_lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[S3Lake]:
+    base = tmp_path_factory.mktemp("confinement-s3")
+    with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
+        for name in AMBIENT_CA_VARIABLES:
+            env.delenv(name, raising=False)
+        config = {
+            "default_warehouse": "lake",
+            "warehouses": {"lake": s3.warehouse("lake", vending=True)},
+            "audit": {"destination": str(base / "audit.jsonl")},
+        }
+        with SecureGateway(base / "gw", pki=session_pki, config=config) as gateway:
+            gateway.create_namespace("sales", writers=["etl"])
+            yield S3Lake(gateway, s3, base)
+
+
+def test_vending_and_signing_refuse_a_table_whose_old_roots_overlap_another(s3_lake: S3Lake) -> None:
+    healthy = s3_lake.create("healthy")
+    assert s3_lake.credentials("healthy").status_code == 200
+    assert s3_lake.sign("healthy", healthy).status_code == 200
+
+    # Data from before the rule: `outer` was never recorded, so `inner` could be created inside it.
+    outer = s3_lake.create("outer")
+    s3_lake.forget_roots(outer)
+    inner = s3_lake.create("inner", f"s3a://{s3_lake.s3.bucket}/{outer.split('/', 3)[3]}/inner/")
+    # Until a gateway start records it, an unrecorded table gets nothing.
+    assert_refused(s3_lake.credentials("outer"), 403, "ForbiddenException", "not confined")
+    s3_lake.gateway.process.restart()  # the backfill records `outer` and reports the violation
+    assert "breaks the location rule" in s3_lake.gateway.log_text()
+
+    calls = s3_lake.s3.assume_role_count()
+    for name, location in (("outer", outer), ("inner", inner)):
+        assert_refused(s3_lake.credentials(name), 403, "ForbiddenException", "overlaps")
+        assert_refused(s3_lake.load_vended(name), 403, "ForbiddenException", "overlaps")
+        assert_refused(s3_lake.sign(name, location), 403, "ForbiddenException", "overlaps")
+    assert s3_lake.s3.assume_role_count() == calls  # nothing was vended
+    assert len(s3_lake.audit_denials("loadCredentials")) >= 4
+    assert len(s3_lake.audit_denials("signRequest")) >= 2
+    # Control: the healthy table is untouched by its neighbours' problem.
+    assert s3_lake.credentials("healthy").status_code == 200
+    assert s3_lake.sign("healthy", healthy).status_code == 200
+
+
+def test_concurrent_creates_at_overlapping_places_one_wins(lake: Lake) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    for round_no in range(5):
+        outer = lake.root("plain") / "mine" / f"race{round_no}"
+        places = [(f"a{round_no}", str(outer)), (f"b{round_no}", f"file:{outer}/inner")]
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda item: lake.create("plain", "mine", *item), places))
+        assert sorted(answer.status_code for answer in answers) == [200, 400], [a.text for a in answers]
+
+
+def test_rename_keeps_the_location_and_its_exclusivity(lake: Lake) -> None:
+    location = location_of(lake.create("lake", "mine", "travels"))
+    admin = lake.gateway.admin
+    renamed = admin.post(
+        lake.url("lake", "tables/rename"),
+        json={
+            "source": {"namespace": ["mine"], "name": "travels"},
+            "destination": {"namespace": ["other"], "name": "travels"},
+        },
+        timeout=HTTP_TIMEOUT,
+    )
+    assert renamed.status_code == 204, renamed.text
+    url = lake.ns("lake", "other") + "/tables/travels"
+    # Not refused for staying in the old namespace's directory: ordinary commits go on.
+    props = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"owner": "them"}}]}
+    assert admin.post(url, json=props, timeout=HTTP_TIMEOUT).status_code == 200
+    assert location_of(lake.table("lake", "other", "travels")) == location
+    # Its location stays its own: nothing new may move in, from either namespace.
+    assert_refused(
+        lake.create("lake", "mine", "intruder", f"{location}/x"), 400, "BadRequestException", "overlaps"
+    )
+    # A new location must lie in its new namespace's directory.
+    move = {"requirements": [], "updates": [{"action": "set-location", "location": f"{location}-2"}]}
+    assert_refused(admin.post(url, json=move, timeout=HTTP_TIMEOUT), 400, "BadRequestException", "outside")
+
+
+def test_a_namespace_directory_never_lies_inside_a_table(lake: Lake) -> None:
+    location = location_of(lake.create("lake", "mine", "host"))
+    before = lake.registry()
+    answer = lake.gateway.admin.post(
+        lake.url("lake", "namespaces"),
+        json={"namespace": ["nested"], "properties": {"location": f"file:{local(location)}/ns/"}},
+        timeout=HTTP_TIMEOUT,
+    )
+    assert_refused(answer, 400, "BadRequestException", "lies inside the location of a table or view")
+    assert lake.registry() == before
+    assert lake.gateway.admin.get(lake.ns("lake", "nested"), timeout=HTTP_TIMEOUT).status_code == 404
+    update = lake.gateway.admin.post(
+        lake.ns("lake", "other") + "/properties",
+        json={"removals": [], "updates": {"location": location}},
+        timeout=HTTP_TIMEOUT,
+    )
+    assert_refused(update, 400, "BadRequestException", "lies inside the location of a table or view")
+    assert lake.registry() == before
