@@ -1,9 +1,10 @@
 """The purge sweeper isolates failures per object (issue 15, section 3).
 
 Found: a table whose manifest list was replaced by non-Avro bytes made the purge sweeper raise on
-every cycle, so no later drop was ever purged and no data key destroyed. Now the failure is
-recorded on that object (attempts, a safe message, the next attempt after a bounded backoff), shown
-in the admin API's and the CLI's dropped listing, and the other objects are purged meanwhile.
+every cycle, so no later drop was ever purged and no data key destroyed. Now such a file is never
+parsed, and any purge that fails is recorded on its object (attempts, a safe message, the next
+attempt after a bounded backoff), shown in the admin API's and the CLI's dropped listing, while the
+other objects are purged meanwhile.
 
 Real gateway on loopback (SQLite registry, local:// KEK, the sealed warehouse `default` with no
 retention), pyiceberg as the engine.
@@ -28,20 +29,31 @@ from tests.support.engines import make_catalog
 from tests.support.gateway import GatewayProcess
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
-# Not Avro: pyiceberg's reader fails on it with SystemError, which nothing on the purge path expects.
-GARBAGE = b"garbage"
+GARBAGE = b"garbage"  # not Avro
 RETRY_INITIAL_SECONDS = 1.0
 RETRY_MAX_SECONDS = 2.0
+
+
+_RETRIES = {
+    "purge_retry_initial_seconds": RETRY_INITIAL_SECONDS,
+    "purge_retry_max_seconds": RETRY_MAX_SECONDS,
+}
 
 
 @pytest.fixture
 def sweeper_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
     """A gateway sweeping every 0.2 s whose failed purges are retried after 1 s, then 2 s."""
-    config = {
-        "purge_retry_initial_seconds": RETRY_INITIAL_SECONDS,
-        "purge_retry_max_seconds": RETRY_MAX_SECONDS,
-    }
-    with GatewayProcess(tmp_path / "gateway", config=config) as gw:
+    with GatewayProcess(tmp_path / "gateway", config=_RETRIES) as gw:
+        yield gw
+
+
+@pytest.fixture
+def retained_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """The same, with a drop retention of 2 s: time to break a dropped object before its purge."""
+    warehouse = {"location": (tmp_path / "gateway" / "warehouse").as_uri(), "drop_retention_seconds": 2}
+    with GatewayProcess(
+        tmp_path / "gateway", config={**_RETRIES, "warehouses": {"default": warehouse}}
+    ) as gw:
         yield gw
 
 
@@ -89,51 +101,81 @@ def _cli_dropped_list(gw: GatewayProcess) -> str:
     return result.stdout
 
 
-def test_a_poisoned_manifest_list_does_not_block_other_purges(sweeper_gateway: GatewayProcess) -> None:
+def test_a_crafted_manifest_list_no_longer_stops_the_purge(sweeper_gateway: GatewayProcess) -> None:
+    """The finding itself: non-Avro bytes as a manifest list. The purge never parses what it
+    cannot read (catalog.fileio skips it, and everything under the table's roots goes with the
+    directory), so both tables are purged and no failure is recorded."""
     gw = sweeper_gateway
     cat = make_catalog(gw)
-    cat.create_namespace("sweep")
-    poisoned_location, manifest_list, poisoned_uuid = _table_with_data(cat, "sweep.poisoned")
-    healthy_location, _, healthy_uuid = _table_with_data(cat, "sweep.healthy")
-    original = manifest_list.read_bytes()
+    cat.create_namespace("crafted")
+    poisoned_location, manifest_list, poisoned_uuid = _table_with_data(cat, "crafted.poisoned")
+    healthy_location, _, healthy_uuid = _table_with_data(cat, "crafted.healthy")
     manifest_list.write_bytes(GARBAGE)
+    cat.purge_table("crafted.poisoned")
+    cat.purge_table("crafted.healthy")
+    for location, table_uuid in ((poisoned_location, poisoned_uuid), (healthy_location, healthy_uuid)):
+        assert _wait_until(lambda location=location: not location.exists()), list(location.rglob("*"))
+        assert _wait_until(lambda table_uuid=table_uuid: _registry_rows(gw, table_uuid) == 0)
+    assert _dropped(gw) == {}
 
-    cat.purge_table("sweep.poisoned")
-    assert _wait_until(lambda: _dropped(gw).get("poisoned", {}).get("last-purge-error") is not None)
-    poisoned = _dropped(gw)["poisoned"]
-    assert poisoned["purge-attempts"] >= 1
-    # A safe message: the kind of failure, nothing the file or the exception carried.
-    assert poisoned["last-purge-error"].startswith("SystemError while reading or deleting")
-    assert str(poisoned_location) not in poisoned["last-purge-error"]
-    assert poisoned["next-purge-attempt-ms"] > poisoned["dropped-at-ms"]
-    assert f"purge of table {poisoned['drop-id']} failed" in gw.log_text()
+
+def _sealed_copy(gw: GatewayProcess, table_uuid: str) -> bytes:
+    with sqlite3.connect(gw.data_dir / "catalog.db") as db:
+        row = db.execute("SELECT metadata FROM dropped_objects WHERE uuid = ?", (table_uuid,)).fetchone()
+    assert row is not None
+    return bytes(row[0])
+
+
+def _set_sealed_copy(gw: GatewayProcess, table_uuid: str, sealed: bytes) -> None:
+    with sqlite3.connect(gw.data_dir / "catalog.db") as db:
+        db.execute("UPDATE dropped_objects SET metadata = ? WHERE uuid = ?", (sealed, table_uuid))
+
+
+def test_a_failing_purge_does_not_block_other_purges(retained_gateway: GatewayProcess) -> None:
+    """Any object whose purge fails (here: its sealed copy in the registry fails its checks) is
+    recorded, retried with backoff and shown; the objects dropped after it are purged meanwhile."""
+    gw = retained_gateway
+    cat = make_catalog(gw)
+    cat.create_namespace("sweep")
+    failing_location, _, failing_uuid = _table_with_data(cat, "sweep.failing")
+    healthy_location, _, healthy_uuid = _table_with_data(cat, "sweep.healthy")
+    cat.purge_table("sweep.failing")
+    original = _sealed_copy(gw, failing_uuid)
+    _set_sealed_copy(gw, failing_uuid, original[:-1] + bytes([original[-1] ^ 1]))  # the GCM tag
+    cat.purge_table("sweep.healthy")
+
+    assert _wait_until(lambda: _dropped(gw).get("failing", {}).get("last-purge-error") is not None)
+    failing = _dropped(gw)["failing"]
+    assert failing["purge-attempts"] >= 1
+    assert failing["last-purge-error"].startswith("IntegrityCheckError")
+    assert failing["next-purge-attempt-ms"] > failing["dropped-at-ms"]
+    assert f"purge of table {failing['drop-id']} failed" in gw.log_text()
 
     # The table dropped after it is purged all the same: files gone, row and data key gone.
-    cat.purge_table("sweep.healthy")
     assert _wait_until(lambda: not healthy_location.exists()), list(healthy_location.rglob("*"))
     assert _wait_until(lambda: "healthy" not in _dropped(gw))
     assert _registry_rows(gw, healthy_uuid) == 0
 
-    # The poisoned one stays (files and key kept, still undroppable) and is retried with backoff:
+    # The failing one stays (files and key kept, still undroppable) and is retried with backoff:
     # a sweep every 0.2 s without backoff would try it about 25 times in these 5 seconds.
-    assert poisoned_location.exists()
-    assert _registry_rows(gw, poisoned_uuid) == 1
-    before = _dropped(gw)["poisoned"]["purge-attempts"]
+    assert failing_location.exists()
+    assert _registry_rows(gw, failing_uuid) == 1
+    before = _dropped(gw)["failing"]["purge-attempts"]
     time.sleep(5.0)
-    after = _dropped(gw)["poisoned"]
+    after = _dropped(gw)["failing"]
     assert 1 <= after["purge-attempts"] - before <= 5, (before, after)
     assert after["next-purge-attempt-ms"] - after["dropped-at-ms"] >= RETRY_INITIAL_SECONDS * 1000
 
     # The CLI lists the failure too.
     line = next(line for line in _cli_dropped_list(gw).splitlines() if after["drop-id"] in line)
     assert "purge attempts" in line
-    assert "last error: SystemError" in line
+    assert "last error: IntegrityCheckError" in line
 
-    # Control: once the file is sound again, the next attempt purges it.
-    manifest_list.write_bytes(original)
-    assert _wait_until(lambda: "poisoned" not in _dropped(gw), timeout=RETRY_MAX_SECONDS * 5)
-    assert _wait_until(lambda: not poisoned_location.exists())
-    assert _registry_rows(gw, poisoned_uuid) == 0
+    # Control: once the cause is gone, the next attempt purges it.
+    _set_sealed_copy(gw, failing_uuid, original)
+    assert _wait_until(lambda: "failing" not in _dropped(gw), timeout=RETRY_MAX_SECONDS * 5)
+    assert _wait_until(lambda: not failing_location.exists())
+    assert _registry_rows(gw, failing_uuid) == 0
 
 
 def test_ordinary_purges_record_no_failure(sweeper_gateway: GatewayProcess) -> None:

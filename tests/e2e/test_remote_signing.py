@@ -165,7 +165,7 @@ def test_requests_leaving_the_table_are_refused_and_audited(
     ]
     assert refusals
     assert refusals[-1]["detail"]["method"] == method
-    assert refusals[-1]["principal"] == {"writer": "etl-bot", "reader": "analyst"}[who]
+    assert refusals[-1]["principal"] == {"writer": "key:etl-bot", "reader": "key:analyst"}[who]
     assert refusals[-1]["detail"]["path"] == urllib.parse.urlsplit(uri).path
 
 

@@ -243,7 +243,7 @@ def test_no_credentials_for_who_cannot_load_or_may_not_have_them(lake: Lake, ord
     assert "storage-credentials" not in loaded.json()
 
     records = lake.audit_records()
-    refused = [r for r in records if r["principal"] == "viewer" and r["action"] == "loadCredentials"]
+    refused = [r for r in records if r["principal"] == "key:viewer" and r["action"] == "loadCredentials"]
     assert len(refused) >= 2
     assert {r["decision"] for r in refused} == {"deny"}
     assert all(r["policy_ids"] == ["viewers-get-no-credentials"] for r in refused)
@@ -279,7 +279,7 @@ def test_no_file_access_for_who_may_read_only_through_restrictions(lake: Lake, o
     for task in planned.json()["file-scan-tasks"]:
         assert task["residual-filter"] == {"type": "eq", "term": "tag", "value": "eu"}
     refused = [
-        r for r in lake.audit_records() if r["principal"] == "eu-analyst" and r["action"] == "signRequest"
+        r for r in lake.audit_records() if r["principal"] == "key:eu-analyst" and r["action"] == "signRequest"
     ]
     assert any("restricted" in (r.get("detail") or {}).get("reason", "") for r in refused), refused
 
@@ -351,12 +351,15 @@ def test_vending_is_audited_and_no_secret_is_logged(lake: Lake, orders: str) -> 
     lake.credentials(lake.writer, "sales", "orders")
     records = lake.audit_records()
     vended = [r for r in records if r["action"] == "vendCredentials"]
-    assert {r["principal"] for r in vended} >= {"etl-bot", "analyst"}
+    assert {r["principal"] for r in vended} >= {"key:etl-bot", "key:analyst"}
     levels = {r["detail"]["level"] for r in vended}
     assert levels == {"read", "read-write"}
     assert all(r["detail"]["expires_at_ms"] > 0 and r["resource"] for r in vended)
     writes = [r for r in records if r["action"] == "writeTableData"]
-    assert {(r["principal"], r["decision"]) for r in writes} >= {("etl-bot", "allow"), ("analyst", "deny")}
+    assert {(r["principal"], r["decision"]) for r in writes} >= {
+        ("key:etl-bot", "allow"),
+        ("key:analyst", "deny"),
+    }
 
     assert lake.vended
     audit_text = lake.audit.read_text()

@@ -40,7 +40,7 @@ def test_decision_cost_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
     ns = namespace_resource("default", ["sales", "eu"], [{"cedarberg.writers": "etl"}])
     table = child_table(ns, "orders")
     context = RequestContext.of(
-        writer, "127.0.0.1", ChangeSummary.of_commit([{"action": "set-snapshot-ref", "ref-name": "main"}])
+        writer, "127.0.0.1", ChangeSummary(frozenset({"set-snapshot-ref"}), frozenset({"main"}))
     )
     assert cached.decide(writer, "updateTable", table, context).allowed
 
