@@ -8,17 +8,18 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from catalog import confinement, documents, effects, fileio, locations, registration, roots, table_metadata
-from catalog.commits import (
-    PlannedChange,
-    commit,
-    commit_response,
-    default_location,
-    new_row,
-    open_table,
-    parse_metadata,
-    plan_change,
+from catalog import (
+    confinement,
+    documents,
+    effects,
+    fileio,
+    locations,
+    registration,
+    roots,
+    table_changes,
+    table_metadata,
 )
+from catalog.commits import commit, commit_response, default_location, new_row
 from catalog.context import CatalogContext
 from catalog.dropped import purge_files, soft_drop
 from catalog.effects import EffectGate
@@ -32,6 +33,7 @@ from catalog.planning import mode as planning_mode
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
 from catalog.store import roots as confinement_rows
 from catalog.store.sql import ObjectRow
+from catalog.table_changes import TableChange, open_table, parse_metadata, plan_change
 
 log = logging.getLogger(__name__)
 
@@ -73,24 +75,15 @@ class TableService:
         confinement.check_new_roots(
             self._ctx, warehouse, namespace, ns_properties, roots.table_roots(metadata)
         )
-        metadata_json = documents.model_json(metadata)
         if request.stage_create:
             # Nothing is stored: the client commits the staged table later with assert-create
             # (claimed then); refused now if its place is taken already.
             await confinement.check_free(self._ctx, warehouse, namespace, TABLE, roots.table_roots(metadata))
-            return documents.load_result(None, metadata_json)
+            return documents.load_result(None, documents.model_json(metadata))
         key = await self._ctx.sealer.new_object_key(warehouse.name, TABLE, str(metadata.table_uuid))
-        change = PlannedChange(
-            identifier,
-            None,
-            metadata,
-            fileio.metadata_file_location(metadata.location, 0),
-            metadata_json,
-            key,
-            origin=None,
-        )
+        change = table_changes.created(identifier, metadata, key)
 
-        async def plan() -> list[PlannedChange]:
+        async def plan() -> list[TableChange]:
             return [change]
 
         return await commit(
@@ -127,7 +120,7 @@ class TableService:
     ) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
 
-        async def plan() -> list[PlannedChange]:
+        async def plan() -> list[TableChange]:
             async with self._ctx.store.read() as tx:
                 row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
                 if row is not None and row.kind != TABLE:
@@ -165,8 +158,8 @@ class TableService:
         `gate` sees every table's effect before anything is written)."""
         warehouse = self._ctx.warehouse(warehouse_name)
 
-        async def plan() -> list[PlannedChange]:
-            planned: dict[Identifier, PlannedChange] = {}
+        async def plan() -> list[TableChange]:
+            planned: dict[Identifier, TableChange] = {}
             read: dict[Identifier, tuple[ObjectRow | None, dict[str, str]]] = {}
             async with self._ctx.store.read() as tx:
                 for identifier, _change in changes:

@@ -1,34 +1,42 @@
-"""View operations: list, create, load, replace, drop, exists, rename, register."""
+"""View operations: list, create, load, replace, drop, exists, rename, register.
+
+Create, replace and register are commits: `catalog.view_changes` plans them and
+`catalog.commits.commit` gates, writes and swaps them, the same algorithm as a table commit."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
+from collections.abc import Awaitable, Callable
 
-from pyiceberg.view.metadata import ViewMetadata
-
-from catalog import confinement, documents, effects, fileio, locations, registration, roots, view_metadata
-from catalog.commits import default_location, file_content, new_row
+from catalog import confinement, view_changes
+from catalog.commits import commit, commit_response
 from catalog.context import CatalogContext, Warehouse
 from catalog.dropped import soft_drop
 from catalog.effects import EffectGate
-from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError, NoSuchViewError
+from catalog.errors import NoSuchViewError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
-from catalog.namespaces import require_namespace
-from catalog.objects import VIEW, list_objects, load_object, read_object, rename_object, require_object
+from catalog.objects import VIEW, list_objects, load_object, read_object, rename_object
 from catalog.pagination import PageRequest
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from catalog.sealing import ObjectKey
+from catalog.view_changes import ViewChange
 
 
-def _parse(content: bytes | str) -> ViewMetadata:
-    try:
-        return ViewMetadata.model_validate_json(content)
-    except ValueError as err:
-        raise InvalidRequestError(
-            f"not valid Iceberg view metadata: {str(err).splitlines()[0][:200]}"
-        ) from None
+async def _commit_one(
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    identifier: Identifier,
+    plan: Callable[[], Awaitable[ViewChange]],
+    rec: Recorder | None,
+    gate: EffectGate,
+) -> Body:
+    """Commit the one view change `plan()` makes (planned again after a lost race)."""
+
+    async def plan_all() -> list[ViewChange]:
+        return [await plan()]
+
+    return await commit(
+        ctx, warehouse, [identifier], plan_all, lambda changes: commit_response(changes[0]), rec, gate
+    )
 
 
 class ViewService:
@@ -46,66 +54,16 @@ class ViewService:
         rec: Recorder | None,
         gate: EffectGate,
     ) -> Body:
+        """Create a view (gated as creating everything it carries). Raises AlreadyExistsError,
+        NoSuchNamespaceError, InvalidRequestError, LocationNotAllowedError and what the commit
+        raises (`catalog.commits.commit`)."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        async with self._ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        location = request.location or default_location(
-            warehouse, ns_properties, identifier, uuid.uuid4().hex
-        )
-        location = locations.normalize(location)
-        confinement.check_new_roots(
-            self._ctx, warehouse, namespace, ns_properties, roots.object_roots(location)
-        )
-        metadata = view_metadata.new_view_metadata(
-            location, request.view_schema, request.view_version, dict(request.properties)
-        )
-        await gate([effects.of_view_change(identifier, None, metadata)])
-        key = await self._ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
-        return await self._store_new(warehouse, identifier, metadata, key, None, rec)
 
-    async def _store_new(
-        self,
-        warehouse: Warehouse,
-        identifier: Identifier,
-        metadata: ViewMetadata,
-        key: ObjectKey,
-        existing_file: str | None,
-        rec: Recorder | None,
-    ) -> Body:
-        metadata_json = documents.model_json(metadata)
-        metadata_location = existing_file or fileio.metadata_file_location(metadata.location, 0)
-        uid = metadata.view_uuid
-        if existing_file is None:
-            content = file_content(
-                self._ctx, warehouse, identifier, VIEW, uid, key, metadata_location, metadata_json
-            )
-            await asyncio.to_thread(fileio.write_new_file, metadata_location, content)
-        body = documents.load_result(metadata_location, metadata_json)
-        try:
-            async with self._ctx.store.write() as tx:
-                await registration.check_uuid(tx, uid)
-                await confinement.claim(
-                    tx,
-                    self._ctx,
-                    warehouse,
-                    identifier.namespace,
-                    VIEW,
-                    uid,
-                    roots.object_roots(metadata.location),
-                )
-                await tx.insert_object(
-                    new_row(
-                        self._ctx, warehouse, identifier, VIEW, uid, key, metadata_location, metadata_json
-                    )
-                )
-                if rec is not None:
-                    await rec.record(tx, body)
-        except BaseException:
-            if existing_file is None:
-                await asyncio.to_thread(fileio.delete_files, [metadata_location])
-            raise
-        return body
+        async def plan() -> ViewChange:
+            return await view_changes.plan_create(self._ctx, warehouse, identifier, request)
+
+        return await _commit_one(self._ctx, warehouse, identifier, plan, rec, gate)
 
     async def load(self, warehouse_name: str | None, identifier: Identifier) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -125,55 +83,14 @@ class ViewService:
         gate: EffectGate,
     ) -> Body:
         """Compare-and-swap a view's metadata, like a table commit (`gate` judges the effect
-        of each attempt before its file is written)."""
+        of each attempt before its file is written). Raises NoSuchViewError, CommitFailedError
+        and what the commit raises (`catalog.commits.commit`)."""
         warehouse = self._ctx.warehouse(warehouse_name)
-        for _attempt in range(self._ctx.limits.commit_retries):
-            async with self._ctx.store.read() as tx:
-                row = await require_object(tx, warehouse.name, identifier, VIEW)
-            key = await self._ctx.sealer.object_key(row)
-            base = _parse(self._ctx.sealer.open_record(key, row))
-            view_metadata.validate_requirements(request.requirements, base)
-            new = view_metadata.apply_updates(base, request.updates)
-            new_roots = roots.object_roots(new.location)
-            if new_roots != roots.object_roots(base.location):
-                async with self._ctx.store.read() as tx:
-                    ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-                confinement.check_new_roots(
-                    self._ctx, warehouse, identifier.namespace, ns_properties, new_roots
-                )
-            await gate([effects.of_view_change(identifier, base, new)])
-            version = fileio.parse_metadata_version(row.metadata_location) + 1
-            metadata_json = documents.model_json(new)
-            metadata_location = fileio.metadata_file_location(new.location, max(version, 1))
-            content = file_content(
-                self._ctx, warehouse, identifier, VIEW, row.uuid, key, metadata_location, metadata_json
-            )
-            await asyncio.to_thread(fileio.write_new_file, metadata_location, content)
-            body = documents.load_result(metadata_location, metadata_json)
-            try:
-                async with self._ctx.store.write() as tx:
-                    await confinement.claim(
-                        tx, self._ctx, warehouse, identifier.namespace, VIEW, row.uuid, new_roots
-                    )
-                    swapped = await tx.swap_object(
-                        warehouse.name,
-                        identifier.namespace.key,
-                        identifier.name,
-                        row.metadata_location,
-                        metadata_location,
-                        self._ctx.sealer.seal_record(
-                            key, warehouse.name, VIEW, row.uuid, metadata_location, metadata_json
-                        ),
-                    )
-                    if swapped and rec is not None:
-                        await rec.record(tx, body)
-            except BaseException:
-                await asyncio.to_thread(fileio.delete_files, [metadata_location])
-                raise
-            if swapped:
-                return body
-            await asyncio.to_thread(fileio.delete_files, [metadata_location])
-        raise CommitFailedError("the view changed concurrently too many times; reload and retry")
+
+        async def plan() -> ViewChange:
+            return await view_changes.plan_replace(self._ctx, warehouse, identifier, request)
+
+        return await _commit_one(self._ctx, warehouse, identifier, plan, rec, gate)
 
     async def drop(self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -210,28 +127,12 @@ class ViewService:
         rec: Recorder | None,
         gate: EffectGate,
     ) -> Body:
+        """Register a view metadata file, plain or sealed (gated as the view's arrival). The file
+        is the registered view's: it is never deleted here, whatever the outcome."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        location = registration.check_file(warehouse, request.metadata_location)
-        content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
-        opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
-        metadata = _parse(opened.metadata_json)
-        if opened.sealed_key is not None and (
-            opened.kind != VIEW or opened.object_uuid != metadata.view_uuid
-        ):
-            raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
-        async with self._ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        held = roots.object_roots(metadata.location)
-        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
-        registration.check_contents(location, held, ())
-        async with self._ctx.store.read() as tx:
-            if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
-                raise AlreadyExistsError(f"Table or view already exists: {identifier}")
-        await gate([effects.of_arrival(identifier, metadata)])
-        key = await (
-            self._ctx.sealer.unwrap_object_key(warehouse.name, VIEW, metadata.view_uuid, opened.sealed_key)
-            if opened.sealed_key is not None
-            else self._ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
-        )
-        return await self._store_new(warehouse, identifier, metadata, key, location, rec)
+
+        async def plan() -> ViewChange:
+            return await view_changes.plan_register(self._ctx, warehouse, identifier, request)
+
+        return await _commit_one(self._ctx, warehouse, identifier, plan, rec, gate)

@@ -27,7 +27,6 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 
 from catalog import confinement, errors, fileio
-from catalog.commits import parse_metadata
 from catalog.context import CatalogContext
 from catalog.errors import (
     BusyError,
@@ -47,6 +46,7 @@ from catalog.planning.slots import Slots
 from catalog.sealing import ObjectKey
 from catalog.store import plans as rows
 from catalog.store.sql import ObjectRow
+from catalog.table_changes import parse_metadata
 
 log = logging.getLogger(__name__)
 _SWEEP_ROUNDS = 20  # batches per sweep: bounded work, the next sweep goes on

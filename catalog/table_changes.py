@@ -1,0 +1,120 @@
+"""The table planner: a table commit request turned into the `PlannedChange` that
+`catalog.commits.commit` gates, writes and swaps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+
+from catalog import confinement, documents, effects, fileio, roots, table_metadata
+from catalog.commits import PlannedChange, default_location
+from catalog.context import CatalogContext, Warehouse
+from catalog.errors import NoSuchTableError
+from catalog.identifiers import Identifier
+from catalog.objects import TABLE
+from catalog.requests import CommitTableRequest
+from catalog.sealing import ObjectKey
+from catalog.store.sql import ObjectRow
+
+TableChange = PlannedChange[TableMetadata]
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentTable:
+    """A stored table opened for a commit: its pointer, data key and metadata."""
+
+    row: ObjectRow
+    key: ObjectKey
+    metadata: TableMetadata
+
+
+def parse_metadata(metadata_json: bytes) -> TableMetadata:
+    return TableMetadataUtil.parse_raw(metadata_json.decode())
+
+
+async def open_table(ctx: CatalogContext, row: ObjectRow | None) -> CurrentTable | None:
+    """The table `row` points at, opened (None for no row). Raises KeyServiceUnavailableError."""
+    if row is None:
+        return None
+    key = await ctx.sealer.object_key(row)
+    return CurrentTable(row, key, parse_metadata(ctx.sealer.open_record(key, row)))
+
+
+def _change(
+    identifier: Identifier,
+    row: ObjectRow | None,
+    new: TableMetadata,
+    origin: TableMetadata | None,
+    metadata_location: str,
+    key: ObjectKey,
+) -> TableChange:
+    return PlannedChange(
+        identifier=identifier,
+        kind=TABLE,
+        base=row,
+        metadata=new,
+        origin=origin,
+        metadata_location=metadata_location,
+        metadata_json=documents.model_json(new),
+        key=key,
+        object_uuid=row.uuid if row is not None else str(new.table_uuid),
+        effect=effects.of_table_change(identifier, origin, new),
+        roots=roots.table_roots(new),
+    )
+
+
+def created(identifier: Identifier, metadata: TableMetadata, key: ObjectKey) -> TableChange:
+    """The change that creates a table with `metadata` (its checks were made by the caller)."""
+    return _change(identifier, None, metadata, None, fileio.metadata_file_location(metadata.location, 0), key)
+
+
+async def plan_change(
+    ctx: CatalogContext,
+    warehouse: Warehouse,
+    identifier: Identifier,
+    current: CurrentTable | None,
+    ns_properties: dict[str, str] | None,
+    change: CommitTableRequest,
+    working: TableChange | None = None,
+) -> TableChange | None:
+    """Check and apply one table's change; None when it changes nothing.
+
+    `working` is an earlier change to the same table in this commit: this one builds on it and
+    goes into the same new file. A change that creates the table gets a new data key.
+    Raises CommitFailedError, NoSuchTableError, InvalidRequestError, LocationNotAllowedError,
+    KeyServiceUnavailableError.
+    """
+    row = working.base if working is not None else (current.row if current is not None else None)
+    if working is not None:
+        base: TableMetadata | None = working.metadata
+    else:
+        base = current.metadata if current is not None else None
+    table_metadata.validate_requirements(change.requirements, base)
+    if base is None and not table_metadata.is_create(change.requirements):
+        raise NoSuchTableError(f"Table does not exist: {identifier}")
+    if not change.updates and base is not None:
+        return None
+    # The metadata log gains the previous file once, on the first change to a table in a commit.
+    previous_file = row.metadata_location if row is not None and working is None else None
+    new = table_metadata.apply_updates(base, change.updates, previous_file)
+    if base is None and not new.location:
+        new = new.model_copy(
+            update={
+                "location": default_location(warehouse, ns_properties or {}, identifier, str(new.table_uuid))
+            }
+        )
+    confinement.check_new_roots(
+        ctx, warehouse, identifier.namespace, ns_properties or {}, roots.new_roots(base, new)
+    )
+    roots.check_added_paths(base, new)
+    if working is not None:
+        return _change(identifier, row, new, working.origin, working.metadata_location, working.key)
+    version = fileio.parse_metadata_version(row.metadata_location) + 1 if row is not None else 0
+    key = (
+        current.key
+        if current is not None
+        else await ctx.sealer.new_object_key(warehouse.name, TABLE, str(new.table_uuid))
+    )
+    location = fileio.metadata_file_location(new.location, max(version, 0))
+    return _change(identifier, row, new, base, location, key)

@@ -1,0 +1,163 @@
+"""The view planner: a view create, replace or registration turned into the `PlannedChange` that
+`catalog.commits.commit` gates, writes and swaps, exactly as it does a table's."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from pyiceberg.view.metadata import ViewMetadata
+
+from catalog import confinement, documents, effects, fileio, locations, registration, roots, view_metadata
+from catalog.commits import PlannedChange, default_location
+from catalog.context import CatalogContext, Warehouse
+from catalog.effects import Effect
+from catalog.errors import AlreadyExistsError, InvalidRequestError
+from catalog.identifiers import Identifier
+from catalog.namespaces import require_namespace
+from catalog.objects import VIEW, require_object
+from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
+from catalog.sealing import ObjectKey
+from catalog.store.sql import ObjectRow
+
+ViewChange = PlannedChange[ViewMetadata]
+
+
+def parse(content: bytes | str) -> ViewMetadata:
+    """View metadata from JSON. Raises InvalidRequestError naming the first problem."""
+    try:
+        return ViewMetadata.model_validate_json(content)
+    except ValueError as err:
+        raise InvalidRequestError(
+            f"not valid Iceberg view metadata: {str(err).splitlines()[0][:200]}"
+        ) from None
+
+
+def _change(
+    identifier: Identifier,
+    row: ObjectRow | None,
+    new: ViewMetadata,
+    origin: ViewMetadata | None,
+    metadata_location: str,
+    key: ObjectKey,
+    effect: Effect,
+    *,
+    writes_file: bool = True,
+) -> ViewChange:
+    return PlannedChange(
+        identifier=identifier,
+        kind=VIEW,
+        base=row,
+        metadata=new,
+        origin=origin,
+        metadata_location=metadata_location,
+        metadata_json=documents.model_json(new),
+        key=key,
+        object_uuid=row.uuid if row is not None else new.view_uuid,
+        effect=effect,
+        roots=roots.object_roots(new.location),
+        writes_file=writes_file,
+        # A new view must not take the UUID of a live or dropped object (its key and seals are
+        # bound to the UUID).
+        check_uuid_free=row is None,
+    )
+
+
+async def plan_create(
+    ctx: CatalogContext, warehouse: Warehouse, identifier: Identifier, request: CreateViewRequest
+) -> ViewChange:
+    """The change that creates the view `request` describes, with a new data key.
+
+    Raises NoSuchNamespaceError, InvalidRequestError, LocationNotAllowedError,
+    KeyServiceUnavailableError."""
+    async with ctx.store.read() as tx:
+        ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
+    location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
+    location = locations.normalize(location)
+    confinement.check_new_roots(
+        ctx, warehouse, identifier.namespace, ns_properties, roots.object_roots(location)
+    )
+    metadata = view_metadata.new_view_metadata(
+        location, request.view_schema, request.view_version, dict(request.properties)
+    )
+    key = await ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
+    return _change(
+        identifier,
+        None,
+        metadata,
+        None,
+        fileio.metadata_file_location(metadata.location, 0),
+        key,
+        effects.of_view_change(identifier, None, metadata),
+    )
+
+
+async def plan_replace(
+    ctx: CatalogContext, warehouse: Warehouse, identifier: Identifier, request: CommitViewRequest
+) -> ViewChange:
+    """The change `request` makes to the view as stored now.
+
+    Raises NoSuchViewError, CommitFailedError (a requirement fails), InvalidRequestError,
+    LocationNotAllowedError, KeyServiceUnavailableError."""
+    async with ctx.store.read() as tx:
+        row = await require_object(tx, warehouse.name, identifier, VIEW)
+    key = await ctx.sealer.object_key(row)
+    base = parse(ctx.sealer.open_record(key, row))
+    view_metadata.validate_requirements(request.requirements, base)
+    new = view_metadata.apply_updates(base, request.updates)
+    new_roots = roots.object_roots(new.location)
+    if new_roots != roots.object_roots(base.location):
+        async with ctx.store.read() as tx:
+            ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
+        confinement.check_new_roots(ctx, warehouse, identifier.namespace, ns_properties, new_roots)
+    # A view's versions count from 1 on: a file without a version number is followed by 00001.
+    version = max(fileio.parse_metadata_version(row.metadata_location) + 1, 1)
+    return _change(
+        identifier,
+        row,
+        new,
+        base,
+        fileio.metadata_file_location(new.location, version),
+        key,
+        effects.of_view_change(identifier, base, new),
+    )
+
+
+async def plan_register(
+    ctx: CatalogContext, warehouse: Warehouse, identifier: Identifier, request: RegisterViewRequest
+) -> ViewChange:
+    """The change that registers the view metadata file `request` names (plain, or sealed: then
+    it brings its own data key). The file is adopted as it is: nothing is written.
+
+    Raises InvalidRequestError, LocationNotAllowedError, NoSuchNamespaceError,
+    AlreadyExistsError, StorageUnavailableError, KeyServiceUnavailableError."""
+    namespace = identifier.namespace
+    location = registration.check_file(warehouse, request.metadata_location)
+    content = await asyncio.to_thread(fileio.read_file, location, ctx.limits.max_metadata_bytes)
+    opened = await ctx.sealer.open_file(warehouse.name, location, content)
+    metadata = parse(opened.metadata_json)
+    if opened.sealed_key is not None and (opened.kind != VIEW or opened.object_uuid != metadata.view_uuid):
+        raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
+    async with ctx.store.read() as tx:
+        ns_properties = await require_namespace(tx, warehouse.name, namespace)
+    held = roots.object_roots(metadata.location)
+    confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, held)
+    registration.check_contents(location, held, ())
+    async with ctx.store.read() as tx:
+        if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
+            raise AlreadyExistsError(f"Table or view already exists: {identifier}")
+    key = await (
+        ctx.sealer.unwrap_object_key(warehouse.name, VIEW, metadata.view_uuid, opened.sealed_key)
+        if opened.sealed_key is not None
+        else ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
+    )
+    return _change(
+        identifier,
+        None,
+        metadata,
+        None,
+        location,
+        key,
+        effects.of_arrival(identifier, metadata),
+        writes_file=False,
+    )
