@@ -1,0 +1,336 @@
+"""The commit algorithm (`catalog.commits`) for both kinds of object, on a real catalog (SQLite,
+local KEK, sealing warehouse): lost races, unknown outcomes, failed requirements, gate
+refusals, and the in-process commit lock.
+
+A race with "another process" is a second `CatalogContext` on the same registry with its own
+commit locks, committing from inside the first commit's gate: after the first planned, before
+it writes or swaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from catalog import commits, table_changes, view_changes
+from catalog import requests as req
+from catalog.commit_locks import CommitLocks
+from catalog.context import CatalogContext, Limits
+from catalog.effects import Effect
+from catalog.errors import CommitFailedError, CommitStateUnknownError, ForbiddenError
+from catalog.idempotency import Body
+from catalog.identifiers import Identifier, Namespace
+from catalog.namespaces import NamespaceService
+from catalog.objects import TABLE, VIEW
+from catalog.store.sql import ObjectRow
+from catalog.tables import TableService
+from catalog.views import ViewService
+from tests.support.catalogs import WAREHOUSE, UnconfirmedStore, catalog_context
+
+NAMESPACE = Namespace.of(["ns"])
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+}
+VIEW_VERSION = {
+    "version-id": 1,
+    "schema-id": 0,
+    "timestamp-ms": 1,
+    "summary": {},
+    "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+    "default-namespace": ["ns"],
+}
+Plan = Callable[[], Awaitable[list[commits.PlannedChange[Any]]]]
+Gate = Callable[[Sequence[Effect]], Awaitable[None]]
+
+
+async def allow(_effects: Sequence[Effect]) -> None:
+    """A gate that allows everything."""
+
+
+async def refuse(_effects: Sequence[Effect]) -> None:
+    raise ForbiddenError("refused by the test's gate")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One kind of object, driven through its service and through its planner."""
+
+    name: str  # TABLE or VIEW
+
+    def identifier(self) -> Identifier:
+        return Identifier.of(NAMESPACE, f"my_{self.name}")
+
+    async def create(self, ctx: CatalogContext, gate: Gate = allow) -> Body:
+        name = self.identifier().name
+        if self.name == TABLE:
+            table = req.parse(req.CreateTableRequest, {"name": name, "schema": SCHEMA})
+            return await TableService(ctx).create(None, NAMESPACE, table, None, gate)
+        view = req.parse(
+            req.CreateViewRequest, {"name": name, "schema": SCHEMA, "view-version": VIEW_VERSION}
+        )
+        return await ViewService(ctx).create(None, NAMESPACE, view, None, gate)
+
+    async def drop(self, ctx: CatalogContext) -> None:
+        if self.name == TABLE:
+            await TableService(ctx).drop(None, self.identifier(), False, None)
+        else:
+            await ViewService(ctx).drop(None, self.identifier(), None)
+
+    def _request(self, properties: dict[str, str], uuid: str | None) -> dict[str, object]:
+        requirements = [] if uuid is None else [{"type": f"assert-{self.name}-uuid", "uuid": uuid}]
+        return {
+            "requirements": requirements,
+            "updates": [{"action": "set-properties", "updates": properties}],
+        }
+
+    async def change(
+        self,
+        ctx: CatalogContext,
+        properties: dict[str, str],
+        uuid: str | None = None,
+        gate: Gate = allow,
+    ) -> Body:
+        """Set `properties` through the service (requiring `uuid` when given)."""
+        if self.name == TABLE:
+            table = req.parse(req.CommitTableRequest, self._request(properties, uuid))
+            return await TableService(ctx).commit(None, self.identifier(), table, None, gate)
+        view = req.parse(req.CommitViewRequest, self._request(properties, uuid))
+        return await ViewService(ctx).replace(None, self.identifier(), view, None, gate)
+
+    def planner(self, ctx: CatalogContext, properties: dict[str, str], uuid: str | None = None) -> Plan:
+        """The planner of a change setting `properties`, as the service builds it."""
+        warehouse = ctx.warehouse(None)
+        identifier = self.identifier()
+
+        async def plan_table() -> list[commits.PlannedChange[Any]]:
+            async with ctx.store.read() as tx:
+                row = await tx.get_object(WAREHOUSE, NAMESPACE.key, identifier.name)
+            current = await table_changes.open_table(ctx, row)
+            table = req.parse(req.CommitTableRequest, self._request(properties, uuid))
+            change = await table_changes.plan_change(ctx, warehouse, identifier, current, {}, table)
+            return [] if change is None else [change]
+
+        async def plan_view() -> list[commits.PlannedChange[Any]]:
+            view = req.parse(req.CommitViewRequest, self._request(properties, uuid))
+            return [await view_changes.plan_replace(ctx, warehouse, identifier, view)]
+
+        return plan_table if self.name == TABLE else plan_view
+
+
+KINDS = [Kind(TABLE), Kind(VIEW)]
+
+
+@pytest.fixture
+async def ctx(tmp_path: Path) -> AsyncIterator[CatalogContext]:
+    async with catalog_context(tmp_path, store_class=UnconfirmedStore) as opened:
+        await NamespaceService(opened).create(None, NAMESPACE, {}, None)
+        yield opened
+
+
+def metadata_files(tmp_path: Path) -> set[Path]:
+    return set((tmp_path / "warehouse").rglob("*.metadata.json"))
+
+
+async def pointer(ctx: CatalogContext, kind: Kind) -> ObjectRow:
+    async with ctx.store.read() as tx:
+        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name)
+    assert row is not None
+    return row
+
+
+async def properties(ctx: CatalogContext, kind: Kind) -> dict[str, str]:
+    metadata = orjson.loads(await ctx.sealer.open_row(await pointer(ctx, kind)))
+    return dict(metadata["properties"])
+
+
+def another_process(ctx: CatalogContext) -> CatalogContext:
+    """A catalog on the same registry and warehouse with its own commit locks."""
+    return dataclasses.replace(ctx, commit_locks=CommitLocks())
+
+
+def local_path(location: str) -> Path:
+    return Path(location.removeprefix("file://"))
+
+
+# -- lost races ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_lost_race_is_planned_again_on_the_newer_metadata_and_lands(
+    ctx: CatalogContext, kind: Kind
+) -> None:
+    await kind.create(ctx)
+    planned: list[str] = []
+    inner = kind.planner(ctx, {"mine": "1"})
+
+    async def plan() -> list[commits.PlannedChange[Any]]:
+        changes = await inner()
+        planned.extend(change.metadata_location for change in changes)
+        return changes
+
+    async def racing_gate(effects: Sequence[Effect]) -> None:
+        if len(planned) == 1:  # the first attempt: another process commits before the swap
+            await kind.change(another_process(ctx), {"theirs": "1"})
+
+    body = await commits.commit(
+        ctx,
+        ctx.warehouse(None),
+        [kind.identifier()],
+        plan,
+        lambda changes: commits.commit_response(changes[0]),
+        None,
+        racing_gate,
+    )
+
+    assert len(planned) == 2
+    lost, landed = (local_path(location) for location in planned)
+    assert not lost.exists()  # the losing attempt's file is deleted
+    assert landed.exists()
+    assert (await pointer(ctx, kind)).metadata_location == planned[1]
+    assert await properties(ctx, kind) == {"theirs": "1", "mine": "1"}
+    assert body is not None
+    assert orjson.loads(body)["metadata-location"] == planned[1]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_requirement_that_a_race_broke_fails_the_commit_and_leaves_nothing_behind(
+    ctx: CatalogContext, kind: Kind, tmp_path: Path
+) -> None:
+    await kind.create(ctx)
+    uuid = (await pointer(ctx, kind)).uuid
+    other = another_process(ctx)
+    planned: list[str] = []
+    inner = kind.planner(ctx, {"mine": "1"}, uuid)
+
+    async def plan() -> list[commits.PlannedChange[Any]]:
+        changes = await inner()
+        planned.extend(change.metadata_location for change in changes)
+        return changes
+
+    before: set[Path] = set()
+
+    async def racing_gate(effects: Sequence[Effect]) -> None:
+        # Another process replaces the object by a new one of the same name (a new UUID).
+        await kind.drop(other)
+        await kind.create(other)
+        before.update(metadata_files(tmp_path))
+
+    with pytest.raises(CommitFailedError, match="UUID"):
+        await commits.commit(
+            ctx,
+            ctx.warehouse(None),
+            [kind.identifier()],
+            plan,
+            lambda changes: commits.commit_response(changes[0]),
+            None,
+            racing_gate,
+        )
+
+    assert len(planned) == 1  # the second plan failed its requirement before writing anything
+    assert not local_path(planned[0]).exists()
+    assert metadata_files(tmp_path) == before  # as the other process left them
+    row = await pointer(ctx, kind)
+    assert row.uuid != uuid
+    assert await properties(ctx, kind) == {}
+
+
+# -- unknown outcome -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_an_unknown_outcome_keeps_the_new_metadata_file(
+    ctx: CatalogContext, kind: Kind, tmp_path: Path
+) -> None:
+    await kind.create(ctx)
+    before = metadata_files(tmp_path)
+    assert isinstance(ctx.store, UnconfirmedStore)
+    ctx.store.unconfirm_next = True
+
+    with pytest.raises(CommitStateUnknownError):
+        await kind.change(ctx, {"mine": "1"})
+
+    # The swap landed: the registry names the new file, which must still be there.
+    row = await pointer(ctx, kind)
+    new_files = metadata_files(tmp_path) - before
+    assert new_files == {local_path(row.metadata_location)}
+    assert await properties(ctx, kind) == {"mine": "1"}
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_an_unknown_outcome_of_a_create_keeps_the_new_metadata_file(
+    ctx: CatalogContext, kind: Kind, tmp_path: Path
+) -> None:
+    assert isinstance(ctx.store, UnconfirmedStore)
+    ctx.store.unconfirm_next = True
+
+    with pytest.raises(CommitStateUnknownError):
+        await kind.create(ctx)
+
+    row = await pointer(ctx, kind)
+    assert metadata_files(tmp_path) == {local_path(row.metadata_location)}
+
+
+# -- failed requirement, refused effect ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_failed_requirement_writes_nothing_and_leaves_the_registry_unchanged(
+    ctx: CatalogContext, kind: Kind, tmp_path: Path
+) -> None:
+    await kind.create(ctx)
+    before_files, before_row = metadata_files(tmp_path), await pointer(ctx, kind)
+
+    with pytest.raises(CommitFailedError, match="UUID"):
+        await kind.change(ctx, {"mine": "1"}, uuid="00000000-0000-0000-0000-000000000000")
+
+    assert metadata_files(tmp_path) == before_files
+    assert await pointer(ctx, kind) == before_row
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_refused_effect_writes_nothing(ctx: CatalogContext, kind: Kind, tmp_path: Path) -> None:
+    with pytest.raises(ForbiddenError):
+        await kind.create(ctx, refuse)
+    assert metadata_files(tmp_path) == set()
+    async with ctx.store.read() as tx:
+        assert await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+
+    await kind.create(ctx)
+    before_files, before_row = metadata_files(tmp_path), await pointer(ctx, kind)
+    with pytest.raises(ForbiddenError):
+        await kind.change(ctx, {"mine": "1"}, gate=refuse)
+    assert metadata_files(tmp_path) == before_files
+    assert await pointer(ctx, kind) == before_row
+
+
+# -- the commit lock -----------------------------------------------------------------------------
+
+
+async def test_concurrent_view_replaces_in_one_process_run_one_at_a_time(tmp_path: Path) -> None:
+    kind = Kind(VIEW)
+    # One attempt each: a replace that raced another would fail instead of retrying.
+    async with catalog_context(tmp_path, limits=Limits(commit_retries=1)) as ctx:
+        await NamespaceService(ctx).create(None, NAMESPACE, {}, None)
+        await kind.create(ctx)
+        in_gate = 0
+        most_in_gate = 0
+
+        async def slow_gate(effects: Sequence[Effect]) -> None:
+            nonlocal in_gate, most_in_gate
+            in_gate += 1
+            most_in_gate = max(most_in_gate, in_gate)
+            await asyncio.sleep(0.01)  # room for another replace to plan meanwhile, were it not locked
+            in_gate -= 1
+
+        await asyncio.gather(*(kind.change(ctx, {f"p{i}": "1"}, gate=slow_gate) for i in range(5)))
+
+        assert most_in_gate == 1
+        assert await properties(ctx, kind) == {f"p{i}": "1" for i in range(5)}

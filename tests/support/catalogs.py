@@ -1,0 +1,60 @@
+"""A real catalog in the test process, below the gateway: a `CatalogContext` on SQLite with the
+local KEK and one warehouse, for tests that call `catalog/` directly.
+
+`UnconfirmedStore` is the one fake: a real store whose next write transaction commits and then
+reports `CommitStateUnknownError`, as a connection lost while committing leaves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from catalog.context import CatalogContext, Limits, Warehouse
+from catalog.errors import CommitStateUnknownError
+from catalog.idempotency import Idempotency
+from catalog.sealing import Sealer
+from catalog.store.sql import Store, StoreTx
+from kms.keyring import KeyRing
+from kms.settings import KmsSettings
+
+WAREHOUSE = "w"
+
+
+class UnconfirmedStore(Store):
+    """A Store whose write transactions, once `unconfirm_next` is set, commit and then raise
+    CommitStateUnknownError (the transaction landed; the caller cannot know it)."""
+
+    unconfirm_next = False
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[StoreTx]:
+        async with super().write() as tx:
+            yield tx
+        if self.unconfirm_next:
+            self.unconfirm_next = False
+            raise CommitStateUnknownError("the registry did not confirm the commit")
+
+
+@asynccontextmanager
+async def catalog_context(
+    tmp_path: Path, *, store_class: type[Store] = Store, limits: Limits | None = None, seal_files: bool = True
+) -> AsyncIterator[CatalogContext]:
+    """A catalog on a fresh SQLite registry under `tmp_path`, with warehouse `w` at
+    `tmp_path/warehouse` (sealing its files unless `seal_files` is False)."""
+    store = await store_class.open(f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+    keyring = KeyRing.open(KmsSettings(), tmp_path / "kms")
+    sealer = Sealer(keyring)
+    try:
+        yield CatalogContext(
+            store=store,
+            sealer=sealer,
+            warehouses={WAREHOUSE: Warehouse(WAREHOUSE, (tmp_path / "warehouse").as_uri(), seal_files, 0)},
+            default_warehouse=WAREHOUSE,
+            idempotency=Idempotency(store, sealer, 1800),
+            limits=limits if limits is not None else Limits(),
+        )
+    finally:
+        await keyring.aclose()
+        await store.close()
