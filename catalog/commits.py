@@ -238,7 +238,7 @@ async def _commit(
     rec: Recorder | None,
     gate: EffectGate,
 ) -> Body:
-    kind = "table"
+    kind = "object"  # named by the planned changes once an attempt has planned any
     for _attempt in range(ctx.limits.commit_retries):
         changes = await plan()
         body = render(changes)
