@@ -35,8 +35,8 @@ def test_kms_never_imports_catalog() -> None:
 
 
 def test_middleware_order_is_one_constant() -> None:
-    from gateway import pipeline
-    from gateway.middleware import MIDDLEWARES, request_id_and_errors
+    from gateway.web import middlewares as pipeline
+    from gateway.web.middlewares import MIDDLEWARES, request_id_and_errors
 
     assert (
         request_id_and_errors,
@@ -54,10 +54,10 @@ def test_only_gateway_authz_imports_cedarpy() -> None:
 
 
 def test_every_registered_route_is_in_the_authorization_table() -> None:
-    from gateway.app import create_app
     from gateway.authz.operations import OPERATIONS
-    from gateway.pipeline import ROUTE_TABLE
-    from gateway.settings import Settings
+    from gateway.config.settings import Settings
+    from gateway.web.app import create_app
+    from gateway.web.keys import ROUTE_TABLE
 
     app = create_app(Settings())
     registered = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
@@ -67,7 +67,7 @@ def test_every_registered_route_is_in_the_authorization_table() -> None:
 
 
 def test_endpoints_advertise_exactly_the_registered_operations() -> None:
-    from gateway.app import ALL_ROUTES
+    from gateway.web.app import ALL_ROUTES
 
     advertised = {route.endpoint for route in ALL_ROUTES if route.advertised}
     assert "POST /v1/{prefix}/transactions/commit" in advertised
