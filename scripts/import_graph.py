@@ -23,73 +23,60 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "catalog", "kms")
 
-# The layers of gateway/, top first: a module may import its own layer and the layers below it,
-# never one above. The first matching prefix places a module. The flat names at the end are the
-# layout before issue 16 (every module directly in gateway/), so that the same command measures
-# an older checkout; a module of the current tree always matches a package prefix first.
+# The layers, top first: a module may import its own layer and the layers below it, never one
+# above. A module belongs to the layer of its longest matching prefix. aiohttp.web sits in the web
+# layer: a module below it must not import it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "entry",
-        (
-            "gateway.cli",
-            "gateway.serve",
-            "gateway.serve.server",
-            "gateway.serve.supervisor",
-            "gateway.serve.migrate",
-            "gateway.cli.catalog",
-            "gateway.cli.keys",
-            "gateway.cli.db",
-        ),
-    ),
-    ("app", ("gateway.web.app", "gateway.web.app")),
-    (
-        "routes",
-        (
-            "gateway.web.routes",
-            "gateway.web.routes.admin",
-            "gateway.web.routes.config",
-            "gateway.web.routes.data_access",
-            "gateway.web.routes.namespaces",
-            "gateway.web.routes.oauth",
-            "gateway.web.routes.ops",
-            "gateway.web.routes.planning",
-            "gateway.web.routes.recovery",
-            "gateway.web.routes.signing",
-            "gateway.web.routes.tables",
-            "gateway.web.routes.views",
-        ),
-    ),
-    (
-        "web",
-        (
-            "gateway.web",
-            "aiohttp.web",
-            "gateway.web.routes",
-            "gateway.web.middlewares",
-            "gateway.web.middlewares",
-            "gateway.web.errors",
-            "gateway.web.effect_gate",
-            "gateway.web.file_access",
-            "gateway.web.resources",
-            "gateway.web.caller",
-            "gateway.web.services",
-            "gateway.web.security",
-            "gateway.web.http",
-        ),
-    ),
-    ("below-web", ("gateway",)),
+    ("cli+serve", ("gateway.cli", "gateway.serve")),  # commands and processes, beside web/
+    ("web.app", ("gateway.web.app",)),  # registers the routes
+    ("web.routes", ("gateway.web.routes",)),  # the handlers
+    ("web", ("gateway.web", "aiohttp.web")),  # the request: middlewares, keys, errors, decisions
+    ("below-web", ("gateway",)),  # authn, authz, storage, config, audit, ratelimit, tls, ...
     ("catalog", ("catalog",)),
     ("kms", ("kms",)),
 )
+
+# Where each module of the flat layout before issue 16 went, so that the same command places the
+# modules of an older checkout (``--root``) in the layers above.
+FLAT_LAYOUT = {
+    "gateway.app": "gateway.web.app",
+    "gateway.routes.route": "gateway.web.route",
+    "gateway.routes": "gateway.web.routes",
+    "gateway.pipeline": "gateway.web.middlewares",
+    "gateway.middleware": "gateway.web.middlewares",
+    "gateway.data_access": "gateway.web.file_access",
+    **{
+        f"gateway.{m}": f"gateway.web.{m}"
+        for m in ("errors", "effect_gate", "resources", "caller", "services", "security", "http")
+    },
+    "gateway.catalog_cli": "gateway.cli.catalog",
+    "gateway.keys_cli": "gateway.cli.keys",
+    "gateway.db_cli": "gateway.cli.db",
+    "gateway.server": "gateway.serve.server",
+    "gateway.supervisor": "gateway.serve.supervisor",
+    "gateway.schema": "gateway.serve.migrate",
+}
+
+
+def _current_name(module: str) -> str:
+    for old, new in sorted(FLAT_LAYOUT.items(), key=lambda item: -len(item[0])):
+        if module == old or module.startswith(old + "."):
+            return new + module[len(old) :]
+    return module
 
 
 def layer_of(module: str) -> int | None:
     """The rank of `module`'s layer (0 is the top), or None for a module outside the layers
     (the standard library and third-party packages other than aiohttp.web)."""
+    module = _current_name(module)
+    best: tuple[int, int] | None = None  # (prefix length, rank)
     for rank, (_name, prefixes) in enumerate(LAYERS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return rank
-    return None
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), rank)
+    return None if best is None else best[1]
 
 
 def layer_name(rank: int) -> str:
@@ -276,20 +263,41 @@ def upward(imports: Iterable[Import]) -> list[Import]:
     return sorted(found, key=lambda i: (i.source, i.line))
 
 
+@dataclass(frozen=True)
+class Package:
+    """One package's modules, the imports they make, and the graph among its own modules."""
+
+    modules: frozenset[str]
+    imports: tuple[Import, ...]
+    graph: dict[str, set[str]]
+
+    @property
+    def side_by_side(self) -> int:
+        """Modules directly in the package's directory (its ``__init__`` and subpackages aside)."""
+        packages = {m.rpartition(".")[0] for m in self.modules}
+        return sum(1 for m in self.modules if m.count(".") == 1 and m not in packages)
+
+
+def package(root: Path, name: str) -> Package:
+    """`name`'s modules and imports, as found under `root`."""
+    modules, imports = read_imports(root)
+    mine = frozenset(m for m in modules if m == name or m.startswith(name + "."))
+    own = tuple(i for i in imports if i.source in mine)
+    graph = {m: t & mine for m, t in internal_graph(modules, own).items() if m in mine}
+    return Package(mine, own, graph)
+
+
 def report(root: Path) -> str:
     """The text `main` prints for the checkout at `root`."""
-    modules, imports = read_imports(root)
     lines = []
-    for package in PACKAGES:
-        mine = {m for m in modules if m == package or m.startswith(package + ".")}
-        own = [i for i in imports if i.source in mine]
-        graph = {m: t & mine for m, t in internal_graph(modules, own).items() if m in mine}
-        length, chain = depth(graph)
-        found_cycles = cycles(graph)
-        up = upward(own)
+    for name in PACKAGES:
+        found = package(root, name)
+        length, chain = depth(found.graph)
+        found_cycles = cycles(found.graph)
+        up = upward(found.imports)
         lines.append(
-            f"{package}/: {len(mine)} modules, depth {length}, {len(found_cycles)} cycles, "
-            f"{len(up)} upward imports"
+            f"{name}/: {len(found.modules)} modules ({found.side_by_side} side by side in {name}/), "
+            f"depth {length}, {len(found_cycles)} cycles, {len(up)} upward imports"
         )
         lines.append(f"  longest chain: {' -> '.join(chain)}")
         lines.extend(f"  cycle: {' <-> '.join(c)}" for c in found_cycles)

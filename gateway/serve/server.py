@@ -81,4 +81,4 @@ def serve(settings: Settings) -> int:
     # Imported here: only a multi-process server needs it.
     from gateway.serve.supervisor import Supervisor
 
-    return Supervisor(settings, ssl_context).run()
+    return Supervisor(settings, ssl_context, run_worker).run()

@@ -33,12 +33,12 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.config.settings import Settings
 from gateway.metrics import MULTIPROC_ENV
 from gateway.serve.fatal import report_fatal
-from gateway.serve.worker import run_worker
 
 log = logging.getLogger("cedarberg.supervisor")
 
@@ -50,6 +50,10 @@ _RESTART_WINDOW_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
+# What one worker runs until told to stop: settings, TLS context, the shared listening socket.
+Work = Callable[[Settings, ssl.SSLContext | None, socket.socket], None]
+
+
 @dataclass(slots=True)
 class _Worker:
     slot: int
@@ -58,9 +62,13 @@ class _Worker:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, ssl_context: ssl.SSLContext | None) -> None:
+    """Forks and watches the workers; what a worker runs is `work` (`gateway.serve.worker.run_worker`),
+    passed in so that process supervision knows nothing of the application it serves."""
+
+    def __init__(self, settings: Settings, ssl_context: ssl.SSLContext | None, work: Work) -> None:
         self._settings = settings
         self._ssl_context = ssl_context
+        self._run_worker = work
         self._workers: dict[int, _Worker] = {}
         self._restarts: deque[float] = deque()
         self._sock: socket.socket | None = None
@@ -104,7 +112,7 @@ class Supervisor:
     def _work(self) -> int:
         assert self._sock is not None
         try:
-            run_worker(self._settings, self._ssl_context, self._sock)
+            self._run_worker(self._settings, self._ssl_context, self._sock)
         except Exception as err:
             try:
                 return report_fatal(err, self._settings)  # a setup error: one line, as `serve` does

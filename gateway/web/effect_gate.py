@@ -24,7 +24,7 @@ from gateway.authz.context import ChangeSummary, RequestContext
 from gateway.web import http, resources
 from gateway.web.errors import ForbiddenError
 from gateway.web.keys import PRINCIPAL, route_of, security, services
-from gateway.web.middlewares import record_verdict
+from gateway.web.verdicts import record_verdict
 
 
 def effect_gate(request: web.Request) -> EffectGate:

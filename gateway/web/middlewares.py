@@ -29,12 +29,11 @@ from catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from gateway.audit import Decision as AuditDecision
 from gateway.audit import Outcome
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Verdict, filter_visible
 from gateway.authz.authorizer import authorize as decide_operation
+from gateway.authz.authorizer import filter_visible
 from gateway.authz.context import RequestContext
 from gateway.authz.entities import EntityType
 from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
@@ -55,6 +54,7 @@ from gateway.web.keys import (
     services,
 )
 from gateway.web.route import Handler
+from gateway.web.verdicts import record_verdict
 
 access_log = logging.getLogger("cedarberg.access")
 
@@ -243,23 +243,6 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
             client_address=request.remote,
         )
     return response
-
-
-def record_verdict(request: web.Request, principal: Principal, verdict: Verdict) -> None:
-    """Count every decision of `verdict` and write it to the audit log."""
-    stats, audit = metrics(request), security(request).audit
-    for check, decision in verdict.decisions:
-        stats.child(stats.decisions, check.action, "allow" if decision.allowed else "deny").inc()
-        audit.record_decision(
-            request_id=request_id_of(request),
-            principal=principal,
-            action=check.action,
-            resource=str(check.resource),
-            decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
-            policy_ids=decision.policy_ids,
-            policy_version=decision.version,
-            client_address=request.remote,
-        )
 
 
 async def _filtered(

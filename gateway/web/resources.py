@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -23,8 +23,10 @@ from gateway.authz.context import ChangeSummary
 from gateway.authz.entities import Resource
 from gateway.authz.operations import ActionGroup, OperationSpec, Scope
 from gateway.web import http
-from gateway.web.security import Security
-from gateway.web.services import Services
+
+if TYPE_CHECKING:  # annotations only: the security and services are passed in
+    from gateway.web.security import Security
+    from gateway.web.services import Services
 
 _CREATE_NAMED_BY_BODY: dict[str, type[req.NamedRequest]] = {
     "createTable": req.CreateTableRequest,
