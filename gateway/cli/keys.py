@@ -16,7 +16,7 @@ running gateway process through the key change feed within `api_keys.change_poll
 Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
 arguments (one line on stderr). Nothing secret is logged or printed except the created key.
 
-Wiring (gateway/cli.py): `add_keys_commands(subparsers)` once, and
+Wiring (gateway/cli/main.py): `add_keys_commands(subparsers)` once, and
 `if args.command == "keys": return run_keys_command(args)`.
 """
 
