@@ -1,7 +1,7 @@
 """Prometheus metrics of one worker process, summed over all workers by `/metrics`.
 
 `Metrics.create()` builds the families (names below) when the application starts, never at
-import: a worker forked by the supervisor (`gateway.supervisor`) must create them after the fork,
+import: a worker forked by the supervisor (`gateway.serve.supervisor`) must create them after the fork,
 in multiprocess mode, so that each worker writes its own files under PROMETHEUS_MULTIPROC_DIR and
 `/metrics` sums them whichever worker answers. Without that variable (one process) the families
 live in a private registry.

@@ -51,11 +51,6 @@ _SCOPE_KINDS: dict[Scope, frozenset[EntityType]] = {
 }
 
 
-# Where the pipeline keeps an allowed request's Verdict, for handlers that read more than "allowed"
-# from it (scan restrictions).
-VERDICT = "cedarberg.verdict"
-
-
 @dataclass(frozen=True, slots=True)
 class Check:
     action: str

@@ -7,7 +7,7 @@
                                           print the decision and its determining policies;
                                           exit 0 allow, 1 deny, 2 bad input or refused set
 
-Wiring (gateway/cli.py): `add_policy_commands(subparsers)` once, and
+Wiring (gateway/cli/main.py): `add_policy_commands(subparsers)` once, and
 `if args.command == "policies": return run_policy_command(args, settings_policy_dir)`.
 """
 

@@ -1,4 +1,4 @@
-"""The scan grants of a request: which columns and rows the caller may scan.
+"""The scan grants of an allowed verdict: which columns and rows the caller may scan.
 
 Cedar allowed the route's action (planTableScan, ...) before the handler runs; the permits that
 allowed it may carry `@columns` / `@row_filter` restrictions (`gateway.authz.restrictions`). Each
@@ -8,19 +8,16 @@ enforces the grants (`catalog.planning.grants`).
 
 from __future__ import annotations
 
-from aiohttp import web
-
 from catalog.planning.grants import ScanGrant
-from gateway.authz.authorizer import VERDICT, Verdict
-from gateway.security import security
+from gateway.authz.authorizer import Verdict
+from gateway.authz.engine import PolicyEngine
 
 
-def scan_grants_for(request: web.Request) -> tuple[ScanGrant, ...]:
-    """The ways the authenticated caller of `request` may scan the table it names: empty (no
-    scan allowed, fail closed) when the request carries no allowed verdict."""
-    verdict = request.get(VERDICT)
-    if not isinstance(verdict, Verdict) or not verdict.allowed or not verdict.decisions:
+def scan_grants(policies: PolicyEngine, verdict: Verdict | None) -> tuple[ScanGrant, ...]:
+    """The ways the caller `verdict` was decided for may scan the table it names: empty (no scan
+    allowed, fail closed) when there is no verdict or it did not allow."""
+    if verdict is None or not verdict.allowed or not verdict.decisions:
         return ()
     _check, decision = verdict.decisions[0]  # the route's own action on the table
-    rules = security(request).policies.scan_rules(decision)
+    rules = policies.scan_rules(decision)
     return tuple(ScanGrant(rule.columns, rule.expression) for rule in rules)

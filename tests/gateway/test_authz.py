@@ -394,7 +394,7 @@ def test_context_values_are_bounded() -> None:
 
 
 def test_every_registered_route_has_an_entry() -> None:
-    from gateway.app import ALL_ROUTES
+    from gateway.web.app import ALL_ROUTES
 
     check_route_table(route.operation for route in ALL_ROUTES)
     with pytest.raises(UnknownOperationError, match="frobnicate"):

@@ -24,7 +24,7 @@ from gateway.authn.errors import AuthenticationError
 from gateway.authn.key_format import parse_api_key
 from gateway.authn.key_store import open_key_store
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.keys_cli import add_keys_commands, run_keys_command
+from gateway.cli.keys import add_keys_commands, run_keys_command
 
 KEY_LINE = re.compile(r"cbk_[a-z2-7]{16}_[A-Za-z0-9_-]{43}\n")
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import SettingsError, load_settings
+from gateway.config.settings import SettingsError, load_settings
 
 
 def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_cli_reports_unreadable_config(tmp_path: Path) -> None:
 
 
 def test_configuration_reference_is_current() -> None:
-    from gateway.config_reference import render
+    from gateway.config.reference import render
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert docs.read_text() == render(), "run: cedarberg config-reference > docs/configuration.md"

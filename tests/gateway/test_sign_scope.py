@@ -8,8 +8,8 @@ import hashlib
 import pytest
 
 from catalog.errors import InvalidRequestError
-from gateway.s3_scope import S3Scope, session_policy
-from gateway.sign_scope import Endpoint, classify
+from gateway.storage.s3_scope import S3Scope, session_policy
+from gateway.storage.sign_scope import Endpoint, classify
 
 MINIO = Endpoint("http", "minio:9000", "eu-west-1")
 AWS = Endpoint("https", None, "eu-west-1")

@@ -171,8 +171,8 @@ def _child(spec: dict[str, Any]) -> None:
 
 def _serve(path: str) -> None:
     # Everything a gateway imports, imported once, before any thread or event loop exists.
-    import gateway.app
     import gateway.cli
+    import gateway.web.app
 
     del gateway
     exit_codes: dict[int, int] = {}

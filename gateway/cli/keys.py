@@ -1,0 +1,241 @@
+"""`cedarberg keys create|list|revoke`: manage API keys offline, directly against the key store.
+
+    cedarberg keys create --principal alice --group admins [--group G2 ...] [--kind user|service]
+                          [--expires-in-days N] [--description TEXT]
+                          [--data-dir D] [--store-url U] [--config F]
+        prints the new key, and only the key, as one line on stdout (a status line goes to stderr)
+    cedarberg keys list [--principal NAME] [--json]       records only: never secrets or hashes
+    cedarberg keys revoke KEY_ID
+
+Settings come from the same sources as `cedarberg serve`, in the same order (config file, then
+`CEDARBERG_*` environment variables, then flags), so the command finds the store the server uses.
+It works while a server runs on that store: SQLite runs in WAL mode with a busy timeout and writers
+take the write lock up front (see `gateway.authn.key_store`). A revocation or rotation reaches every
+running gateway process through the key change feed within `api_keys.change_poll_seconds`.
+
+Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
+arguments (one line on stderr). Nothing secret is logged or printed except the created key.
+
+Wiring (gateway/cli/main.py): `add_keys_commands(subparsers)` once, and
+`if args.command == "keys": return run_keys_command(args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+
+from catalog.errors import StorageUnavailableError
+from gateway.authn.api_keys import (
+    ApiKeyAuthenticator,
+    InvalidApiKeyRequestError,
+    NoSuchApiKeyError,
+)
+from gateway.authn.key_format import is_key_id
+from gateway.authn.key_store import ApiKeyRecord, open_key_store
+from gateway.authn.principal import PrincipalKind
+from gateway.config.settings import Settings, SettingsError, load_settings
+
+COMMAND = "keys"
+PROG = "cedarberg"
+MAX_EXPIRY_DAYS = 36_500
+_PAGE = 500
+
+
+class _UsageError(Exception):
+    """Bad input: exit 2 with the message."""
+
+
+def _days(value: str) -> int:
+    try:
+        days = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {value!r}") from None
+    if not 1 <= days <= MAX_EXPIRY_DAYS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_EXPIRY_DAYS}")
+    return days
+
+
+def _store_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, help="TOML configuration file (as for serve)")
+    common.add_argument("--data-dir", type=Path, help="directory for embedded state (as for serve)")
+    common.add_argument("--store-url", help="SQLAlchemy URL of the store (as for serve)")
+    return common
+
+
+def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `keys create|list|revoke` to the `cedarberg` command line."""
+    common = _store_options()
+    keys = subparsers.add_parser(COMMAND, help="create, list and revoke API keys offline")
+    commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = commands.add_parser(
+        "create", parents=[common], help="create a key and print it (only it) on stdout"
+    )
+    create.add_argument("--principal", required=True, help="principal id the key authenticates as")
+    create.add_argument("--kind", default="user", choices=["user", "service"], help="principal kind")
+    create.add_argument("--group", action="append", default=[], help="a group of the principal (repeatable)")
+    create.add_argument("--expires-in-days", type=_days, help="expire the key after N days")
+    create.add_argument("--description", default="", help="a note shown in listings")
+    listing = commands.add_parser("list", parents=[common], help="list keys (never secrets)")
+    listing.add_argument("--principal", help="only keys of this principal")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    revoke = commands.add_parser("revoke", parents=[common], help="revoke a key")
+    revoke.add_argument("key_id", help="the key id (the part after 'cbk_', 16 characters)")
+
+
+def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    flags = {"data_dir": args.data_dir, "store_url": args.store_url}
+    return load_settings(args.config, environ, flags)
+
+
+def _status(record: ApiKeyRecord, now: datetime) -> str:
+    if record.revoked_at is not None:
+        return "revoked"
+    if record.is_expired(now):
+        return "expired"
+    return "active"
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    expires_at = None
+    if args.expires_in_days is not None:
+        expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
+    store = await open_key_store(settings.effective_store_url())
+    try:
+        keys = ApiKeyAuthenticator(store, settings.api_keys)
+        try:
+            record, plaintext = await keys.create_key(
+                args.principal, PrincipalKind(args.kind), args.group, expires_at, args.description
+            )
+        except InvalidApiKeyRequestError as error:
+            raise _UsageError(str(error)) from None
+    finally:
+        await store.close()
+    groups = ",".join(record.groups) or "none"
+    print(
+        f"created API key {record.key_id} for {record.kind.value} {record.principal!r} "
+        f"(groups: {groups}; expires: {_when(record.expires_at)})",
+        file=err,
+    )
+    print(plaintext, file=out, flush=True)
+    return 0
+
+
+async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    store = await open_key_store(settings.effective_store_url())
+    try:
+        keys = ApiKeyAuthenticator(store, settings.api_keys)
+        records: list[ApiKeyRecord] = []
+        after: str | None = None
+        while True:
+            page = await keys.list_keys(principal=args.principal, after=after, limit=_PAGE)
+            records.extend(page)
+            if len(page) < _PAGE:
+                break
+            after = page[-1].key_id
+    finally:
+        await store.close()
+    now = datetime.now(UTC)
+    if args.json:
+        for record in records:
+            line = {**record.to_json(), "status": _status(record, now)}
+            out.write(orjson.dumps(line).decode() + "\n")
+        return 0
+    rows = [("ID", "PRINCIPAL", "KIND", "GROUPS", "CREATED", "EXPIRES", "STATUS")]
+    rows += [
+        (
+            r.key_id,
+            r.principal,
+            r.kind.value,
+            ",".join(r.groups) or "-",
+            _when(r.created_at),
+            _when(r.expires_at),
+            _status(r, now),
+        )
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        out.write("\n")
+    return 0
+
+
+async def _revoke(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    key_id: str = args.key_id
+    if not is_key_id(key_id):
+        raise _UsageError("not a key id (16 characters a-z and 2-7, the part after 'cbk_')")
+    store = await open_key_store(settings.effective_store_url())
+    try:
+        keys = ApiKeyAuthenticator(store, settings.api_keys)
+        try:
+            before = await keys.get_key(key_id)
+            record = await keys.revoke_key(key_id)
+        except NoSuchApiKeyError:
+            print(f"{PROG}: no API key {key_id}", file=err)
+            return 1
+    finally:
+        await store.close()
+    if before.revoked_at is not None:
+        print(f"API key {key_id} was already revoked at {_when(before.revoked_at)}", file=out)
+    else:
+        print(f"revoked API key {key_id} at {_when(record.revoked_at)}", file=out)
+    return 0
+
+
+def run_keys_command(
+    args: argparse.Namespace,
+    environ: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run the `keys` sub-command parsed by `add_keys_commands`; returns the exit code.
+
+    `environ` defaults to the process environment (as for `serve`); `out`/`err` to stdout/stderr.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        settings = _settings(args, os.environ if environ is None else environ)
+    except SettingsError as error:
+        print(f"{PROG}: {error}", file=err)
+        return 2
+    try:
+        if args.keys_command == "create":
+            return asyncio.run(_create(settings, args, out, err))
+        if args.keys_command == "list":
+            return asyncio.run(_list(settings, args, out))
+        return asyncio.run(_revoke(settings, args, out, err))
+    except _UsageError as error:
+        print(f"{PROG} keys {args.keys_command}: {error}", file=err)
+        return 2
+    except StorageUnavailableError as error:
+        print(f"{PROG}: {error}", file=err)
+        return 1
+    except OSError as error:  # e.g. a data directory that cannot be created
+        print(f"{PROG}: cannot open the key store: {error.strerror or error}", file=err)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`cedarberg keys ...` on its own (the same commands `gateway.cli` offers)."""
+    parser = argparse.ArgumentParser(prog=PROG, description="Manage Cedarberg API keys offline")
+    add_keys_commands(parser.add_subparsers(dest="command", required=True))
+    return run_keys_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,34 @@
+"""How a server that cannot serve says why: one line on stderr and exit status 1.
+
+Used by `cedarberg serve` for what fails before or while it starts, and by every forked worker
+for what fails in it (`gateway.serve.supervisor`), so both report a setup error the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from catalog.errors import CatalogError
+from gateway.authn.tokens import TokenKeyError
+from gateway.authz.errors import PolicyLoadError
+from gateway.config.settings import Settings
+from gateway.tls import PlainHttpRefusedError, TlsConfigError
+from kms.errors import KmsError
+
+# Errors that mean "this configuration cannot serve": reported in one line, exit status 1.
+_FATAL = (CatalogError, KmsError, TlsConfigError, PlainHttpRefusedError, PolicyLoadError, TokenKeyError)
+
+
+def report_fatal(err: Exception, settings: Settings) -> int:
+    """Print why serving is impossible in one line (no traceback) and return the exit status;
+    re-raise anything that is a bug rather than a configuration or environment problem."""
+    if isinstance(err, _FATAL):
+        print(f"cedarberg: {err}", file=sys.stderr)
+        return 1
+    if isinstance(err, OSError) and err.filename is not None:
+        print(f"cedarberg: {err.filename}: {err.strerror}", file=sys.stderr)
+        return 1
+    if isinstance(err, OSError):
+        print(f"cedarberg: cannot listen on {settings.host}:{settings.port}: {err.strerror}", file=sys.stderr)
+        return 1
+    raise err

@@ -1,0 +1,84 @@
+"""`cedarberg serve`: prepare once, then serve in this process or in N forked workers.
+
+Preparation runs before any worker exists, so what must happen once happens once: the registry
+schema is upgraded (or checked, with `migrate_on_start = false`), the policies are validated, the
+KEK is opened (a local key file is created on first start) and the token signing key is created
+on first start. A worker then only opens what it uses.
+
+Shutdown (SIGTERM or SIGINT): the listening socket closes at once, requests in flight (commits)
+get `shutdown_timeout_seconds` to finish, then the registry, KMS clients and audit log close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from pathlib import Path
+
+from gateway.authn.tokens import TokenIssuer
+from gateway.authz.engine import PolicyEngine
+from gateway.config.settings import Settings
+from gateway.serve.migrate import ensure_current, upgrade
+from gateway.serve.worker import run_worker
+from gateway.tls import check_plain_http_allowed, server_ssl_context
+from kms.keyring import KeyRing
+
+log = logging.getLogger("cedarberg")
+
+
+def prepare(settings: Settings) -> None:
+    """Everything that must be done once before serving. Raises the errors `main` reports."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.audit.destination != "stdout":  # fail here, once, not in every worker
+        Path(settings.audit.destination).open("a").close()
+    PolicyEngine(settings.authz.policy_dir).load()
+    TokenIssuer.open(settings.tokens, settings.data_dir)
+    asyncio.run(_prepare_keys_and_registry(settings))
+
+
+async def _prepare_keys_and_registry(settings: Settings) -> None:
+    keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
+    await keyring.aclose()
+    url = settings.effective_store_url()
+    if settings.migrate_on_start:
+        states = await upgrade(url)
+        log.info("registry schema: %s", ", ".join(state.describe() for state in states))
+    else:
+        await ensure_current(url)
+
+
+def listening_context(settings: Settings) -> ssl.SSLContext | None:
+    """The server's TLS context, or None for plain HTTP where that is allowed (else raises)."""
+    if settings.tls.enabled:
+        return server_ssl_context(settings.tls)
+    check_plain_http_allowed(settings.host, settings.tls)
+    return None
+
+
+def serve(settings: Settings) -> int:
+    """Prepare, then serve; returns the exit status."""
+    ssl_context = listening_context(settings)
+    prepare(settings)
+    scheme = "https" if ssl_context else "http"
+    log.info(
+        "serving on %s://%s:%d with %d worker(s) (data dir %s)",
+        scheme,
+        settings.host,
+        settings.port,
+        settings.workers,
+        settings.data_dir.resolve(),
+    )
+    if settings.workers == 1:
+        run_worker(settings, ssl_context, None)
+        return 0
+    if settings.rate_limits.enabled and settings.rate_limits.storage_uri.startswith("memory"):
+        log.warning(
+            "rate limits are kept in memory: each of the %d workers enforces them on its own "
+            "(set rate_limits.storage_uri to a redis:// URI to share one budget)",
+            settings.workers,
+        )
+    # Imported here: only a multi-process server needs it.
+    from gateway.serve.supervisor import Supervisor
+
+    return Supervisor(settings, ssl_context, run_worker).run()

@@ -1,0 +1,217 @@
+"""`cedarberg serve --workers N`: one supervising process, N forked workers on one socket.
+
+The supervisor binds the listening socket, forks the workers (each runs the whole aiohttp
+application on the inherited socket, with its own caches and connection pools) and then only
+handles signals and exits:
+
+- SIGTERM / SIGINT: close its copy of the socket, send SIGTERM to every worker (each stops
+  accepting and lets requests in flight finish within `shutdown_timeout_seconds`), wait, then
+  SIGKILL what is left 5 s after that timeout;
+- SIGHUP: forwarded, so every worker reloads its policies;
+- a worker that exits unexpectedly is replaced; a worker of the first generation that exits
+  with an error status within its first seconds means the configuration cannot serve (the
+  worker has printed why), and so does a crash loop: both stop everything with exit status 1.
+
+Metrics of all workers are summed: PROMETHEUS_MULTIPROC_DIR points at a private directory before
+the first fork, and a dead worker's live gauges are dropped from it.
+
+Fork safety: the supervisor forks after `prepare` ran to completion in `asyncio.run`, so no event
+loop and no thread exist in it when it forks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.config.settings import Settings
+from gateway.metrics import MULTIPROC_ENV
+from gateway.serve.fatal import report_fatal
+
+log = logging.getLogger("cedarberg.supervisor")
+
+_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
+_STARTUP_SECONDS = 5.0  # a first-generation worker dying sooner means the configuration is bad
+_KILL_GRACE_SECONDS = 5.0
+_MAX_RESTARTS = 5
+_RESTART_WINDOW_SECONDS = 60.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+# What one worker runs until told to stop: settings, TLS context, the shared listening socket.
+Work = Callable[[Settings, ssl.SSLContext | None, socket.socket], None]
+
+
+@dataclass(slots=True)
+class _Worker:
+    slot: int
+    started: float
+    first_generation: bool
+
+
+class Supervisor:
+    """Forks and watches the workers; what a worker runs is `work` (`gateway.serve.worker.run_worker`),
+    passed in so that process supervision knows nothing of the application it serves."""
+
+    def __init__(self, settings: Settings, ssl_context: ssl.SSLContext | None, work: Work) -> None:
+        self._settings = settings
+        self._ssl_context = ssl_context
+        self._run_worker = work
+        self._workers: dict[int, _Worker] = {}
+        self._restarts: deque[float] = deque()
+        self._sock: socket.socket | None = None
+        self._metrics_dir = ""
+
+    def run(self) -> int:
+        """Serve until told to stop; returns the exit status."""
+        host, port = self._settings.host, self._settings.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, port), family=family, backlog=2048)
+        self._sock.set_inheritable(True)
+        self._metrics_dir = tempfile.mkdtemp(prefix="cedarberg-metrics-")
+        os.environ[MULTIPROC_ENV] = self._metrics_dir
+        if threading.active_count() > 1:
+            log.warning("forking workers while %d threads run", threading.active_count())
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            for slot in range(self._settings.workers):
+                self._spawn(slot, first_generation=True)
+            return self._supervise()
+        finally:
+            self._close_socket()
+            shutil.rmtree(self._metrics_dir, ignore_errors=True)
+
+    # -- workers -----------------------------------------------------------------------------
+    def _spawn(self, slot: int, *, first_generation: bool) -> None:
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the supervisor's code
+            status = 1
+            try:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+                _stop_with_parent(parent)
+                status = self._work()
+            finally:
+                logging.shutdown()
+                os._exit(status)
+        self._workers[pid] = _Worker(slot, time.monotonic(), first_generation)
+        log.info("worker %d started (pid %d)", slot, pid)
+
+    def _work(self) -> int:
+        assert self._sock is not None
+        try:
+            self._run_worker(self._settings, self._ssl_context, self._sock)
+        except Exception as err:
+            try:
+                return report_fatal(err, self._settings)  # a setup error: one line, as `serve` does
+            except Exception:
+                log.exception("worker %d failed", os.getpid())  # a bug: the whole traceback
+                return 1
+        return 0
+
+    def _supervise(self) -> int:
+        while True:
+            info = signal.sigtimedwait(_SIGNALS, 1.0)
+            if info is None:
+                continue
+            if info.si_signo in (signal.SIGTERM, signal.SIGINT):
+                log.info("stopping %d worker(s)", len(self._workers))
+                return self._stop()
+            if info.si_signo == signal.SIGHUP:
+                self._signal_all(signal.SIGHUP)
+                continue
+            fatal = self._reap_and_replace()
+            if fatal is not None:
+                log.error("%s; stopping", fatal)
+                self._stop()
+                return 1
+
+    def _reap_and_replace(self) -> str | None:
+        """Reap exited workers and replace them; a reason to give up, or None."""
+        while self._workers:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return None
+            worker = self._workers.pop(pid, None)
+            if worker is None:
+                continue
+            self._forget_metrics(pid)
+            code = os.waitstatus_to_exitcode(status)
+            now = time.monotonic()
+            log.error("worker %d (pid %d) exited with status %d", worker.slot, pid, code)
+            # It exited by itself (not by a signal) right after the first start: it has printed
+            # why this configuration cannot serve, and a replacement would fail the same way.
+            if worker.first_generation and code > 0 and now - worker.started < _STARTUP_SECONDS:
+                return "a worker failed to start"
+            while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_SECONDS:
+                self._restarts.popleft()
+            if len(self._restarts) >= _MAX_RESTARTS:
+                return f"{_MAX_RESTARTS} workers died within {_RESTART_WINDOW_SECONDS:.0f} s"
+            self._restarts.append(now)
+            self._spawn(worker.slot, first_generation=False)
+        return None
+
+    def _stop(self) -> int:
+        self._close_socket()
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + self._settings.shutdown_timeout_seconds + _KILL_GRACE_SECONDS
+        killed = False
+        clean = True
+        while self._workers:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if killed:
+                    log.error("%d worker(s) did not die", len(self._workers))
+                    return 1
+                log.error("killing %d worker(s) still running after the shutdown timeout", len(self._workers))
+                self._signal_all(signal.SIGKILL)
+                clean, killed = False, True
+                deadline = time.monotonic() + _KILL_GRACE_SECONDS
+            signal.sigtimedwait({signal.SIGCHLD}, max(0.05, min(remaining, 1.0)))
+            while self._workers:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                if self._workers.pop(pid, None) is not None:
+                    clean = clean and os.waitstatus_to_exitcode(status) == 0
+        return 0 if clean else 1
+
+    def _signal_all(self, signo: signal.Signals) -> None:
+        for pid in list(self._workers):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signo)
+
+    def _forget_metrics(self, pid: int) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, self._metrics_dir)  # type: ignore[no-untyped-call]
+
+    def _close_socket(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def _stop_with_parent(parent: int) -> None:
+    """Have the kernel send this worker SIGTERM when the supervisor dies (even by SIGKILL), so
+    no orphaned worker keeps serving a port nobody supervises."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("cannot tie worker %d to its supervisor (errno %d)", os.getpid(), ctypes.get_errno())
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+__all__ = ["Supervisor"]

@@ -1,0 +1,42 @@
+"""What the gateway knows of each S3 warehouse's storage: its S3 settings and, when configured, the
+credential vendor and the request signer. Built once per server process from the settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config.settings import Settings
+from gateway.storage.settings import S3Settings
+from gateway.storage.sign_scope import Endpoint
+from gateway.storage.signing import RequestSigner, endpoint_of
+from gateway.storage.vending import CredentialVendor
+
+
+@dataclass(frozen=True, slots=True)
+class WarehouseStorage:
+    name: str
+    location: str
+    s3: S3Settings | None
+    vendor: CredentialVendor | None
+    signer: RequestSigner
+    endpoint: Endpoint
+
+
+class StorageAccess:
+    def __init__(self, settings: Settings) -> None:
+        self._warehouses = {
+            name: WarehouseStorage(
+                name,
+                warehouse.location,
+                warehouse.s3,
+                None if warehouse.vending is None else CredentialVendor(warehouse.s3, warehouse.vending),
+                RequestSigner(warehouse.s3),
+                endpoint_of(warehouse.s3),
+            )
+            for name, warehouse in settings.effective_warehouses().items()
+            if warehouse.location.startswith("s3://")
+        }
+
+    def s3_warehouse(self, name: str) -> WarehouseStorage | None:
+        """The storage of warehouse `name` if it is an S3 warehouse, else None."""
+        return self._warehouses.get(name)

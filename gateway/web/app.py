@@ -1,0 +1,249 @@
+"""The aiohttp application: resources in dependency order, routes from one table."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from catalog import confinement, fileio, metrics_reports
+from catalog.context import CatalogContext, Limits, Warehouse
+from catalog.dropped import purge_due
+from catalog.idempotency import Idempotency
+from catalog.load_results import LoadResultCache
+from catalog.planning.service import PlanService
+from catalog.purge_failures import PurgeBackoff
+from catalog.sealing import Sealer
+from catalog.store.cache import RegistryCache
+from catalog.store.sql import Store
+from gateway.authz.operations import check_route_table
+from gateway.config.settings import Settings
+from gateway.metrics import Metrics
+from gateway.storage.access import StorageAccess
+from gateway.storage.settings import fileio_properties
+from gateway.web.keys import (
+    ACCESS_LOG,
+    ENDPOINTS,
+    LIFECYCLE,
+    METRICS,
+    ROUTE_TABLE,
+    SECURITY,
+    SERVICES,
+    STORAGE,
+    Lifecycle,
+)
+from gateway.web.middlewares import MIDDLEWARES
+from gateway.web.route import Route
+from gateway.web.routes import admin, config, namespaces, oauth, ops, planning, recovery, tables, views
+from gateway.web.security import Security
+from gateway.web.services import Services
+from kms.keyring import KeyRing
+
+log = logging.getLogger("cedarberg")
+
+ALL_ROUTES: tuple[Route, ...] = (
+    *config.ROUTES,
+    *oauth.ROUTES,
+    *namespaces.ROUTES,
+    *tables.ROUTES,
+    *planning.ROUTES,
+    *views.ROUTES,
+    *admin.ROUTES,
+    *recovery.ROUTES,
+    *ops.ROUTES,
+)
+_IDEMPOTENCY_SWEEP_SECONDS = 300
+
+
+def _register(app: web.Application, routes: tuple[Route, ...]) -> None:
+    """Register every route with its operation. A route whose operation has no entry in the
+    authorization table cannot be registered (check_route_table raises)."""
+    check_route_table(route.operation for route in routes)
+    table: dict[tuple[str, str], Route] = {}
+    # Un-prefixed routes first: they serve the default warehouse, and matching them first keeps
+    # "/v1/namespaces/..." from being read as a warehouse called "namespaces" (a reserved name).
+    for route in routes:
+        if "{prefix}" in route.path:
+            path = route.path.replace("/{prefix}", "")
+            app.router.add_route(route.method, path, route.handler)
+            table[(route.method, path)] = route
+    for route in routes:
+        app.router.add_route(route.method, route.path, route.handler)
+        table[(route.method, route.path)] = route
+    app[ROUTE_TABLE] = table
+
+
+async def _sweep_idempotency(store: Store, lifetime: int) -> None:
+    while True:
+        await asyncio.sleep(_IDEMPOTENCY_SWEEP_SECONDS)
+        try:
+            async with store.write() as tx:
+                await tx.purge_idempotency(time.time() - 2 * lifetime)
+        except Exception:
+            log.exception("idempotency sweep failed")
+
+
+async def open_catalog(settings: Settings, *, migrate: bool = True, serving: bool = False) -> CatalogContext:
+    """The registry, the key ring and the warehouses, as the catalog services need them (also used
+    by the CLI commands that work on the registry directly). `migrate=False` when the caller has
+    made sure the schema is current (`cedarberg serve` prepares it before any worker starts).
+    `serving`: a server process, whose reads use the read-path caches (`[cache]`)."""
+    keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
+    cache = settings.cache
+    try:
+        store = await Store.open(
+            settings.effective_store_url(),
+            migrate=migrate,
+            pool_size=settings.store_pool_size,
+            max_overflow=settings.store_max_overflow,
+            cache=RegistryCache(cache.registry_ttl_seconds, cache.registry_max_entries) if serving else None,
+        )
+    except BaseException:
+        await keyring.aclose()
+        raise
+    sealer = Sealer(keyring)
+    for warehouse in settings.effective_warehouses().values():
+        fileio.use_properties(warehouse.location, fileio_properties(warehouse.s3))
+    return CatalogContext(
+        store=store,
+        sealer=sealer,
+        warehouses={
+            name: Warehouse(
+                name,
+                warehouse.location,
+                warehouse.seal_metadata_files,
+                warehouse.drop_retention_seconds,
+                allow_locations_outside_namespace=warehouse.allow_locations_outside_namespace,
+            )
+            for name, warehouse in settings.effective_warehouses().items()
+        },
+        default_warehouse=settings.default_warehouse,
+        idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
+        limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
+        load_results=_load_result_cache(settings, serving),
+    )
+
+
+def _load_result_cache(settings: Settings, serving: bool) -> LoadResultCache:
+    """Unsealed metadata is kept no longer than the data key that unsealed it may be: with the
+    data-key cache off (every read must reach the KMS) it is not kept at all, and its age is capped
+    by the key cache's, so disabling a key in the KMS stops reads as soon as it did before."""
+    keys = settings.kms.cache
+    if not serving or not keys.enabled:
+        return LoadResultCache(max_bytes=0)
+    return LoadResultCache(
+        settings.cache.load_result_max_bytes,
+        min(settings.cache.load_result_max_age_seconds, keys.max_age_seconds),
+    )
+
+
+async def close_catalog(ctx: CatalogContext) -> None:
+    await ctx.store.close()
+    await ctx.sealer.keyring.aclose()
+
+
+async def _sweep_dropped(ctx: CatalogContext, interval: float, backoff: PurgeBackoff) -> None:
+    """Purge due soft-deleted objects every `interval` until cancelled. purge_due isolates each
+    object's failures; what reaches here is the registry failing (logged, tried next interval)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await purge_due(ctx, backoff)
+        except Exception:
+            log.exception("purge of dropped tables failed")
+
+
+def _purge_backoff(settings: Settings) -> PurgeBackoff:
+    return PurgeBackoff(settings.purge_retry_initial_seconds, settings.purge_retry_max_seconds)
+
+
+async def _sweep_metrics(store: Store, retention_seconds: int, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await metrics_reports.sweep(store, retention_seconds)
+        except Exception:
+            log.exception("sweep of expired metrics reports failed")
+
+
+async def _sweep_plans(plans: PlanService, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await plans.sweep()
+        except Exception:
+            log.exception("sweep of expired scan plans failed")
+
+
+async def _freeze_heap(_app: web.Application) -> None:
+    """Move everything built at start-up (modules, policies, pools) out of the garbage collector's
+    reach: a full collection would otherwise walk that whole heap, a pause of a tenth of a second
+    or more in the middle of requests."""
+    gc.collect()
+    gc.freeze()
+
+
+def create_app(settings: Settings) -> web.Application:
+    """Build the application; the registry opens when the app starts (cleanup context)."""
+    app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.max_body_bytes)
+    app[ENDPOINTS] = [route.endpoint for route in ALL_ROUTES if route.advertised]
+    app[ACCESS_LOG] = settings.access_log
+    app[STORAGE] = StorageAccess(settings)
+    # Built here, in the worker process that serves (see gateway.metrics).
+    metrics = app[METRICS] = Metrics.create()
+    lifecycle = app[LIFECYCLE] = Lifecycle()
+
+    async def drain(_app: web.Application) -> None:
+        lifecycle.draining = True  # the socket is closed already; /ready now says so
+
+    async def catalog_resources(app: web.Application) -> AsyncIterator[None]:
+        ctx = await open_catalog(settings, migrate=False, serving=True)
+        # Objects from before exclusive locations get their roots recorded (never fails start-up).
+        await confinement.backfill(ctx)
+        ctx.sealer.keyring.observer = metrics
+        metrics.watch_pool(ctx.store.engine, ctx.store.pool_capacity)
+        app[SERVICES] = Services.build(settings, ctx)
+        sweepers = [
+            asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
+            asyncio.create_task(
+                _sweep_dropped(ctx, settings.purge_interval_seconds, _purge_backoff(settings))
+            ),
+            asyncio.create_task(
+                _sweep_metrics(
+                    ctx.store, settings.metrics_report_retention_seconds, settings.purge_interval_seconds
+                )
+            ),
+            asyncio.create_task(_sweep_plans(app[SERVICES].plans, settings.planning.sweep_interval_seconds)),
+        ]
+        yield
+        for sweeper in sweepers:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        await app[SERVICES].plans.close()
+        await close_catalog(ctx)
+
+    async def security_services(app: web.Application) -> AsyncIterator[None]:
+        # catalog_resources (registered first) has opened the registry by now.
+        security = await Security.open(settings, app[SERVICES].ctx.store.engine)
+        app[SECURITY] = security
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(security.reload_policies()))
+        yield
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGHUP)
+        await security.close()
+
+    app.on_shutdown.append(drain)
+    app.cleanup_ctx.append(catalog_resources)
+    app.cleanup_ctx.append(security_services)
+    app.on_startup.append(_freeze_heap)
+    _register(app, ALL_ROUTES)
+    return app

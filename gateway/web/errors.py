@@ -1,0 +1,154 @@
+"""The one table from errors to HTTP, and the Iceberg ErrorModel response built from it.
+
+Every error a request can end with is answered here: the catalog's, the gateway's own
+(authentication, rate limits, denials) and aiohttp's HTTP errors. Lookup walks the exception's
+class hierarchy, so a new subclass inherits its parent's mapping. Anything not in the table is a
+500 that names only the request id: no internals leave the process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+
+from catalog import errors as catalog_errors
+from gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from gateway.ratelimit import RateLimitUnavailableError, RetryAfter
+
+log = logging.getLogger("cedarberg.request")
+
+
+class RateLimitedError(Exception):
+    """Over a rate limit: 429 with Retry-After."""
+
+    def __init__(self, retry: RetryAfter) -> None:
+        super().__init__("Too many requests; slow down")
+        self.retry = retry
+
+
+class ForbiddenError(Exception):
+    """Authenticated, visible, and not allowed: 403."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMapping:
+    """How one class of error is answered: `status` and Iceberg `error_type`; `message` replaces
+    the error's own text when set (what failed is then logged, never told); `headers` adds
+    response headers from the error; `log_failure` is False where a 5xx is not worth a warning."""
+
+    status: int
+    error_type: str
+    message: str | None = None
+    headers: Callable[[BaseException], dict[str, str]] | None = None
+    log_failure: bool = True
+
+
+def _retry_after_busy(err: BaseException) -> dict[str, str]:
+    assert isinstance(err, catalog_errors.BusyError)
+    return {"Retry-After": str(err.retry_after_seconds)}
+
+
+def _retry_after_limited(err: BaseException) -> dict[str, str]:
+    assert isinstance(err, RateLimitedError)
+    return {"Retry-After": err.retry.header_value}
+
+
+def _challenge(_err: BaseException) -> dict[str, str]:
+    return {"WWW-Authenticate": 'Bearer realm="cedarberg"'}
+
+
+_UNAVAILABLE = "ServiceUnavailableException"
+ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
+    catalog_errors.InvalidRequestError: ErrorMapping(400, "BadRequestException"),
+    catalog_errors.LocationNotAllowedError: ErrorMapping(400, "BadRequestException"),
+    catalog_errors.DocumentTooLargeError: ErrorMapping(413, "RequestTooLargeException"),
+    catalog_errors.UnprocessableError: ErrorMapping(422, "UnprocessableEntityException"),
+    catalog_errors.NotFoundError: ErrorMapping(404, "NotFoundException"),
+    catalog_errors.NoSuchWarehouseError: ErrorMapping(404, "NoSuchWarehouseException"),
+    catalog_errors.NoSuchNamespaceError: ErrorMapping(404, "NoSuchNamespaceException"),
+    catalog_errors.NoSuchTableError: ErrorMapping(404, "NoSuchTableException"),
+    catalog_errors.NoSuchViewError: ErrorMapping(404, "NoSuchViewException"),
+    catalog_errors.NoSuchPlanIdError: ErrorMapping(404, "NoSuchPlanIdException"),
+    catalog_errors.NoSuchPlanTaskError: ErrorMapping(404, "NoSuchPlanTaskException"),
+    catalog_errors.ForbiddenError: ErrorMapping(403, "ForbiddenException"),
+    catalog_errors.ConflictError: ErrorMapping(409, "AlreadyExistsException"),
+    catalog_errors.AlreadyExistsError: ErrorMapping(409, "AlreadyExistsException"),
+    catalog_errors.NamespaceNotEmptyError: ErrorMapping(409, "NamespaceNotEmptyException"),
+    catalog_errors.CommitFailedError: ErrorMapping(409, "CommitFailedException"),
+    catalog_errors.IdempotencyKeyReusedError: ErrorMapping(422, "UnprocessableEntityException"),
+    catalog_errors.CommitStateUnknownError: ErrorMapping(500, "CommitStateUnknownException"),
+    catalog_errors.StorageUnavailableError: ErrorMapping(503, _UNAVAILABLE),
+    catalog_errors.KeyServiceUnavailableError: ErrorMapping(503, _UNAVAILABLE),
+    catalog_errors.BusyError: ErrorMapping(503, _UNAVAILABLE, headers=_retry_after_busy),
+    catalog_errors.IntegrityCheckError: ErrorMapping(500, "ServiceFailureException"),
+    # The gateway's own. Why a credential failed is logged by the authenticator, never told.
+    CredentialExpiredError: ErrorMapping(419, "AuthenticationTimeoutException", "Credentials have timed out"),
+    AuthenticationError: ErrorMapping(401, "NotAuthorizedException", "Not authorized", _challenge),
+    RateLimitedError: ErrorMapping(429, "TooManyRequestsException", headers=_retry_after_limited),
+    # The limiter logs why its storage is unusable.
+    RateLimitUnavailableError: ErrorMapping(
+        503, _UNAVAILABLE, "rate limiting is unavailable", log_failure=False
+    ),
+    ForbiddenError: ErrorMapping(403, "ForbiddenException"),
+}
+
+# aiohttp's own HTTP errors (routing, body size, methods) in the same vocabulary.
+_HTTP_TYPES = {
+    400: "BadRequestException",
+    404: "NotFoundException",
+    405: "MethodNotAllowedException",
+    406: "UnsupportedOperationException",
+    413: "RequestTooLargeException",
+    415: "UnsupportedMediaTypeException",
+    501: "NotImplementedException",
+}
+
+
+def lookup(error: BaseException) -> ErrorMapping | None:
+    """The mapping of `error`'s class or of its nearest mapped ancestor; None if unmapped."""
+    for cls in type(error).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]
+    return None
+
+
+def error_body(status: int, error_type: str, message: str) -> dict[str, dict[str, str | int]]:
+    """The Iceberg ErrorModel document."""
+    return {"error": {"message": message, "type": error_type, "code": status}}
+
+
+def error_response(
+    status: int, error_type: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    body = orjson.dumps(error_body(status, error_type, message))
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+
+def http_error_type(status: int) -> str:
+    return _HTTP_TYPES.get(status, "BadRequestException" if status < 500 else "ServerErrorException")
+
+
+def answer(request: web.Request, request_id: str, err: Exception) -> tuple[web.Response, str]:
+    """The ErrorModel response for `err` and its error type. Re-raises a redirect-class
+    HTTPException (aiohttp answers those itself)."""
+    if isinstance(err, web.HTTPException):
+        if err.status < 400:
+            raise err
+        message = "request body is too large" if err.status == 413 else err.reason
+        allow = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
+        error_type = http_error_type(err.status)
+        return error_response(err.status, error_type, message, allow), error_type
+    mapped = lookup(err)
+    if mapped is None:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        message = f"internal error; request id {request_id}"
+        return error_response(500, "ServerErrorException", message), "ServerErrorException"
+    if mapped.status >= 500 and mapped.log_failure:
+        log.warning("%s %s failed: %s", request.method, request.path, err)
+    headers = mapped.headers(err) if mapped.headers is not None else None
+    message = mapped.message if mapped.message is not None else str(err)
+    return error_response(mapped.status, mapped.error_type, message, headers), mapped.error_type

@@ -1,0 +1,121 @@
+"""The one choke point that decides what a caller may do with a table's files.
+
+Vended credentials and remote signing both ask `decide_file_access`: read access is the route's read
+action (`loadCredentials` or `signRequest`), write access additionally needs `writeTableData`, an
+action no route carries. Every decision made here is audited like the pipeline's own decisions.
+
+A caller whose read is allowed only by permits carrying column/row restrictions
+(`gateway.authz.restrictions`) gets no access to the files at all: they hold every column and row,
+so only planned scans can honour a restriction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from catalog import confinement, roots
+from catalog.errors import ForbiddenError
+from catalog.identifiers import Identifier
+from catalog.objects import TABLE
+from gateway.audit import Decision as AuditDecision
+from gateway.authn.principal import Principal
+from gateway.authz.authorizer import Verdict
+from gateway.authz.context import RequestContext
+from gateway.authz.engine import Decision
+from gateway.authz.entities import Resource
+from gateway.web import resources
+from gateway.web.keys import PRINCIPAL, VERDICT, metrics, request_id_of, route_of, security, services
+
+WRITE_ACTION = "writeTableData"
+RESTRICTED = (
+    "your access to this table is restricted to some columns or rows: its files are available only "
+    "through server-side scan planning"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FileAccess:
+    read: bool
+    write: bool
+    restricted: bool = False  # read was allowed, but only with column/row restrictions: no access
+
+
+async def table_resource(request: web.Request, identifier: Identifier, fresh: bool) -> Resource:
+    """The Cedar resource of a table named by the request (grants read fresh when `fresh`)."""
+    svc = services(request)
+    warehouse = request.match_info.get("prefix") or svc.ctx.default_warehouse
+    return await resources.object_of(svc, warehouse, identifier, False, fresh)
+
+
+async def require_confined(
+    request: web.Request, action: str, table: Resource, metadata: dict[str, Any]
+) -> None:
+    """Raise ForbiddenError (403, audited as a denial of `action`) unless the table's roots are
+    confined: recorded for it, clear of warehouse roots and namespace directories, overlapping
+    no other object (`catalog.confinement.verify`). Credentials and signatures are scoped by
+    those roots, so a table whose locations predate the rule and break it gets neither."""
+    current = roots.object_roots(str(metadata["location"]), metadata.get("properties") or {})
+    try:
+        await confinement.verify(services(request).ctx, TABLE, str(metadata["table-uuid"]), current)
+    except ForbiddenError as err:
+        sec = security(request)
+        sec.audit.record_decision(
+            request_id=request_id_of(request),
+            principal=request[PRINCIPAL],
+            action=action,
+            resource=str(table),
+            decision=AuditDecision.DENY,
+            policy_version=sec.policies.version,
+            client_address=request.remote,
+            detail={"reason": str(err)[:1024]},
+        )
+        raise
+
+
+def decide_file_access(
+    request: web.Request, table: Resource, read_action: str, *, want_write: bool = True
+) -> FileAccess:
+    """What the request's principal may do with `table`'s files.
+
+    `read_action` is `loadCredentials` or `signRequest`; when it is the request's own route, the
+    pipeline has allowed it already (the handler would not run otherwise) and it is not decided
+    twice. Write is decided only when read is allowed and `want_write` (a GET needs no write)."""
+    decision = _route_decision(request, read_action) or _decide(request, read_action, table)
+    if not decision.allowed:
+        return FileAccess(False, False)
+    if not any(not rule.restricted for rule in security(request).policies.scan_rules(decision)):
+        return FileAccess(False, False, restricted=True)
+    write = want_write and _decide(request, WRITE_ACTION, table).allowed
+    return FileAccess(True, write)
+
+
+def _route_decision(request: web.Request, action: str) -> Decision | None:
+    """The pipeline's decision of `action` when it is the request's own route."""
+    route, verdict = route_of(request), request.get(VERDICT)
+    if route is None or route.operation != action or not isinstance(verdict, Verdict):
+        return None
+    return verdict.decisions[0][1] if verdict.decisions else None
+
+
+def _decide(request: web.Request, action: str, table: Resource) -> Decision:
+    sec = security(request)
+    principal: Principal = request[PRINCIPAL]
+    decision = sec.policies.decide(
+        principal, action, table, RequestContext.of(principal, request.remote or "")
+    )
+    stats = metrics(request)
+    stats.child(stats.decisions, action, "allow" if decision.allowed else "deny").inc()
+    sec.audit.record_decision(
+        request_id=request_id_of(request),
+        principal=principal,
+        action=action,
+        resource=str(table),
+        decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
+        policy_ids=decision.policy_ids,
+        policy_version=decision.version,
+        client_address=request.remote,
+    )
+    return decision

@@ -1,0 +1,98 @@
+"""Small HTTP helpers shared by the route modules."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel
+
+from catalog import requests
+from catalog.errors import DocumentTooLargeError, InvalidRequestError
+from catalog.identifiers import Identifier, Namespace
+from gateway.web.keys import PARSED_BODY
+
+JSON = "application/json"
+M = TypeVar("M", bound=BaseModel)
+
+
+def json_response(body: bytes | None, headers: dict[str, str] | None = None) -> web.Response:
+    """200 with a JSON body, or 204 when there is none."""
+    if body is None:
+        return web.Response(status=204, headers=headers)
+    return web.Response(body=body, content_type=JSON, headers=headers)
+
+
+async def json_body(request: web.Request) -> Any:
+    """The decoded JSON body. Raises InvalidRequestError for a missing or malformed body."""
+    raw = await request.read()
+    if not raw:
+        raise InvalidRequestError("request body is required")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequestError("request body is not valid JSON") from None
+
+
+async def parse_body(request: web.Request, model: type[M], max_bytes: int | None = None) -> M:
+    """Parse the body into `model` once (the pipeline does, before authorization); later calls
+    return the same object. Raises InvalidRequestError for a missing, malformed or invalid body,
+    DocumentTooLargeError for one over `max_bytes`."""
+    parsed = request.get(PARSED_BODY)
+    if isinstance(parsed, model):
+        return parsed
+    if max_bytes is not None and len(await request.read()) > max_bytes:
+        raise DocumentTooLargeError(f"request body is larger than {max_bytes} bytes")
+    body = requests.parse(model, await json_body(request))
+    stored: BaseModel = body  # the key holds any route's body model
+    request[PARSED_BODY] = stored
+    return body
+
+
+def parsed_body(request: web.Request, model: type[M]) -> M:
+    """The body the pipeline parsed into `model` before authorizing the request."""
+    parsed = request.get(PARSED_BODY)
+    if not isinstance(parsed, model):
+        raise TypeError(f"the route of {request.path} does not declare a {model.__name__} body")
+    return parsed
+
+
+def prefix(request: web.Request) -> str | None:
+    """The warehouse named by the path prefix, or None for the un-prefixed routes."""
+    return request.match_info.get("prefix")
+
+
+def namespace(request: web.Request) -> Namespace:
+    return Namespace.parse(request.match_info["namespace"])
+
+
+def table(request: web.Request) -> Identifier:
+    return Identifier.of(namespace(request), request.match_info["table"])
+
+
+def view(request: web.Request) -> Identifier:
+    return Identifier.of(namespace(request), request.match_info["view"])
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    return request.headers.get("Idempotency-Key")
+
+
+def operation_fingerprint(request: web.Request) -> str:
+    """What an Idempotency-Key is bound to: the method and the decoded path."""
+    return f"{request.method} {request.path}"[:512]
+
+
+async def request_fingerprint(request: web.Request) -> bytes:
+    """The request as an idempotency record is bound to it: method, decoded path, query parameters
+    (sorted) and the body's bytes. A retry sends the same bytes; anything else is another request."""
+    head = orjson.dumps([request.method, request.path, sorted(request.query.items())])
+    return head + b"\n" + await request.read()
+
+
+def flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise InvalidRequestError(f"{name} must be true or false")
+    return value == "true"

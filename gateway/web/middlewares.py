@@ -1,0 +1,287 @@
+"""The middlewares, outermost first in the one constant `MIDDLEWARES` (a test asserts it).
+
+request id and errors → limit by client address → authenticate (→ limit by principal) →
+authorize → handler. Routes are looked up in the one route table; an operation without an entry
+in the authorization table cannot be registered (`gateway.web.app`), so nothing reaches a handler
+undecided. Errors become responses through the one error table (`gateway.web.errors`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from catalog.errors import (
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    NoSuchWarehouseError,
+    NotFoundError,
+)
+from gateway.audit import Outcome
+from gateway.authn.errors import AuthenticationError
+from gateway.authn.principal import Principal
+from gateway.authz.authorizer import authorize as decide_operation
+from gateway.authz.authorizer import filter_visible
+from gateway.authz.context import RequestContext
+from gateway.authz.entities import EntityType
+from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
+from gateway.logs import bind_principal, bind_request
+from gateway.ratelimit import OperationClass, RetryAfter
+from gateway.tls import peer_subject
+from gateway.web import errors, http, resources
+from gateway.web.errors import ForbiddenError, RateLimitedError
+from gateway.web.keys import (
+    ACCESS_LOG,
+    PRINCIPAL,
+    REQUEST_ID,
+    VERDICT,
+    metrics,
+    request_id_of,
+    route_of,
+    security,
+    services,
+)
+from gateway.web.route import Handler
+from gateway.web.verdicts import record_verdict
+
+access_log = logging.getLogger("cedarberg.access")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+# Metric labels stay bounded whatever clients send.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+_CONFLICT = "CommitFailedException"
+
+_CLASSES = {
+    ActionGroup.READ: OperationClass.READ,
+    ActionGroup.WRITE: OperationClass.WRITE,
+    ActionGroup.MANAGE: OperationClass.WRITE,
+    ActionGroup.ADMIN: OperationClass.ADMIN,
+    ActionGroup.OPERATE: OperationClass.READ,
+    ActionGroup.PUBLIC: OperationClass.TOKEN,
+}
+_HIDDEN: dict[EntityType, type[NotFoundError]] = {
+    EntityType.WAREHOUSE: NoSuchWarehouseError,
+    EntityType.NAMESPACE: NoSuchNamespaceError,
+    EntityType.TABLE: NoSuchTableError,
+    EntityType.VIEW: NoSuchViewError,
+}
+
+
+def _spec(request: web.Request) -> OperationSpec | None:
+    route = route_of(request)
+    return None if route is None else operation_spec(route.operation)
+
+
+def _new_request_ids() -> Iterator[str]:
+    """Unique request ids: 32 hex digits, a random per-process prefix and a counter (cheaper than
+    a uuid4 per request, whose urandom call alone costs more than a cached authorization)."""
+    prefix = secrets.token_hex(8)
+    return (f"{prefix}{n:016x}" for n in itertools.count())
+
+
+_request_ids: tuple[int, Iterator[str]] = (-1, iter(()))
+
+
+def _new_request_id() -> str:
+    global _request_ids  # noqa: PLW0603 - a forked worker starts a sequence of its own
+    pid = os.getpid()
+    if _request_ids[0] != pid:
+        _request_ids = (pid, _new_request_ids())
+    return next(_request_ids[1])
+
+
+@web.middleware
+async def request_id_and_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every request an id, turn every exception into an Iceberg ErrorModel response, and
+    count and log what was answered."""
+    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = offered if _CLIENT_REQUEST_ID.match(offered) else _new_request_id()
+    request[REQUEST_ID] = request_id
+    bind_request(request_id)
+    started = time.perf_counter()
+    error_type = None
+    stats = metrics(request)
+    stats.in_flight.inc()
+    try:
+        response = await handler(request)
+    except Exception as err:
+        response, error_type = errors.answer(request, request_id, err)
+    finally:
+        stats.in_flight.dec()
+    elapsed = time.perf_counter() - started
+    response.headers[REQUEST_ID_HEADER] = request_id
+    route = route_of(request)
+    operation = route.operation if route is not None else "unmatched"
+    method = request.method if request.method in _METHODS else "other"
+    stats.child(stats.requests, operation, method, str(response.status)).inc()
+    stats.child(stats.latency, operation).observe(elapsed)
+    if error_type == _CONFLICT:
+        stats.conflicts.labels(operation).inc()
+    if request.app[ACCESS_LOG]:
+        access_log.info(
+            "%s %s %d %.1fms", request.method, request.rel_url.raw_path, response.status, elapsed * 1000
+        )
+    return response
+
+
+def _rate_limited(request: web.Request, retry: RetryAfter, scope: str, op_class: str) -> RateLimitedError:
+    metrics(request).rate_limited.labels(scope, op_class).inc()
+    return RateLimitedError(retry)
+
+
+@web.middleware
+async def limit_by_address(request: web.Request, handler: Handler) -> web.StreamResponse:
+    retry = await security(request).limiter.hit_address(request.remote)
+    if retry is not None:
+        raise _rate_limited(request, retry, "address", "any")
+    return await handler(request)
+
+
+def _credential(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    api_key = request.headers.get("X-Api-Key", "").strip()
+    return api_key or None
+
+
+async def _authenticate(request: web.Request) -> Principal:
+    sec = security(request)
+    credential = _credential(request)
+    if credential is None:
+        if sec.anonymous is not None:
+            return sec.anonymous
+        raise AuthenticationError()
+    # Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch).
+    retry = await sec.limiter.auth_failures_exceeded(request.remote)
+    if retry is not None:
+        raise _rate_limited(request, retry, "auth_failures", "any")
+    try:
+        principal = await sec.authenticate_bearer(credential, request.remote)
+    except AuthenticationError:
+        await sec.limiter.hit_auth_failure(request.remote)
+        raise
+    subject = peer_subject(request.transport)
+    if subject is not None:
+        principal = dataclasses.replace(
+            principal, attributes={**principal.attributes, "tls_subject": subject}
+        )
+    return principal
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    spec = _spec(request)
+    if spec is None or spec.public:
+        return await handler(request)
+    principal = await _authenticate(request)
+    request[PRINCIPAL] = principal
+    who = f"{principal.kind}:{principal.id}"
+    bind_principal(who)
+    op_class = _CLASSES[spec.group]
+    retry = await security(request).limiter.hit_principal(who, op_class)
+    if retry is not None:
+        raise _rate_limited(request, retry, "principal", op_class.value)
+    return await handler(request)
+
+
+@web.middleware
+async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = route_of(request)
+    spec = _spec(request)
+    if route is None or spec is None or spec.public:
+        return await handler(request)
+    if route.body is not None:
+        # One parse, before any decision: the resources and the context are built from the same
+        # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
+        await http.parse_body(request, route.body, route.max_body_bytes)
+    sec, svc = security(request), services(request)
+    principal: Principal = request[PRINCIPAL]
+    built = await resources.build(request, spec, svc, sec)
+    context = RequestContext.of(principal, request.remote or "", built.changes)
+    verdict = decide_operation(
+        sec.policies,
+        principal,
+        spec.operation,
+        context,
+        built.resource,
+        target=built.target,
+        tables=built.tables,
+    )
+    record_verdict(request, principal, verdict)
+    if not verdict.allowed:
+        if verdict.hidden and verdict.hidden_kind in _HIDDEN:
+            raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
+        raise ForbiddenError(f"Not allowed: {spec.operation}")
+    request[VERDICT] = verdict
+    response = await handler(request)
+    if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
+        response = await _filtered(request, spec, response, principal, context)
+    if spec.group not in (ActionGroup.READ, ActionGroup.OPERATE):
+        sec.audit.record_mutation(
+            request_id=request_id_of(request),
+            principal=principal,
+            action=spec.operation,
+            resource=str(built.resource or ", ".join(str(t) for t in built.tables)),
+            outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
+            status=response.status,
+            policy_version=sec.policies.version,
+            client_address=request.remote,
+        )
+    return response
+
+
+async def _filtered(
+    request: web.Request,
+    spec: OperationSpec,
+    response: web.Response,
+    principal: Principal,
+    context: RequestContext,
+) -> web.Response:
+    """A listing keeps only what the caller may see (filtered, never denied)."""
+    body = response.body
+    if not isinstance(body, bytes):
+        return response
+    document: dict[str, Any] = orjson.loads(body)
+    children = await resources.visible_children(request, spec, services(request), document)
+    visible = {id(r) for r in filter_visible(security(request).policies, principal, context, children)}
+    key = "namespaces" if spec.operation == "listNamespaces" else "identifiers"
+    document[key] = [
+        item for item, child in zip(document.get(key, []), children, strict=True) if id(child) in visible
+    ]
+    response.body = orjson.dumps(document)
+    return response
+
+
+def basic_credentials(request: web.Request) -> tuple[str, str] | None:
+    """HTTP Basic user and password, if sent."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+    except ValueError:
+        return None
+    return user, password
+
+
+MIDDLEWARES = (
+    request_id_and_errors,
+    limit_by_address,
+    authenticate,
+    authorize,
+)

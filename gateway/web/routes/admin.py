@@ -1,0 +1,383 @@
+"""The admin API under `/admin/v1/`: API keys, the active policy set, and decision explanations.
+
+Authentication and Cedar run before these handlers (operations `createApiKey` ... `explainDecision`
+in `gateway.authz.operations`), so the handlers only do the work.
+
+    POST   /admin/v1/api-keys                 createApiKey   201 record + "key" (shown once)
+    GET    /admin/v1/api-keys                 listApiKeys    {"api-keys": [...], "next-page-token"}
+    GET    /admin/v1/api-keys/{key_id}        getApiKey      record
+    POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"
+    DELETE /admin/v1/api-keys/{key_id}        revokeApiKey   record (idempotent)
+    GET    /admin/v1/policies                 showPolicies   version, files, policies, refusal
+    POST   /admin/v1/explain                  explainDecision decision and determining policies
+
+Promises:
+- no response except create and rotate carries key material, and those two carry
+  `Cache-Control: no-store`; records never hold the secret or its hash;
+- bodies are JSON objects of at most `MAX_BODY_BYTES`, validated strictly (no coercion, no unknown
+  fields); errors raise `catalog.errors` classes, which the gateway maps to ErrorModel responses:
+  InvalidRequestError 400, NotFoundError 404 (unknown key), ConflictError 409 (rotating a revoked
+  key), StorageUnavailableError 503.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from catalog.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NoSuchWarehouseError,
+    NotFoundError,
+)
+from catalog.identifiers import Identifier, Namespace
+from gateway.authn.api_keys import (
+    MAX_DESCRIPTION_LENGTH,
+    MAX_GROUPS,
+    MAX_NAME_LENGTH,
+    ApiKeyRevokedError,
+    InvalidApiKeyRequestError,
+    NoSuchApiKeyError,
+)
+from gateway.authn.key_format import is_key_id
+from gateway.authn.key_store import ApiKeyRecord
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authz import entities
+from gateway.authz.context import ChangeSummary, RequestContext
+from gateway.authz.entities import Resource
+from gateway.authz.operations import OPERATIONS, Scope
+from gateway.authz.restrictions import describe
+from gateway.web import resources
+from gateway.web.keys import security, services
+from gateway.web.route import Route
+
+ADMIN = "/admin/v1"
+API_KEYS = f"{ADMIN}/api-keys"
+API_KEY = f"{API_KEYS}/{{key_id}}"
+MAX_BODY_BYTES = 64 * 1024
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_LIST_LIMIT = 64  # entries of a list field in an explain request
+M = TypeVar("M", bound=BaseModel)
+
+
+# -- request bodies -------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class CreateKeyRequest(_Body):
+    principal: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
+    kind: Literal["user", "service"] = "user"
+    groups: list[str] = Field(default_factory=list, max_length=MAX_GROUPS)
+    expires_at: str | None = Field(None, max_length=64, description="ISO 8601 with a time zone")
+    description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
+
+
+class ExplainResource(_Body):
+    type: Literal["catalog", "warehouse", "namespace", "table", "view", "api-key"]
+    warehouse: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH)
+    namespace: list[str] | None = None
+    name: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH)
+    id: str | None = Field(None, max_length=64, description="API key id (type api-key)")
+    owner: str | None = Field(None, max_length=MAX_NAME_LENGTH, description="API key owner")
+    namespace_properties: list[dict[str, str]] | None = Field(
+        None, max_length=16, description="Properties of each namespace level; default: the catalog's"
+    )
+    warehouse_properties: dict[str, str] | None = None
+
+
+class ExplainContext(_Body):
+    update_kinds: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
+    refs: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
+    property_keys: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
+    creates: bool = False
+
+
+class ExplainRequest(_Body):
+    principal: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
+    kind: Literal["user", "service", "anonymous"] = "user"
+    groups: list[str] = Field(default_factory=list, max_length=MAX_GROUPS)
+    auth_method: str = AuthMethod.API_KEY.value
+    client_address: str = Field("127.0.0.1", max_length=64)
+    attributes: dict[str, str] = Field(default_factory=dict)
+    action: str = Field(min_length=1, max_length=64)
+    resource: ExplainResource = ExplainResource(type="catalog")
+    context: ExplainContext = ExplainContext()
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object. Raises InvalidRequestError, HTTPRequestEntityTooLarge."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length)
+    raw = await request.read()
+    if len(raw) > MAX_BODY_BYTES:
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, len(raw))
+    if not raw:
+        raise InvalidRequestError("request body is required")
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidRequestError("request body is not valid JSON") from None
+    if not isinstance(document, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return document
+
+
+def _parse(model: type[M], document: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(document)
+    except ValidationError as err:
+        first = err.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"])[:100] or "body"
+        raise InvalidRequestError(f"invalid request field '{where}': {first['msg']}") from None
+
+
+# -- API keys -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _key_errors() -> Iterator[None]:
+    try:
+        yield
+    except NoSuchApiKeyError as err:
+        raise NotFoundError(f"API key does not exist: {err}") from None
+    except ApiKeyRevokedError as err:
+        raise ConflictError(f"API key is revoked: {err}") from None
+    except InvalidApiKeyRequestError as err:
+        raise InvalidRequestError(str(err)) from None
+
+
+def _key_id(request: web.Request) -> str:
+    key_id = request.match_info["key_id"]
+    if not is_key_id(key_id):
+        raise NotFoundError("API key does not exist")  # not even a key id: no lookup
+    return key_id
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+def _with_key(record: ApiKeyRecord, plaintext: str) -> dict[str, Any]:
+    return {**record.to_json(), "key": plaintext}
+
+
+def _expiry(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        expires_at = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequestError("expires_at must be an ISO 8601 date-time") from None
+    if expires_at.tzinfo is None:
+        raise InvalidRequestError("expires_at must carry a time zone (e.g. 'Z' or '+00:00')")
+    return expires_at
+
+
+async def create_api_key(request: web.Request) -> web.Response:
+    body = _parse(CreateKeyRequest, await _json_object(request))
+    with _key_errors():
+        record, plaintext = await security(request).api_keys.create_key(
+            body.principal,
+            PrincipalKind(body.kind),
+            body.groups,
+            _expiry(body.expires_at),
+            body.description,
+        )
+    headers = {**_NO_STORE, "Location": f"{API_KEYS}/{record.key_id}"}
+    return _json(_with_key(record, plaintext), status=201, headers=headers)
+
+
+def _page_size(request: web.Request) -> int:
+    raw = request.query.get("pageSize")
+    if raw is None:
+        return DEFAULT_PAGE_SIZE
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE_SIZE:
+        raise InvalidRequestError(f"pageSize must be an integer from 1 to {MAX_PAGE_SIZE}")
+    return int(raw)
+
+
+async def list_api_keys(request: web.Request) -> web.Response:
+    principal = request.query.get("principal")
+    if principal is not None and not 1 <= len(principal) <= MAX_NAME_LENGTH:
+        raise InvalidRequestError(f"principal must be 1-{MAX_NAME_LENGTH} characters")
+    after = request.query.get("pageToken") or None
+    if after is not None and not is_key_id(after):
+        raise InvalidRequestError("invalid pageToken")
+    size = _page_size(request)
+    # One more than a page tells whether another page follows.
+    records = await security(request).api_keys.list_keys(principal=principal, after=after, limit=size + 1)
+    page = records[:size]
+    next_token = page[-1].key_id if len(records) > size else None
+    return _json({"api-keys": [r.to_json() for r in page], "next-page-token": next_token})
+
+
+async def get_api_key(request: web.Request) -> web.Response:
+    key_id = _key_id(request)
+    with _key_errors():
+        record = await security(request).api_keys.get_key(key_id)
+    return _json(record.to_json())
+
+
+async def rotate_api_key(request: web.Request) -> web.Response:
+    key_id = _key_id(request)
+    with _key_errors():
+        record, plaintext = await security(request).api_keys.rotate_key(key_id)
+    return _json(_with_key(record, plaintext), headers=_NO_STORE)
+
+
+async def revoke_api_key(request: web.Request) -> web.Response:
+    key_id = _key_id(request)
+    with _key_errors():
+        record = await security(request).api_keys.revoke_key(key_id)
+    return _json(record.to_json())
+
+
+# -- policies -------------------------------------------------------------------------------------
+
+
+async def show_policies(request: web.Request) -> web.Response:
+    """The active set (version, files with their text, policy locations) and the last refusal."""
+    status = security(request).policies.status()
+    sources: dict[str, str] = status["files"]
+    return _json(
+        {
+            "version": status["version"],
+            "directory": status["directory"],
+            "files": sorted(sources),
+            "sources": sources,
+            "policies": status["policies"],
+            "refused": status["refused"],
+        }
+    )
+
+
+_SCOPE_TYPES: dict[Scope, frozenset[str]] = {
+    Scope.CATALOG: frozenset({"catalog"}),
+    Scope.WAREHOUSE: frozenset({"warehouse"}),
+    Scope.CONTAINER: frozenset({"warehouse", "namespace"}),
+    Scope.NAMESPACE: frozenset({"namespace"}),
+    Scope.TABLE: frozenset({"table"}),
+    Scope.VIEW: frozenset({"view"}),
+    Scope.API_KEY: frozenset({"api-key"}),
+}
+
+
+async def _explain_resource(request: web.Request, action: str, spec: ExplainResource) -> tuple[Resource, str]:
+    """The resource to decide on and where its grants came from ("request" or "catalog")."""
+    scope = OPERATIONS[action].scope
+    if spec.type not in _SCOPE_TYPES.get(scope, frozenset()):
+        allowed = " or ".join(sorted(_SCOPE_TYPES.get(scope, frozenset())))
+        raise InvalidRequestError(f"{action} decides on a {allowed} resource, not a {spec.type}")
+    if spec.type == "catalog":
+        return entities.catalog_resource(), "request"
+    if spec.type == "api-key":
+        if spec.id is None or not is_key_id(spec.id):
+            raise InvalidRequestError("resource.id must be an API key id")
+        owner = spec.owner
+        if owner is None:
+            with _key_errors():
+                owner = (await security(request).api_keys.get_key(spec.id)).principal_id
+        return entities.api_key_resource(spec.id, owner), "request" if spec.owner is not None else "catalog"
+    svc = services(request)
+    warehouse = spec.warehouse or svc.ctx.default_warehouse
+    if spec.type == "warehouse":
+        if spec.namespace is not None or spec.name is not None:
+            raise InvalidRequestError("a warehouse resource has no namespace or name")
+        return entities.warehouse_resource(warehouse, spec.warehouse_properties), "request"
+    namespace = Namespace.of(spec.namespace)
+    if (spec.type == "namespace") != (spec.name is None):
+        raise InvalidRequestError(f"a {spec.type} resource {'has no' if spec.name else 'needs a'} name")
+    if spec.namespace_properties is not None:
+        node = entities.namespace_resource(
+            warehouse,
+            namespace.levels,
+            spec.namespace_properties,
+            warehouse_properties=spec.warehouse_properties,
+        )
+        source = "request"
+    else:
+        if warehouse not in svc.ctx.warehouses:
+            raise NoSuchWarehouseError(f"warehouse does not exist: {warehouse}")
+        node = await resources.namespace_of(svc, warehouse, namespace)
+        source = "catalog"
+    if spec.type == "namespace":
+        return node, source
+    assert spec.name is not None
+    Identifier.of(namespace, spec.name)  # validates the name
+    child = entities.child_table if spec.type == "table" else entities.child_view
+    return child(node, spec.name), source
+
+
+async def explain_decision(request: web.Request) -> web.Response:
+    """Decide a hypothetical request with the active policies and say why.
+
+    Grants come from `resource.namespace_properties` if given, else from the catalog's namespaces
+    (missing ones count as having no properties), as the gateway itself would decide.
+    """
+    body = _parse(ExplainRequest, await _json_object(request))
+    spec = OPERATIONS.get(body.action)
+    if spec is None or spec.action is None:
+        raise InvalidRequestError(f"not a Cedar action: {body.action!r}")
+    try:
+        who = Principal(
+            id=body.principal,
+            kind=PrincipalKind(body.kind),
+            groups=frozenset(body.groups),
+            auth_method=AuthMethod(body.auth_method),
+            attributes=dict(body.attributes),
+        )
+    except ValueError:
+        methods = ", ".join(m.value for m in AuthMethod)
+        raise InvalidRequestError(f"auth_method must be one of {methods}") from None
+    resource, source = await _explain_resource(request, body.action, body.resource)
+    changes = ChangeSummary(
+        frozenset(body.context.update_kinds),
+        frozenset(body.context.refs),
+        frozenset(body.context.property_keys),
+        body.context.creates,
+    )
+    engine = security(request).policies
+    decision = engine.decide(who, body.action, resource, RequestContext.of(who, body.client_address, changes))
+    active = engine.active
+    locations = active.locations if active is not None else {}
+    return _json(
+        {
+            "decision": "allow" if decision.allowed else "deny",
+            "allowed": decision.allowed,
+            "principal": decision.principal,
+            "action": decision.action,
+            "resource": decision.resource,
+            "policy_ids": list(decision.policy_ids),
+            "policies": [{"id": p, "location": locations.get(p)} for p in decision.policy_ids],
+            "errors": list(decision.errors),
+            "version": decision.version,
+            "grants_from": source,
+            # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
+            "restrictions": describe(engine.scan_rules(decision)),
+        }
+    )
+
+
+ROUTES = [
+    Route("POST", API_KEYS, create_api_key, "createApiKey", advertised=False),
+    Route("GET", API_KEYS, list_api_keys, "listApiKeys", advertised=False),
+    Route("GET", API_KEY, get_api_key, "getApiKey", advertised=False),
+    Route("POST", f"{API_KEY}/rotate", rotate_api_key, "rotateApiKey", advertised=False),
+    Route("DELETE", API_KEY, revoke_api_key, "revokeApiKey", advertised=False),
+    Route("GET", f"{ADMIN}/policies", show_policies, "showPolicies", advertised=False),
+    Route("POST", f"{ADMIN}/explain", explain_decision, "explainDecision", advertised=False),
+]

@@ -1,0 +1,74 @@
+"""Operating the gateway: probes and metrics.
+
+    GET /health    checkHealth      public   200 while the process serves requests (liveness)
+    GET /ready     checkReadiness   public   200 when the registry, the KMS and the policies are
+                                             usable; 503 otherwise and once shutdown has begun
+    GET /metrics   readMetrics      Cedar    Prometheus text format, summed over the workers
+
+The probes are public because orchestrators call them without credentials; they reveal only
+"ok" or which of three dependencies is unusable, never why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+import orjson
+from aiohttp import web
+
+from gateway.metrics import CONTENT_TYPE
+from gateway.web.errors import error_body
+from gateway.web.keys import LIFECYCLE, metrics, security, services
+from gateway.web.route import Route
+
+CHECK_TIMEOUT_SECONDS = 2.0
+
+
+async def check_health(request: web.Request) -> web.Response:
+    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+
+async def _usable(check: Awaitable[bool]) -> bool:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            return await check
+    except TimeoutError:
+        return False
+
+
+async def check_readiness(request: web.Request) -> web.Response:
+    svc, sec = services(request), security(request)
+    store, kms = await asyncio.gather(
+        _usable(svc.ctx.store.ping()), _usable(svc.ctx.sealer.keyring.healthy())
+    )
+    checks = {
+        name: "ok" if usable else "unavailable"
+        for name, usable in (("store", store), ("kms", kms), ("policies", bool(sec.policies.version)))
+    }
+    failing = [name for name, state in checks.items() if state != "ok"]
+    if request.app[LIFECYCLE].draining:
+        failing.insert(0, "shutting down")
+    if not failing:
+        return web.Response(
+            body=orjson.dumps({"status": "ready", "checks": checks}), content_type="application/json"
+        )
+    body = error_body(503, "ServiceUnavailableException", f"not ready: {', '.join(failing)}")
+    return web.Response(
+        status=503,
+        body=orjson.dumps({**body, "status": "unavailable", "checks": checks}),
+        content_type="application/json",
+    )
+
+
+async def read_metrics(request: web.Request) -> web.Response:
+    # Off the event loop: in multiprocess mode this reads every worker's files.
+    body = await asyncio.to_thread(metrics(request).exposition)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+ROUTES = [
+    Route("GET", "/health", check_health, "checkHealth", advertised=False),
+    Route("GET", "/ready", check_readiness, "checkReadiness", advertised=False),
+    Route("GET", "/metrics", read_metrics, "readMetrics", advertised=False),
+]

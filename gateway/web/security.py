@@ -1,0 +1,150 @@
+"""The security services of one gateway process, built at start-up and closed at shutdown.
+
+Everything a request needs before it reaches the catalog lives here: the rate limiter, the three
+authenticators (API keys, gateway tokens, OIDC issuers), the Cedar policy engine and the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.audit import AuditLog
+from gateway.authn.api_keys import ApiKeyAuthenticator
+from gateway.authn.errors import AuthenticationError
+from gateway.authn.key_format import MalformedKeyError, parse_api_key
+from gateway.authn.key_store import KeyStore
+from gateway.authn.oauth import Admission, TokenEndpoint
+from gateway.authn.oidc import OidcAuthenticator
+from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
+from gateway.authn.token_cache import VerifiedTokenCache
+from gateway.authn.tokens import TokenIssuer
+from gateway.authz.engine import PolicyEngine
+from gateway.authz.reload import PolicyWatcher
+from gateway.config.settings import Settings
+from gateway.ratelimit import OperationClass, RateLimiter
+
+log = logging.getLogger("cedarberg.security")
+
+
+@dataclass(slots=True)
+class Security:
+    settings: Settings
+    limiter: RateLimiter
+    key_store: KeyStore
+    api_keys: ApiKeyAuthenticator
+    tokens: TokenIssuer
+    token_endpoint: TokenEndpoint
+    oidc: OidcAuthenticator
+    policies: PolicyEngine
+    audit: AuditLog
+    anonymous: Principal | None
+    verified_tokens: VerifiedTokenCache
+    watcher: PolicyWatcher | None = None
+
+    @classmethod
+    async def open(cls, settings: Settings, registry: AsyncEngine) -> Security:
+        """Build every service. Raises on unusable configuration (policies, keys, audit file).
+
+        API keys live beside the registry and use its connection pool (`registry`), so a worker
+        holds one pool, not two."""
+        policies = PolicyEngine(
+            settings.authz.policy_dir,
+            entity_cache_size=settings.authz.entity_cache_size,
+            decision_cache_size=settings.authz.decision_cache_size,
+            entity_cache_bytes=settings.authz.entity_cache_max_bytes,
+            decision_cache_bytes=settings.authz.decision_cache_max_bytes,
+            cache_entry_bytes=settings.authz.cache_max_entry_bytes,
+        )
+        policies.load()
+        # `serve` upgraded or checked the schema before any worker started (gateway.serve.server).
+        key_store = KeyStore(registry)
+        api_keys = ApiKeyAuthenticator(key_store, settings.api_keys)
+        tokens = TokenIssuer.open(settings.tokens, settings.data_dir)
+        oidc = OidcAuthenticator(settings.oidc)
+        anonymous = None
+        if settings.anonymous is not None:
+            log.warning(
+                "ANONYMOUS ACCESS IS ON: requests without credentials act as %r (groups %s)",
+                settings.anonymous.principal,
+                ", ".join(settings.anonymous.groups) or "none",
+            )
+            anonymous = Principal(
+                id=anonymous_principal_id(settings.anonymous.principal),
+                kind=PrincipalKind.ANONYMOUS,
+                groups=frozenset(settings.anonymous.groups),
+                auth_method=AuthMethod.ANONYMOUS,
+            )
+        limiter = RateLimiter.open(settings.rate_limits)
+        security = cls(
+            settings=settings,
+            limiter=limiter,
+            key_store=key_store,
+            api_keys=api_keys,
+            tokens=tokens,
+            token_endpoint=TokenEndpoint(api_keys, tokens, admit=_token_budget(limiter)),
+            oidc=oidc,
+            policies=policies,
+            audit=AuditLog.open(settings.audit),
+            anonymous=anonymous,
+            verified_tokens=VerifiedTokenCache(
+                settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
+            ),
+        )
+        await oidc.warm_up()
+        await api_keys.start_change_feed()
+        if settings.authz.reload_interval_seconds > 0:
+            security.watcher = PolicyWatcher(policies, settings.authz.reload_interval_seconds)
+            security.watcher.start()
+        return security
+
+    async def reload_policies(self) -> None:
+        """SIGHUP: reload now (a set that fails validation is refused; the last good one stays)."""
+        outcome = await asyncio.to_thread(self.policies.reload)
+        log.info("policy reload: %s (version %s)", outcome, self.policies.version)
+
+    async def authenticate_bearer(self, token: str, addr: str | None = None) -> Principal:
+        """Who a bearer credential names: an API key, a gateway token or an OIDC token. `addr` is
+        the caller's address: API key lockouts count per key and address.
+
+        Raises AuthenticationError (CredentialExpiredError for an expired token)."""
+        with contextlib.suppress(MalformedKeyError):
+            parse_api_key(token)
+            return await self.api_keys.authenticate(token, self.limiter.client(addr))
+        principal = self.verified_tokens.get(token)
+        if principal is None:
+            if self.oidc.handles(token):
+                principal = await self.oidc.authenticate(token)
+            else:
+                principal = self.tokens.verify(token)
+            self.verified_tokens.put(token, principal)
+        if principal.auth_method is AuthMethod.GATEWAY_TOKEN:
+            # Checked on every use, cached or not: a rotation or revocation ends older tokens.
+            await self.api_keys.check_token(principal)
+        return principal
+
+    async def close(self) -> None:
+        if self.watcher is not None:
+            await self.watcher.stop()
+        await self.api_keys.aclose()
+        await self.oidc.close()
+        await self.limiter.aclose()
+        await self.audit.aclose()
+
+
+def _token_budget(limiter: RateLimiter) -> Admission:
+    """Token issuance counts against the principal's `rate_limits.token` budget (after the
+    credentials verified, so nobody can spend another principal's budget)."""
+
+    async def admit(principal: Principal) -> int | None:
+        retry = await limiter.hit_principal(f"{principal.kind}:{principal.id}", OperationClass.TOKEN)
+        return None if retry is None else retry.seconds
+
+    return admit
+
+
+__all__ = ["AuthenticationError", "Security"]
