@@ -3,9 +3,10 @@
 Public API::
 
     audit = AuditLog.open(AuditSettings(destination="stdout" | "/var/log/cedarberg/audit.jsonl"))
-    audit.record_decision(request_id=..., principal=..., action=..., resource=..., decision="allow",
-                          policy_ids=[...], policy_version=...)
-    audit.record_mutation(request_id=..., principal=..., action=..., resource=..., outcome="success")
+    audit.record(AuditEvent(EventKind.DECISION, request_id=..., principal=..., action=...,
+                            resource=..., decision="allow", policy_ids=[...], policy_version=...))
+    audit.record(AuditEvent(EventKind.MUTATION, request_id=..., principal=..., action=...,
+                            resource=..., outcome="success"))
     audit.flush()  /  await audit.aflush()      # wait until everything recorded so far is written
     audit.reopen()                              # after log rotation (e.g. on SIGHUP)
     audit.close()
@@ -20,7 +21,7 @@ Every line has the same keys, in this order (``null`` where a key does not apply
 
 Invariants:
 
-- **Recording never blocks the event loop on I/O.** `record_*` scrubs and serialises (orjson, a few
+- **Recording never blocks the event loop on I/O.** `record` scrubs and serialises (orjson, a few
   µs) and hands the line to a writer thread through a bounded queue; the thread writes whatever
   has queued up in one ``write`` and flushes after each batch. Records are never dropped: if the
   writer falls ``queue_size`` lines behind, recording waits for it (back-pressure) rather than
@@ -49,6 +50,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Final
@@ -59,9 +61,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.authn.principal import Principal
 
 __all__ = [
+    "AuditEvent",
     "AuditLog",
     "AuditSettings",
     "Decision",
+    "EventKind",
     "Outcome",
     "SecretScrubbingFilter",
     "scrub",
@@ -83,6 +87,35 @@ class Outcome(StrEnum):
     SUCCESS = "success"
     FAILURE = "failure"
     UNKNOWN = "unknown"  # e.g. a commit whose result could not be confirmed
+
+
+class EventKind(StrEnum):
+    DECISION = "decision"  # an authorization decision (or a refusal audited as a denial)
+    MUTATION = "mutation"  # a change (create, commit, drop, key issued, credentials vended...)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One audit record, before it is scrubbed and written (`AuditLog.record`).
+
+    A decision carries its `decision`, determining `policy_ids` and `policy_version`; a mutation
+    carries how it ended (`outcome`, HTTP `status`) and is `allow` unless said otherwise. `detail`
+    is free-form (e.g. evaluation errors, a refusal's reason) and scrubbed like every string.
+    """
+
+    kind: EventKind
+    _: KW_ONLY
+    request_id: str | None
+    principal: Principal | None
+    action: str
+    resource: str
+    decision: Decision | str = Decision.ALLOW
+    policy_ids: Iterable[str] = ()
+    policy_version: str | None = None
+    outcome: Outcome | str | None = None
+    status: int | None = None
+    client_address: str | None = None
+    detail: Mapping[str, Any] | str | None = None
 
 
 class AuditSettings(BaseModel):
@@ -288,100 +321,28 @@ class AuditLog:
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record_decision(
-        self,
-        *,
-        request_id: str | None,
-        principal: Principal | None,
-        action: str,
-        resource: str,
-        decision: Decision | str,
-        policy_ids: Iterable[str] = (),
-        policy_version: str | None,
-        client_address: str | None = None,
-        detail: Mapping[str, Any] | str | None = None,
-    ) -> None:
-        """Record one authorization decision (``detail``: e.g. evaluation errors)."""
-        self._record(
-            "decision",
-            request_id=request_id,
-            principal=principal,
-            client_address=client_address,
-            action=action,
-            resource=resource,
-            decision=Decision(decision).value,
-            policy_ids=list(policy_ids),
-            policy_version=policy_version,
-            outcome=None,
-            status=None,
-            detail=detail,
-        )
-
-    def record_mutation(
-        self,
-        *,
-        request_id: str | None,
-        principal: Principal | None,
-        action: str,
-        resource: str,
-        outcome: Outcome | str,
-        status: int | None = None,
-        decision: Decision | str = Decision.ALLOW,
-        policy_ids: Iterable[str] = (),
-        policy_version: str | None = None,
-        client_address: str | None = None,
-        detail: Mapping[str, Any] | str | None = None,
-    ) -> None:
-        """Record one mutation (create, commit, drop, key issued...) and how it ended."""
-        self._record(
-            "mutation",
-            request_id=request_id,
-            principal=principal,
-            client_address=client_address,
-            action=action,
-            resource=resource,
-            decision=Decision(decision).value,
-            policy_ids=list(policy_ids),
-            policy_version=policy_version,
-            outcome=Outcome(outcome).value,
-            status=status,
-            detail=detail,
-        )
-
-    def _record(
-        self,
-        event: str,
-        *,
-        request_id: str | None,
-        principal: Principal | None,
-        client_address: str | None,
-        action: str,
-        resource: str,
-        decision: str,
-        policy_ids: list[str],
-        policy_version: str | None,
-        outcome: str | None,
-        status: int | None,
-        detail: Mapping[str, Any] | str | None,
-    ) -> None:
+    def record(self, event: AuditEvent) -> None:
+        """Queue one audit line for `event`. Raises `RuntimeError` once the log is closed, and
+        `ValueError` for a decision or outcome that is not one of the enums' values."""
         if self._closed:
             raise RuntimeError("audit log is closed")
+        principal, client_address = event.principal, event.client_address
         record = {
             "time": _utc_now(),
-            "event": event,
-            "request_id": _scrub_request_id(request_id),
+            "event": event.kind.value,
+            "request_id": _scrub_request_id(event.request_id),
             "principal": _scrub_short(principal.id) if principal else None,
             "principal_kind": principal.kind.value if principal else None,
             "auth_method": principal.auth_method.value if principal else None,
             "client_address": None if client_address is None else _scrub_repeated(client_address, True),
-            "action": _scrub_short(action),
-            "resource": _scrub_short(resource),
-            "decision": decision,
-            "policy_ids": [_scrub_short(policy_id) for policy_id in policy_ids],
-            "policy_version": _scrub_short(policy_version),
-            "outcome": outcome,
-            "status": status,
-            "detail": scrub(detail),
+            "action": _scrub_short(event.action),
+            "resource": _scrub_short(event.resource),
+            "decision": Decision(event.decision).value,
+            "policy_ids": [_scrub_short(policy_id) for policy_id in event.policy_ids],
+            "policy_version": _scrub_short(event.policy_version),
+            "outcome": None if event.outcome is None else Outcome(event.outcome).value,
+            "status": event.status,
+            "detail": scrub(event.detail),
         }
         self._queue.put(orjson.dumps(record) + b"\n")
 

@@ -9,7 +9,13 @@ here, so a route cannot exist without authorization. Each entry names:
 - `group`: the action group it belongs to in the schema (read, write, manage, admin, operate);
 - `creates`: the resource does not exist yet, so hiding it means hiding its parent;
 - `lists`: for listings, the kind of entry that is filtered by visibility;
-- `extra`: checks beyond the action on the resource (`Extra`).
+- `extra`: checks beyond the action on the resource (`Extra`);
+- `naming`: where a request names that resource (`Naming`: path, query or body), read by the one
+  resource builder (`gateway.authz.naming.build`, fed by `gateway.web.resources`);
+- `body`: the request document, parsed once before authorization (`gateway.web.http.parse_body`)
+  so that Cedar and the handler see the same typed objects, with `max_body_bytes` when it needs a
+  tighter bound than the application's; `changes`: the body fields whose keys are the properties
+  the request sets and removes (Cedar's context).
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Any
 
+from pydantic import BaseModel
+
+from catalog import requests as req
 from gateway.authz.entities import EntityType
 from gateway.authz.errors import UnknownOperationError
 
@@ -53,6 +63,46 @@ class Extra(StrEnum):
     EACH_TABLE = "each-table"  # commitTransaction + updateTable on every table of the transaction
 
 
+class Source(StrEnum):
+    """Where a request names the object its operation is decided on."""
+
+    SCOPE = "scope"  # nothing to read: the scope is the object (the catalog)
+    PATH = "path"  # the path variable `field`; a table or view lies in the path's {namespace}
+    QUERY = "query"  # the query parameter `field` if given, else the path's warehouse
+    BODY_NAMESPACE = "body-namespace"  # the body field `field` holds the namespace's levels
+    BODY_NAME = "body-name"  # the body field `field` names a new object in the path's {namespace}
+    BODY_IDENTIFIER = "body-identifier"  # the body fields `field` and `target` hold identifiers
+    BODY_TABLES = "body-tables"  # every table change of the body names its table (`field`)
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """How a request names an operation's resource: a `source` and the `field` read there (and a
+    rename's `target`). The same description serves every reader: the pipeline reads the request
+    with it; the offline tools are given the names themselves."""
+
+    source: Source
+    field: str = ""
+    target: str = ""
+
+
+# How an operation of each scope names its resource unless its entry says otherwise.
+_NAMED_BY: Mapping[Scope, Naming] = MappingProxyType(
+    {
+        Scope.PUBLIC: Naming(Source.SCOPE),
+        Scope.CATALOG: Naming(Source.SCOPE),
+        Scope.WAREHOUSE: Naming(Source.QUERY, "warehouse"),
+        Scope.CONTAINER: Naming(Source.QUERY, "parent"),
+        Scope.NAMESPACE: Naming(Source.PATH, "namespace"),
+        Scope.TABLE: Naming(Source.PATH, "table"),
+        Scope.VIEW: Naming(Source.PATH, "view"),
+        Scope.API_KEY: Naming(Source.PATH, "key_id"),
+    }
+)
+_BY_NAME = Naming(Source.BODY_NAME, "name")
+_RENAME = Naming(Source.BODY_IDENTIFIER, "source", "destination")
+
+
 @dataclass(frozen=True, slots=True)
 class OperationSpec:
     operation: str
@@ -62,23 +112,22 @@ class OperationSpec:
     creates: bool = False
     lists: EntityType | None = None
     extra: Extra | None = None
+    naming: Naming = Naming(Source.SCOPE)
+    body: type[BaseModel] | None = None
+    max_body_bytes: int | None = None
+    changes: tuple[str, ...] = ()
 
     @property
     def public(self) -> bool:
         return self.action is None
 
 
-def _op(
-    operation: str,
-    scope: Scope,
-    group: ActionGroup,
-    *,
-    creates: bool = False,
-    lists: EntityType | None = None,
-    extra: Extra | None = None,
-) -> OperationSpec:
+def _op(operation: str, scope: Scope, group: ActionGroup, **options: Any) -> OperationSpec:
+    """An entry; `options` are the optional fields of `OperationSpec` (`naming` defaults to the
+    scope's)."""
     action = None if scope is Scope.PUBLIC else operation
-    return OperationSpec(operation, action, scope, group, creates, lists, extra)
+    options.setdefault("naming", _NAMED_BY[scope])
+    return OperationSpec(operation, action, scope, group, **options)
 
 
 R, W, M, A = ActionGroup.READ, ActionGroup.WRITE, ActionGroup.MANAGE, ActionGroup.ADMIN
@@ -95,22 +144,43 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("readMetrics", Scope.CATALOG, ActionGroup.OPERATE),
     # namespaces
     _op("listNamespaces", Scope.CONTAINER, R, lists=EntityType.NAMESPACE),
-    _op("createNamespace", Scope.NAMESPACE, M, creates=True),
+    _op(
+        "createNamespace",
+        Scope.NAMESPACE,
+        M,
+        creates=True,
+        naming=Naming(Source.BODY_NAMESPACE, "namespace"),
+        body=req.CreateNamespaceRequest,
+        changes=("properties",),
+    ),
     _op("loadNamespaceMetadata", Scope.NAMESPACE, R),
     _op("namespaceExists", Scope.NAMESPACE, R),
     _op("dropNamespace", Scope.NAMESPACE, M),
-    _op("updateProperties", Scope.NAMESPACE, M),
+    _op(
+        "updateProperties",
+        Scope.NAMESPACE,
+        M,
+        body=req.UpdateNamespacePropertiesRequest,
+        changes=("updates", "removals"),
+    ),
     # tables
     _op("listTables", Scope.NAMESPACE, R, lists=EntityType.TABLE),
-    _op("createTable", Scope.TABLE, W, creates=True),
-    _op("registerTable", Scope.TABLE, W, creates=True),
+    _op("createTable", Scope.TABLE, W, creates=True, naming=_BY_NAME, body=req.CreateTableRequest),
+    _op("registerTable", Scope.TABLE, W, creates=True, naming=_BY_NAME, body=req.RegisterTableRequest),
     _op("loadTable", Scope.TABLE, R),
     _op("tableExists", Scope.TABLE, R),
-    _op("updateTable", Scope.TABLE, W),
+    _op("updateTable", Scope.TABLE, W, body=req.CommitTableRequest),
     _op("dropTable", Scope.TABLE, W),
-    _op("renameTable", Scope.TABLE, W, extra=Extra.RENAME_TABLE),
-    _op("reportMetrics", Scope.TABLE, R),
-    _op("commitTransaction", Scope.TABLE, W, extra=Extra.EACH_TABLE),
+    _op("renameTable", Scope.TABLE, W, extra=Extra.RENAME_TABLE, naming=_RENAME, body=req.RenameRequest),
+    _op("reportMetrics", Scope.TABLE, R, body=req.MetricsReport, max_body_bytes=req.MAX_REPORT_BYTES),
+    _op(
+        "commitTransaction",
+        Scope.TABLE,
+        W,
+        extra=Extra.EACH_TABLE,
+        naming=Naming(Source.BODY_TABLES, "table_changes"),
+        body=req.CommitTransactionRequest,
+    ),
     _op("planTableScan", Scope.TABLE, R),
     _op("fetchPlanningResult", Scope.TABLE, R),
     _op("cancelPlanning", Scope.TABLE, R),
@@ -123,13 +193,13 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("writeTableData", Scope.TABLE, W),
     # views
     _op("listViews", Scope.NAMESPACE, R, lists=EntityType.VIEW),
-    _op("createView", Scope.VIEW, W, creates=True),
-    _op("registerView", Scope.VIEW, W, creates=True),
+    _op("createView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.CreateViewRequest),
+    _op("registerView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.RegisterViewRequest),
     _op("loadView", Scope.VIEW, R),
     _op("viewExists", Scope.VIEW, R),
-    _op("replaceView", Scope.VIEW, W),
+    _op("replaceView", Scope.VIEW, W, body=req.CommitViewRequest),
     _op("dropView", Scope.VIEW, W),
-    _op("renameView", Scope.VIEW, W, extra=Extra.RENAME_VIEW),
+    _op("renameView", Scope.VIEW, W, extra=Extra.RENAME_VIEW, naming=_RENAME, body=req.RenameRequest),
     # admin API (/admin/v1/...)
     _op("createApiKey", Scope.CATALOG, A),
     _op("listApiKeys", Scope.CATALOG, A),

@@ -19,12 +19,11 @@ from aiohttp import web
 from catalog.effects import Effect, EffectGate
 from catalog.objects import VIEW
 from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Check, decide_checks, effect_checks
+from gateway.authz.authorizer import Check, effect_checks
 from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.web import http, resources
+from gateway.web import http, resources, verdicts
 from gateway.web.errors import ForbiddenError
-from gateway.web.keys import PRINCIPAL, route_of, security, services
-from gateway.web.verdicts import record_verdict
+from gateway.web.keys import PRINCIPAL, route_of, services
 
 
 def effect_gate(request: web.Request) -> EffectGate:
@@ -35,7 +34,7 @@ def effect_gate(request: web.Request) -> EffectGate:
     operation = route.operation
 
     async def gate(effects: Sequence[Effect]) -> None:
-        svc, engine = services(request), security(request).policies
+        svc = services(request)
         principal: Principal = request[PRINCIPAL]
         base = RequestContext.of(principal, request.remote or "")
         warehouse = http.prefix(request) or svc.ctx.default_warehouse
@@ -46,8 +45,7 @@ def effect_gate(request: web.Request) -> EffectGate:
             )
             context = base.with_changes(ChangeSummary.of_effect(effect))
             checks += effect_checks(operation, resource, context)
-        verdict = decide_checks(engine, principal, operation, checks)
-        record_verdict(request, principal, verdict)
+        verdict = verdicts.decide(request, operation, checks)
         if not verdict.allowed and verdict.denied is not None:
             denied = verdict.denied
             raise ForbiddenError(

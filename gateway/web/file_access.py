@@ -20,14 +20,13 @@ from catalog import confinement, roots
 from catalog.errors import ForbiddenError
 from catalog.identifiers import Identifier
 from catalog.objects import TABLE
-from gateway.audit import Decision as AuditDecision
 from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Verdict
+from gateway.authz.authorizer import Check, Verdict
 from gateway.authz.context import RequestContext
 from gateway.authz.engine import Decision
 from gateway.authz.entities import Resource
-from gateway.web import resources
-from gateway.web.keys import PRINCIPAL, VERDICT, metrics, request_id_of, route_of, security, services
+from gateway.web import resources, verdicts
+from gateway.web.keys import PRINCIPAL, VERDICT, route_of, security, services
 
 WRITE_ACTION = "writeTableData"
 RESTRICTED = (
@@ -61,17 +60,7 @@ async def require_confined(
     try:
         await confinement.verify(services(request).ctx, TABLE, str(metadata["table-uuid"]), current)
     except ForbiddenError as err:
-        sec = security(request)
-        sec.audit.record_decision(
-            request_id=request_id_of(request),
-            principal=request[PRINCIPAL],
-            action=action,
-            resource=str(table),
-            decision=AuditDecision.DENY,
-            policy_version=sec.policies.version,
-            client_address=request.remote,
-            detail={"reason": str(err)[:1024]},
-        )
+        verdicts.refuse(request, action, str(table), {"reason": str(err)[:1024]})
         raise
 
 
@@ -101,21 +90,6 @@ def _route_decision(request: web.Request, action: str) -> Decision | None:
 
 
 def _decide(request: web.Request, action: str, table: Resource) -> Decision:
-    sec = security(request)
     principal: Principal = request[PRINCIPAL]
-    decision = sec.policies.decide(
-        principal, action, table, RequestContext.of(principal, request.remote or "")
-    )
-    stats = metrics(request)
-    stats.child(stats.decisions, action, "allow" if decision.allowed else "deny").inc()
-    sec.audit.record_decision(
-        request_id=request_id_of(request),
-        principal=principal,
-        action=action,
-        resource=str(table),
-        decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
-        policy_ids=decision.policy_ids,
-        policy_version=decision.version,
-        client_address=request.remote,
-    )
-    return decision
+    check = Check(action, table, RequestContext.of(principal, request.remote or ""))
+    return verdicts.decide(request, action, [check]).decisions[0][1]

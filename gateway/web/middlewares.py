@@ -29,18 +29,17 @@ from catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from gateway.audit import Outcome
+from gateway.audit import AuditEvent, EventKind, Outcome
 from gateway.authn.errors import AuthenticationError
 from gateway.authn.principal import Principal
-from gateway.authz.authorizer import authorize as decide_operation
-from gateway.authz.authorizer import filter_visible
+from gateway.authz.authorizer import filter_visible, plan_checks
 from gateway.authz.context import RequestContext
 from gateway.authz.entities import EntityType
 from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
 from gateway.logs import bind_principal, bind_request
 from gateway.ratelimit import OperationClass, RetryAfter
 from gateway.tls import peer_subject
-from gateway.web import errors, http, resources
+from gateway.web import errors, http, resources, verdicts
 from gateway.web.errors import ForbiddenError, RateLimitedError
 from gateway.web.keys import (
     ACCESS_LOG,
@@ -54,7 +53,6 @@ from gateway.web.keys import (
     services,
 )
 from gateway.web.route import Handler
-from gateway.web.verdicts import record_verdict
 
 access_log = logging.getLogger("cedarberg.access")
 
@@ -201,28 +199,19 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
 
 @web.middleware
 async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
-    route = route_of(request)
     spec = _spec(request)
-    if route is None or spec is None or spec.public:
+    if spec is None or spec.public:
         return await handler(request)
-    if route.body is not None:
+    if spec.body is not None:
         # One parse, before any decision: the resources and the context are built from the same
         # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
-        await http.parse_body(request, route.body, route.max_body_bytes)
-    sec, svc = security(request), services(request)
+        await http.parse_body(request, spec.body, spec.max_body_bytes)
+    sec = security(request)
     principal: Principal = request[PRINCIPAL]
-    built = await resources.build(request, spec, svc, sec)
+    built = await resources.build(request, spec, services(request), sec)
     context = RequestContext.of(principal, request.remote or "", built.changes)
-    verdict = decide_operation(
-        sec.policies,
-        principal,
-        spec.operation,
-        context,
-        built.resource,
-        target=built.target,
-        tables=built.tables,
-    )
-    record_verdict(request, principal, verdict)
+    checks = plan_checks(spec.operation, context, built.resource, target=built.target, tables=built.tables)
+    verdict = verdicts.decide(request, spec.operation, checks)
     if not verdict.allowed:
         if verdict.hidden and verdict.hidden_kind in _HIDDEN:
             raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
@@ -232,15 +221,18 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
     if spec.group not in (ActionGroup.READ, ActionGroup.OPERATE):
-        sec.audit.record_mutation(
-            request_id=request_id_of(request),
-            principal=principal,
-            action=spec.operation,
-            resource=str(built.resource or ", ".join(str(t) for t in built.tables)),
-            outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
-            status=response.status,
-            policy_version=sec.policies.version,
-            client_address=request.remote,
+        sec.audit.record(
+            AuditEvent(
+                EventKind.MUTATION,
+                request_id=request_id_of(request),
+                principal=principal,
+                action=spec.operation,
+                resource=str(built.resource or ", ".join(str(t) for t in built.tables)),
+                outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
+                status=response.status,
+                policy_version=sec.policies.version,
+                client_address=request.remote,
+            )
         )
     return response
 

@@ -13,27 +13,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from pydantic import BaseModel
 
 from catalog import requests as req
 from catalog.identifiers import SEPARATOR, Identifier, Namespace
 from catalog.namespaces import read_many
 from gateway.authn.api_keys import ApiKeyError
-from gateway.authz import entities
+from gateway.authz import naming
 from gateway.authz.context import ChangeSummary
-from gateway.authz.entities import Resource
-from gateway.authz.operations import ActionGroup, OperationSpec, Scope
+from gateway.authz.entities import EntityType, Resource
+from gateway.authz.naming import ResourceName
+from gateway.authz.operations import ActionGroup, OperationSpec, Scope, Source
 from gateway.web import http
 
 if TYPE_CHECKING:  # annotations only: the security and services are passed in
     from gateway.web.security import Security
     from gateway.web.services import Services
 
-_CREATE_NAMED_BY_BODY: dict[str, type[req.NamedRequest]] = {
-    "createTable": req.CreateTableRequest,
-    "registerTable": req.RegisterTableRequest,
-    "createView": req.CreateViewRequest,
-    "registerView": req.RegisterViewRequest,
-}
 # Reads may be decided on grants up to `cache.registry_ttl_seconds` old (when changed by another
 # process); everything else on the database's.
 _NO_PROPERTIES: dict[str, str] = {}  # one object, so the resource memo recognises "absent"
@@ -48,14 +44,42 @@ class RequestResources:
     changes: ChangeSummary = field(default_factory=ChangeSummary)
 
 
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """What a request names, before grants: the resource, a rename's target, a transaction's tables."""
+
+    resource: ResourceName | None = None
+    target: ResourceName | None = None
+    tables: Sequence[ResourceName] = ()
+
+
+class RegistryGrants:
+    """The registry's grants: namespace properties read from the store (through its short-lived
+    read cache unless `fresh`), resources reused through the resource memo while those are."""
+
+    def __init__(self, services: Services, fresh: bool) -> None:
+        self._services = services
+        self._fresh = fresh
+
+    def warehouse(self, warehouse: str) -> Resource:
+        return self._services.resources.warehouse(warehouse)
+
+    async def namespace(self, warehouse: str, levels: tuple[str, ...]) -> Resource:
+        chain = await _chain(self._services, warehouse, levels, self._fresh)
+        return self._services.resources.namespace(warehouse, levels, chain)
+
+    def child(self, parent: Resource, name: str, view: bool) -> Resource:
+        return self._services.resources.child(parent, name, view)
+
+
 def _warehouse(request: web.Request, services: Services) -> str:
     return request.match_info.get("prefix") or services.ctx.default_warehouse
 
 
 async def _chain(
-    services: Services, warehouse: str, namespace: Namespace, fresh: bool
+    services: Services, warehouse: str, levels: tuple[str, ...], fresh: bool
 ) -> list[dict[str, str]]:
-    keys = [SEPARATOR.join(namespace.levels[: i + 1]) for i in range(len(namespace.levels))]
+    keys = [SEPARATOR.join(levels[: i + 1]) for i in range(len(levels))]
     if not fresh:
         return [found or _NO_PROPERTIES for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
@@ -69,81 +93,105 @@ async def namespace_of(
     """The namespace's resource with the grants of its chain. Reads may use the registry's
     short-lived read cache; mutations pass `fresh` and are decided on the database's grants (fresh
     dicts, so the resource memo builds their resource anew)."""
-    chain = await _chain(services, warehouse, namespace, fresh)
-    return services.resources.namespace(warehouse, namespace.levels, chain)
+    name = ResourceName(EntityType.NAMESPACE, warehouse, namespace.levels)
+    return await naming.build(name, RegistryGrants(services, fresh))
 
 
 async def object_of(
     services: Services, warehouse: str, identifier: Identifier, view: bool, fresh: bool = False
 ) -> Resource:
-    parent = await namespace_of(services, warehouse, identifier.namespace, fresh)
-    return services.resources.child(parent, identifier.name, view)
+    """The table's (or view's) resource with the grants of its namespace chain (see `namespace_of`)."""
+    name = _object(identifier, view, warehouse)
+    return await naming.build(name, RegistryGrants(services, fresh))
+
+
+def _object(identifier: Identifier, view: bool, warehouse: str) -> ResourceName:
+    kind = EntityType.VIEW if view else EntityType.TABLE
+    return ResourceName(kind, warehouse, identifier.namespace.levels, identifier.name)
 
 
 async def build(
     request: web.Request, spec: OperationSpec, services: Services, security: Security
 ) -> RequestResources:
-    """The resources `spec` is decided on. Raises InvalidRequestError for unusable input."""
-    warehouse = _warehouse(request, services)
-    match = request.match_info
-    view = spec.scope is Scope.VIEW
-    fresh = spec.group not in _CACHED_GROUPS
-    if spec.scope is Scope.CATALOG:
-        return RequestResources(entities.catalog_resource())
-    if spec.scope is Scope.API_KEY:
-        key_id = match["key_id"]
-        try:
-            owner = (await security.api_keys.get_key(key_id)).principal_id
-        except ApiKeyError:  # an unknown or malformed id: the handler answers 404 once authorized
-            owner = ""
-        return RequestResources(entities.api_key_resource(key_id, owner))
-    if spec.scope is Scope.WAREHOUSE:
-        return RequestResources(entities.warehouse_resource(request.query.get("warehouse") or warehouse))
-    if spec.scope is Scope.CONTAINER:
-        parent = request.query.get("parent")
-        if parent:
-            return RequestResources(await namespace_of(services, warehouse, Namespace.parse(parent), fresh))
-        return RequestResources(entities.warehouse_resource(warehouse))
-    if spec.scope is Scope.NAMESPACE:
-        return await _namespace_resources(request, spec, services, warehouse, fresh)
-    # tables and views
-    if spec.operation == "commitTransaction":
-        body = http.parsed_body(request, req.CommitTransactionRequest)
-        return RequestResources(
-            tables=[
-                await object_of(services, warehouse, identifier, False, fresh)
-                for identifier, _change in body.changes_by_table()
-            ]
-        )
-    if spec.operation in ("renameTable", "renameView"):
-        rename = http.parsed_body(request, req.RenameRequest)
-        source = await object_of(services, warehouse, rename.source.identifier(), view, fresh)
-        target = await object_of(services, warehouse, rename.destination.identifier(), view, fresh)
-        return RequestResources(source, target)
-    namespace = Namespace.parse(match["namespace"])
-    named_by = _CREATE_NAMED_BY_BODY.get(spec.operation)
-    if named_by is not None:
-        identifier = Identifier.of(namespace, http.parsed_body(request, named_by).name)
-    else:
-        identifier = Identifier.of(namespace, match["view" if view else "table"])
-    return RequestResources(await object_of(services, warehouse, identifier, view, fresh))
+    """The resources `spec` is decided on, named by the request as the operation table's `naming`
+    says and built with the registry's grants (`gateway.authz.naming.build`). Raises
+    InvalidRequestError for unusable input."""
+    names = await _names(request, spec, _warehouse(request, services), security)
+    changes = _changes(request, spec)
+    grants = RegistryGrants(services, fresh=spec.group not in _CACHED_GROUPS)
+    return RequestResources(
+        resource=None if names.resource is None else await naming.build(names.resource, grants),
+        target=None if names.target is None else await naming.build(names.target, grants),
+        tables=[await naming.build(table, grants) for table in names.tables],
+        changes=changes,
+    )
 
 
-async def _namespace_resources(
-    request: web.Request, spec: OperationSpec, services: Services, warehouse: str, fresh: bool
-) -> RequestResources:
-    """A namespace operation's resource; property changes name the keys of the parsed request."""
-    changes = ChangeSummary()
-    if spec.operation == "createNamespace":
-        created = http.parsed_body(request, req.CreateNamespaceRequest)
-        namespace = Namespace.of(created.namespace)
-        changes = ChangeSummary.of_properties(created.properties)
-    else:
+def _body(request: web.Request, spec: OperationSpec) -> BaseModel:
+    if spec.body is None:
+        raise TypeError(f"{spec.operation} is named by its body but declares no body model")
+    return http.parsed_body(request, spec.body)
+
+
+def _identifier(value: object) -> Identifier:
+    if not isinstance(value, req.TableIdentifierModel):
+        raise TypeError(f"not a table identifier field: {type(value).__name__}")
+    return value.identifier()
+
+
+async def _names(request: web.Request, spec: OperationSpec, warehouse: str, security: Security) -> _Names:
+    """What the request names, read where `spec.naming` says."""
+    how, view = spec.naming, spec.scope is Scope.VIEW
+    if how.source is Source.SCOPE:
+        return _Names(ResourceName(EntityType.CATALOG))
+    if how.source is Source.QUERY:
+        value = request.query.get(how.field)
+        if not value:
+            return _Names(ResourceName(EntityType.WAREHOUSE, warehouse))
+        if spec.scope is Scope.WAREHOUSE:
+            return _Names(ResourceName(EntityType.WAREHOUSE, value))
+        return _Names(ResourceName(EntityType.NAMESPACE, warehouse, Namespace.parse(value).levels))
+    if how.source is Source.PATH:
+        value = request.match_info[how.field]
+        if spec.scope is Scope.API_KEY:
+            return _Names(
+                ResourceName(EntityType.API_KEY, name=value, owner=await _key_owner(security, value))
+            )
+        if spec.scope is Scope.NAMESPACE:
+            return _Names(ResourceName(EntityType.NAMESPACE, warehouse, Namespace.parse(value).levels))
+        identifier = Identifier.of(Namespace.parse(request.match_info["namespace"]), value)
+        return _Names(_object(identifier, view, warehouse))
+    if how.source is Source.BODY_TABLES:
+        body = _body(request, spec)
+        if not isinstance(body, req.CommitTransactionRequest):
+            raise TypeError(f"{spec.operation}: not a transaction body: {type(body).__name__}")
+        return _Names(tables=[_object(i, False, warehouse) for i, _change in body.changes_by_table()])
+    if how.source is Source.BODY_IDENTIFIER:
+        body = _body(request, spec)
+        source = _object(_identifier(getattr(body, how.field)), view, warehouse)
+        return _Names(source, _object(_identifier(getattr(body, how.target)), view, warehouse))
+    if how.source is Source.BODY_NAME:
         namespace = Namespace.parse(request.match_info["namespace"])
-        if spec.operation == "updateProperties":
-            update = http.parsed_body(request, req.UpdateNamespacePropertiesRequest)
-            changes = ChangeSummary.of_properties(update.updates, update.removals)
-    return RequestResources(await namespace_of(services, warehouse, namespace, fresh), changes=changes)
+        return _Names(
+            _object(Identifier.of(namespace, getattr(_body(request, spec), how.field)), view, warehouse)
+        )
+    levels = Namespace.of(getattr(_body(request, spec), how.field)).levels  # Source.BODY_NAMESPACE
+    return _Names(ResourceName(EntityType.NAMESPACE, warehouse, levels))
+
+
+async def _key_owner(security: Security, key_id: str) -> str:
+    try:
+        return (await security.api_keys.get_key(key_id)).principal_id
+    except ApiKeyError:  # an unknown or malformed id: the handler answers 404 once authorized
+        return ""
+
+
+def _changes(request: web.Request, spec: OperationSpec) -> ChangeSummary:
+    """The property keys the request sets and removes, from the body fields `spec.changes` names."""
+    if not spec.changes:
+        return ChangeSummary()
+    body = _body(request, spec)
+    return ChangeSummary.of_properties(*(getattr(body, name) for name in spec.changes))
 
 
 async def visible_children(

@@ -1,4 +1,7 @@
-"""The route declaration shared by all route modules."""
+"""The route declaration shared by all route modules: method, path, handler and operation.
+
+What the operation needs beyond that (its body model, how its Cedar resource is named) is in its
+entry of the operation table (`gateway.authz.operations`), not here."""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
-from pydantic import BaseModel
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -18,10 +20,6 @@ class Route:
     handler: Handler
     operation: str  # the spec's operationId
     advertised: bool = True  # False for routes that answer 501
-    # The request document, parsed once before authorization (`gateway.web.http.parsed_body`): Cedar
-    # and the handler see the same typed objects, and a malformed body is a 400 before any decision.
-    body: type[BaseModel] | None = None
-    max_body_bytes: int | None = None  # a tighter bound than the application's for this body
 
     @property
     def endpoint(self) -> str:

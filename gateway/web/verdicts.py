@@ -1,27 +1,64 @@
-"""What becomes of every decision a request is decided with: counted and audited."""
+"""Every decision a request is decided with goes through `decide`: decided, counted, audited.
+
+The pipeline (`middlewares.authorize`), the effect gate, and the decisions on a table's files
+(vended credentials, remote signing) all decide here, so no decision escapes the metrics or the
+audit log. A refusal made without Cedar (a path outside the table, a table whose roots are not
+confined) is audited as a denial through `refuse`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from aiohttp import web
 
+from gateway.audit import AuditEvent, EventKind
 from gateway.audit import Decision as AuditDecision
 from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Verdict
-from gateway.web.keys import metrics, request_id_of, security
+from gateway.authz.authorizer import Check, Verdict, decide_checks
+from gateway.web.keys import PRINCIPAL, metrics, request_id_of, security
 
 
-def record_verdict(request: web.Request, principal: Principal, verdict: Verdict) -> None:
-    """Count every decision of `verdict` and write it to the audit log."""
-    stats, audit = metrics(request), security(request).audit
+def decide(request: web.Request, operation: str, checks: Sequence[Check]) -> Verdict:
+    """Decide `checks` for the request's principal in order, stopping at the first denial
+    (`authorizer.decide_checks`); count every decision made and write it to the audit log.
+    Returns the verdict; raises nothing of its own (a denial is a verdict, not an error)."""
+    principal: Principal = request[PRINCIPAL]
+    sec = security(request)
+    verdict = decide_checks(sec.policies, principal, operation, checks)
+    stats = metrics(request)
     for check, decision in verdict.decisions:
         stats.child(stats.decisions, check.action, "allow" if decision.allowed else "deny").inc()
-        audit.record_decision(
-            request_id=request_id_of(request),
-            principal=principal,
-            action=check.action,
-            resource=str(check.resource),
-            decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
-            policy_ids=decision.policy_ids,
-            policy_version=decision.version,
-            client_address=request.remote,
+        sec.audit.record(
+            AuditEvent(
+                EventKind.DECISION,
+                request_id=request_id_of(request),
+                principal=principal,
+                action=check.action,
+                resource=str(check.resource),
+                decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
+                policy_ids=decision.policy_ids,
+                policy_version=decision.version,
+                client_address=request.remote,
+            )
         )
+    return verdict
+
+
+def refuse(request: web.Request, action: str, resource: str, detail: Mapping[str, str]) -> None:
+    """Audit a denial of `action` on `resource` that no policy made (the gateway's own rule, said
+    in `detail`). The caller raises the error it answers with; this raises nothing."""
+    sec = security(request)
+    sec.audit.record(
+        AuditEvent(
+            EventKind.DECISION,
+            request_id=request_id_of(request),
+            principal=request[PRINCIPAL],
+            action=action,
+            resource=resource,
+            decision=AuditDecision.DENY,
+            policy_version=sec.policies.version,
+            client_address=request.remote,
+            detail=detail,
+        )
+    )

@@ -20,9 +20,11 @@ from pydantic import ValidationError
 
 from gateway.audit import (
     REDACTED,
+    AuditEvent,
     AuditLog,
     AuditSettings,
     Decision,
+    EventKind,
     Outcome,
     SecretScrubbingFilter,
     scrub,
@@ -90,34 +92,43 @@ def audit(audit_file: Path) -> Iterator[AuditLog]:
 
 def test_lines_are_json_with_all_fields(audit: AuditLog, audit_file: Path) -> None:
     before = dt.datetime.now(dt.UTC)
-    audit.record_decision(
-        request_id="3f2b8c1e-5d4a-4f7b-9c1d-2e3f4a5b6c7d",
-        principal=ALICE,
-        action="LoadTable",
-        resource='Cedarberg::Table::"default/sales.orders/line_items"',
-        decision=Decision.ALLOW,
-        policy_ids=["writers-read", "writers-write"],
-        policy_version=POLICY_VERSION,
-        client_address="127.0.0.1",
+    audit.record(
+        AuditEvent(
+            EventKind.DECISION,
+            request_id="3f2b8c1e-5d4a-4f7b-9c1d-2e3f4a5b6c7d",
+            principal=ALICE,
+            action="LoadTable",
+            resource='Cedarberg::Table::"default/sales.orders/line_items"',
+            decision=Decision.ALLOW,
+            policy_ids=["writers-read", "writers-write"],
+            policy_version=POLICY_VERSION,
+            client_address="127.0.0.1",
+        )
     )
-    audit.record_mutation(
-        request_id="req-2",
-        principal=ALICE,
-        action="UpdateTable",
-        resource='Cedarberg::Table::"default/sales.orders/line_items"',
-        outcome=Outcome.SUCCESS,
-        status=200,
-        policy_ids=["writers-write"],
-        policy_version=POLICY_VERSION,
-        detail={"updates": ["add-snapshot", "set-snapshot-ref"], "refs": ["main"]},
+    audit.record(
+        AuditEvent(
+            EventKind.MUTATION,
+            request_id="req-2",
+            principal=ALICE,
+            action="UpdateTable",
+            resource='Cedarberg::Table::"default/sales.orders/line_items"',
+            outcome=Outcome.SUCCESS,
+            status=200,
+            policy_ids=["writers-write"],
+            policy_version=POLICY_VERSION,
+            detail={"updates": ["add-snapshot", "set-snapshot-ref"], "refs": ["main"]},
+        )
     )
-    audit.record_decision(
-        request_id=None,
-        principal=None,
-        action="DropTable",
-        resource='Cedarberg::Table::"default/ns/t"',
-        decision="deny",
-        policy_version=POLICY_VERSION,
+    audit.record(
+        AuditEvent(
+            EventKind.DECISION,
+            request_id=None,
+            principal=None,
+            action="DropTable",
+            resource='Cedarberg::Table::"default/ns/t"',
+            decision="deny",
+            policy_version=POLICY_VERSION,
+        )
     )
     assert audit.flush()
     after = dt.datetime.now(dt.UTC)
@@ -161,27 +172,46 @@ def test_lines_are_json_with_all_fields(audit: AuditLog, audit_file: Path) -> No
 def test_file_is_private_and_appended(audit_file: Path) -> None:
     for n in range(2):
         log = AuditLog.open(AuditSettings(destination=str(audit_file)))
-        log.record_mutation(
-            request_id=f"r{n}", principal=ALICE, action="CreateNamespace", resource="ns", outcome="success"
+        log.record(
+            AuditEvent(
+                EventKind.MUTATION,
+                request_id=f"r{n}",
+                principal=ALICE,
+                action="CreateNamespace",
+                resource="ns",
+                outcome="success",
+            )
         )
         log.close()
         log.close()  # idempotent
     assert stat.S_IMODE(audit_file.stat().st_mode) == 0o600
     assert [r["request_id"] for r in _read(audit_file)] == ["r0", "r1"]
     with pytest.raises(RuntimeError):
-        log.record_mutation(request_id="late", principal=None, action="x", resource="y", outcome="failure")
+        log.record(
+            AuditEvent(
+                EventKind.MUTATION,
+                request_id="late",
+                principal=None,
+                action="x",
+                resource="y",
+                outcome="failure",
+            )
+        )
 
 
 def test_stdout_destination(capsys: pytest.CaptureFixture[str]) -> None:
     log = AuditLog.open(AuditSettings())
-    log.record_decision(
-        request_id="r-stdout",
-        principal=ALICE,
-        action="ListNamespaces",
-        resource='Cedarberg::Warehouse::"default"',
-        decision="allow",
-        policy_ids=["p1"],
-        policy_version=POLICY_VERSION,
+    log.record(
+        AuditEvent(
+            EventKind.DECISION,
+            request_id="r-stdout",
+            principal=ALICE,
+            action="ListNamespaces",
+            resource='Cedarberg::Warehouse::"default"',
+            decision="allow",
+            policy_ids=["p1"],
+            policy_version=POLICY_VERSION,
+        )
     )
     log.close()
     [line] = capsys.readouterr().out.splitlines()
@@ -197,25 +227,31 @@ async def test_recording_from_the_loop_and_threads(tmp_path: Path) -> None:
 
     def worker(name: str) -> None:
         for i in range(300):
-            log.record_mutation(
-                request_id=f"{name}-{i}",
-                principal=ALICE,
-                action="CommitTable",
-                resource="t",
-                outcome="success",
+            log.record(
+                AuditEvent(
+                    EventKind.MUTATION,
+                    request_id=f"{name}-{i}",
+                    principal=ALICE,
+                    action="CommitTable",
+                    resource="t",
+                    outcome="success",
+                )
             )
 
     threads = [threading.Thread(target=worker, args=(f"t{n}",)) for n in range(3)]
     for thread in threads:
         thread.start()
     for i in range(300):
-        log.record_decision(
-            request_id=f"loop-{i}",
-            principal=ALICE,
-            action="LoadTable",
-            resource="t",
-            decision="allow",
-            policy_version=POLICY_VERSION,
+        log.record(
+            AuditEvent(
+                EventKind.DECISION,
+                request_id=f"loop-{i}",
+                principal=ALICE,
+                action="LoadTable",
+                resource="t",
+                decision="allow",
+                policy_version=POLICY_VERSION,
+            )
         )
     for thread in threads:
         thread.join()
@@ -228,12 +264,30 @@ async def test_recording_from_the_loop_and_threads(tmp_path: Path) -> None:
 
 
 def test_reopen_after_rotation(audit: AuditLog, audit_file: Path) -> None:
-    audit.record_mutation(request_id="before", principal=ALICE, action="a", resource="r", outcome="success")
+    audit.record(
+        AuditEvent(
+            EventKind.MUTATION,
+            request_id="before",
+            principal=ALICE,
+            action="a",
+            resource="r",
+            outcome="success",
+        )
+    )
     audit.flush()
     rotated = audit_file.with_suffix(".1")
     audit_file.rename(rotated)
     audit.reopen()
-    audit.record_mutation(request_id="after", principal=ALICE, action="a", resource="r", outcome="success")
+    audit.record(
+        AuditEvent(
+            EventKind.MUTATION,
+            request_id="after",
+            principal=ALICE,
+            action="a",
+            resource="r",
+            outcome="success",
+        )
+    )
     audit.flush()
     assert [r["request_id"] for r in _read(rotated)] == ["before"]
     assert [r["request_id"] for r in _read(audit_file)] == ["after"]
@@ -243,7 +297,11 @@ def test_write_failure_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="cedarberg.audit")
     log = AuditLog.open(AuditSettings(destination="/dev/full"))  # every write fails with ENOSPC
     assert log.healthy
-    log.record_mutation(request_id="r", principal=ALICE, action="a", resource="r", outcome="success")
+    log.record(
+        AuditEvent(
+            EventKind.MUTATION, request_id="r", principal=ALICE, action="a", resource="r", outcome="success"
+        )
+    )
     log.flush()
     log.close()
     assert not log.healthy
@@ -276,35 +334,47 @@ def test_secrets_never_written(audit: AuditLog, audit_file: Path) -> None:
         pem_body,
     ]
     secrets_used += [jwt.split(".")[2], key.split("_", 2)[2]]
-    audit.record_decision(
-        request_id=f"Bearer {jwt}",
-        principal=Principal(
-            id=key, kind=PrincipalKind.SERVICE, groups=frozenset(), auth_method=AuthMethod.API_KEY
-        ),
-        action=f"LoadTable {jwt}",
-        resource=f"X-Api-Key: {other_key}",
-        decision="deny",
-        policy_ids=[f"token={raw_secret}"],
-        policy_version=jwt,
-        client_address=raw_secret,
-        detail={
-            "headers": {"Authorization": f"Basic {basic}", "X-Api-Key": key, "Accept": "application/json"},
-            "form": f"grant_type=client_credentials&client_id=k_id&client_secret={raw_secret}&scope=catalog",
-            "body": json.dumps({"client_secret": raw_secret, "token": jwt, "name": "orders"}),
-            "client_secret": raw_secret,
-            "password": 12345678,
-            "pem": pem,
-            "raw": raw_secret,
-            "nested": [[{"refresh_token": raw_secret}], f"see {key} and {jwt}"],
-        },
+    audit.record(
+        AuditEvent(
+            EventKind.DECISION,
+            request_id=f"Bearer {jwt}",
+            principal=Principal(
+                id=key, kind=PrincipalKind.SERVICE, groups=frozenset(), auth_method=AuthMethod.API_KEY
+            ),
+            action=f"LoadTable {jwt}",
+            resource=f"X-Api-Key: {other_key}",
+            decision="deny",
+            policy_ids=[f"token={raw_secret}"],
+            policy_version=jwt,
+            client_address=raw_secret,
+            detail={
+                "headers": {
+                    "Authorization": f"Basic {basic}",
+                    "X-Api-Key": key,
+                    "Accept": "application/json",
+                },
+                "form": (
+                    f"grant_type=client_credentials&client_id=k_id&client_secret={raw_secret}&scope=catalog"
+                ),
+                "body": json.dumps({"client_secret": raw_secret, "token": jwt, "name": "orders"}),
+                "client_secret": raw_secret,
+                "password": 12345678,
+                "pem": pem,
+                "raw": raw_secret,
+                "nested": [[{"refresh_token": raw_secret}], f"see {key} and {jwt}"],
+            },
+        )
     )
-    audit.record_mutation(
-        request_id="r2",
-        principal=ALICE,
-        action="CreateApiKey",
-        resource='Cedarberg::ApiKey::"k_7f3a"',
-        outcome="success",
-        detail=f"issued {key} for alice",
+    audit.record(
+        AuditEvent(
+            EventKind.MUTATION,
+            request_id="r2",
+            principal=ALICE,
+            action="CreateApiKey",
+            resource='Cedarberg::ApiKey::"k_7f3a"',
+            outcome="success",
+            detail=f"issued {key} for alice",
+        )
     )
     audit.flush()
     text = audit_file.read_text()

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from catalog.errors import ForbiddenError, InvalidRequestError
 from catalog.identifiers import Identifier
-from gateway.audit import Outcome
+from gateway.audit import AuditEvent, EventKind, Outcome
 from gateway.storage.access import WarehouseStorage
 from gateway.storage.s3_scope import S3Scope
 from gateway.storage.settings import engine_properties
@@ -90,20 +90,23 @@ async def _vend(
         )
     credentials = await warehouse.vendor.vend(S3Scope.of(location), write)
     sec = security(request)
-    sec.audit.record_mutation(
-        request_id=request_id_of(request),
-        principal=request[PRINCIPAL],
-        action="vendCredentials",
-        resource=table,
-        outcome=Outcome.SUCCESS,
-        policy_version=sec.policies.version,
-        client_address=request.remote,
-        detail={
-            "level": "read-write" if write else "read",
-            "location": location,
-            "access_key_id": credentials.access_key_id,
-            "expires_at_ms": credentials.expires_at_ms,
-        },
+    sec.audit.record(
+        AuditEvent(
+            EventKind.MUTATION,
+            request_id=request_id_of(request),
+            principal=request[PRINCIPAL],
+            action="vendCredentials",
+            resource=table,
+            outcome=Outcome.SUCCESS,
+            policy_version=sec.policies.version,
+            client_address=request.remote,
+            detail={
+                "level": "read-write" if write else "read",
+                "location": location,
+                "access_key_id": credentials.access_key_id,
+                "expires_at_ms": credentials.expires_at_ms,
+            },
+        )
     )
     return warehouse.vendor.config(credentials)
 

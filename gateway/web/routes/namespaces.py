@@ -65,7 +65,7 @@ async def update_properties(request: web.Request) -> web.Response:
 
 ROUTES = [
     Route("GET", NS, list_namespaces, "listNamespaces"),
-    Route("POST", NS, create_namespace, "createNamespace", body=req.CreateNamespaceRequest),
+    Route("POST", NS, create_namespace, "createNamespace"),
     Route("GET", NS + "/{namespace}", load_namespace, "loadNamespaceMetadata"),
     Route("HEAD", NS + "/{namespace}", namespace_exists, "namespaceExists"),
     Route("DELETE", NS + "/{namespace}", drop_namespace, "dropNamespace"),
@@ -74,6 +74,5 @@ ROUTES = [
         NS + "/{namespace}/properties",
         update_properties,
         "updateProperties",
-        body=req.UpdateNamespacePropertiesRequest,
     ),
 ]

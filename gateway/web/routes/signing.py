@@ -16,13 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from catalog import requests as req
 from catalog.errors import InvalidRequestError
-from gateway.audit import Decision as AuditDecision
 from gateway.storage.s3_scope import S3Scope
 from gateway.storage.sign_scope import classify
-from gateway.web import http
+from gateway.web import http, verdicts
 from gateway.web.errors import ForbiddenError
 from gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
-from gateway.web.keys import PRINCIPAL, request_id_of, security, services, storage
+from gateway.web.keys import services, storage
 
 
 class RemoteSignRequest(BaseModel):
@@ -69,15 +68,6 @@ async def sign_request(request: web.Request) -> web.Response:
 
 
 def _refuse(request: web.Request, table: str, sign: RemoteSignRequest, reason: str) -> None:
-    sec = security(request)
-    sec.audit.record_decision(
-        request_id=request_id_of(request),
-        principal=request[PRINCIPAL],
-        action="signRequest",
-        resource=table,
-        decision=AuditDecision.DENY,
-        policy_version=sec.policies.version,
-        client_address=request.remote,
-        detail={"method": sign.method[:16], "path": urlsplit(sign.uri).path[:1024], "reason": reason},
-    )
+    detail = {"method": sign.method[:16], "path": urlsplit(sign.uri).path[:1024], "reason": reason}
+    verdicts.refuse(request, "signRequest", table, detail)
     raise ForbiddenError(f"request not signed: {reason}")

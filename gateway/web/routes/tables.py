@@ -126,33 +126,29 @@ async def commit_transaction(request: web.Request) -> web.Response:
 
 ROUTES = [
     Route("GET", TABLES, list_tables, "listTables"),
-    Route("POST", TABLES, create_table, "createTable", body=req.CreateTableRequest),
+    Route("POST", TABLES, create_table, "createTable"),
     Route("GET", TABLE, load_table, "loadTable"),
     Route("HEAD", TABLE, table_exists, "tableExists"),
-    Route("POST", TABLE, update_table, "updateTable", body=req.CommitTableRequest),
+    Route("POST", TABLE, update_table, "updateTable"),
     Route("DELETE", TABLE, drop_table, "dropTable"),
     Route(
         "POST",
         "/v1/{prefix}/namespaces/{namespace}/register",
         register_table,
         "registerTable",
-        body=req.RegisterTableRequest,
     ),
-    Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable", body=req.RenameRequest),
+    Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
     Route(
         "POST",
         TABLE + "/metrics",
         report_metrics,
         "reportMetrics",
-        body=req.MetricsReport,
-        max_body_bytes=req.MAX_REPORT_BYTES,
     ),
     Route(
         "POST",
         "/v1/{prefix}/transactions/commit",
         commit_transaction,
         "commitTransaction",
-        body=req.CommitTransactionRequest,
     ),
     # Scan planning is in gateway.web.routes.planning.
     Route("GET", TABLE + "/credentials", data_access.load_credentials, "loadCredentials"),

@@ -79,17 +79,16 @@ async def register_view(request: web.Request) -> web.Response:
 
 ROUTES = [
     Route("GET", VIEWS, list_views, "listViews"),
-    Route("POST", VIEWS, create_view, "createView", body=req.CreateViewRequest),
+    Route("POST", VIEWS, create_view, "createView"),
     Route("GET", VIEW, load_view, "loadView"),
     Route("HEAD", VIEW, view_exists, "viewExists"),
-    Route("POST", VIEW, replace_view, "replaceView", body=req.CommitViewRequest),
+    Route("POST", VIEW, replace_view, "replaceView"),
     Route("DELETE", VIEW, drop_view, "dropView"),
-    Route("POST", "/v1/{prefix}/views/rename", rename_view, "renameView", body=req.RenameRequest),
+    Route("POST", "/v1/{prefix}/views/rename", rename_view, "renameView"),
     Route(
         "POST",
         "/v1/{prefix}/namespaces/{namespace}/register-view",
         register_view,
         "registerView",
-        body=req.RegisterViewRequest,
     ),
 ]
