@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.authn.principal import Principal
 from gateway.authz.context import RequestContext
-from gateway.authz.engine import Decision, PolicyEngine
 from gateway.authz.entities import (
     EntityType,
     Resource,
@@ -39,6 +39,9 @@ from gateway.authz.operations import (
     Scope,
     operation_spec,
 )
+
+if TYPE_CHECKING:  # annotations only: the engine is passed in, so deciding imports no Cedar
+    from gateway.authz.engine import Decision, PolicyEngine
 
 _SCOPE_KINDS: dict[Scope, frozenset[EntityType]] = {
     Scope.CATALOG: frozenset({EntityType.CATALOG}),
