@@ -14,26 +14,21 @@ Wiring (gateway/cli/main.py): `add_policy_commands(subparsers)` once, and
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from gateway.authz import naming
 from gateway.authz.context import ChangeSummary, RequestContext
 from gateway.authz.engine import Decision, PolicyEngine
-from gateway.authz.entities import (
-    Resource,
-    api_key_resource,
-    catalog_resource,
-    namespace_resource,
-    parse_path,
-    table_resource,
-    view_resource,
-    warehouse_resource,
-)
+from gateway.authz.entities import EntityType, Resource, parse_path
 from gateway.authz.errors import PolicyLoadError, ResourceError
 from gateway.authz.fixtures import run_fixtures
+from gateway.authz.naming import ResourceName, StatedGrants
 from gateway.authz.operations import OPERATIONS, Scope
 from gateway.authz.restrictions import describe
 from gateway.authz.settings import BUNDLED_POLICY_DIR
@@ -106,19 +101,26 @@ def _pairs(values: Sequence[str], what: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def build_resource(
-    action: str, path: str, properties: Sequence[str] = (), key_owner: str | None = None
-) -> Resource:
+def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource:
     """The resource `action` decides on, from an entity-id path and `NS:KEY=VALUE` properties
-    (`NS` is a dotted namespace of the same warehouse; empty for warehouse properties)."""
-    spec = OPERATIONS.get(action)
-    if spec is None or spec.action is None:
+    (`NS` is a dotted namespace of the same warehouse; empty for warehouse properties), built like
+    the gateway's (`gateway.authz.naming.build`); `owner` owns an API key named without one.
+    Raises `ResourceError` for an unknown action or a path or property of the wrong shape."""
+    operation = OPERATIONS.get(action)
+    if operation is None or operation.action is None:
         raise ResourceError(f"unknown action {action!r}; known: {', '.join(sorted(OPERATIONS))}")
-    if spec.scope is Scope.CATALOG:
-        return catalog_resource()
-    if spec.scope is Scope.API_KEY:
-        return api_key_resource(path, key_owner or "")
-    warehouse, levels, name = parse_path(path)
+    if operation.scope is Scope.CATALOG:
+        return asyncio.run(naming.build(ResourceName(EntityType.CATALOG), StatedGrants()))
+    if operation.scope is Scope.API_KEY:
+        key = ResourceName(EntityType.API_KEY, name=spec.path, owner=spec.key_owner or owner)
+        return asyncio.run(naming.build(key, StatedGrants()))
+    warehouse, levels, _name = parse_path(spec.path)
+    grants = _stated_grants(warehouse, levels, spec.properties)
+    return asyncio.run(naming.build(_shaped(action, operation.scope, spec.path), grants))
+
+
+def _stated_grants(warehouse: str, levels: tuple[str, ...], properties: Sequence[str]) -> StatedGrants:
+    """The grants the `--property NS:KEY=VALUE` options state for the namespace chain `levels`."""
     by_namespace: dict[tuple[str, ...], dict[str, str]] = {}
     for item in properties:
         ns, sep, assignment = item.partition(":")
@@ -128,26 +130,34 @@ def build_resource(
         for key, value in _pairs([assignment], "a property"):
             by_namespace.setdefault(ns_levels, {})[key] = value
     chain = [by_namespace.get(tuple(levels[: i + 1]), {}) for i in range(len(levels))]
-    wh_props = by_namespace.get((), {})
-    expected = {
-        Scope.WAREHOUSE: "WAREHOUSE",
-        Scope.CONTAINER: "WAREHOUSE[/NS]",
-        Scope.NAMESPACE: "WAREHOUSE/NS",
-        Scope.TABLE: "WAREHOUSE/NS/TABLE",
-        Scope.VIEW: "WAREHOUSE/NS/VIEW",
-    }[spec.scope]
-    if spec.scope is Scope.WAREHOUSE or (spec.scope is Scope.CONTAINER and not levels):
+    return StatedGrants(chain, by_namespace.get((), {}))
+
+
+_EXPECTED = {
+    Scope.WAREHOUSE: "WAREHOUSE",
+    Scope.CONTAINER: "WAREHOUSE[/NS]",
+    Scope.NAMESPACE: "WAREHOUSE/NS",
+    Scope.TABLE: "WAREHOUSE/NS/TABLE",
+    Scope.VIEW: "WAREHOUSE/NS/VIEW",
+}
+
+
+def _shaped(action: str, scope: Scope, path: str) -> ResourceName:
+    """What `path` names, if it has the shape `scope` needs; else `ResourceError`."""
+    warehouse, levels, name = parse_path(path)
+    wrong = ResourceError(f"{action} expects {_EXPECTED[scope]}, not {path!r}")
+    if scope is Scope.WAREHOUSE or (scope is Scope.CONTAINER and not levels):
         if levels:
-            raise ResourceError(f"{action} expects {expected}, not {path!r}")
-        return warehouse_resource(warehouse, wh_props)
-    if spec.scope in (Scope.NAMESPACE, Scope.CONTAINER):
+            raise wrong
+        return ResourceName(EntityType.WAREHOUSE, warehouse)
+    if scope in (Scope.NAMESPACE, Scope.CONTAINER):
         if not levels or name is not None:
-            raise ResourceError(f"{action} expects {expected}, not {path!r}")
-        return namespace_resource(warehouse, levels, chain, warehouse_properties=wh_props)
+            raise wrong
+        return ResourceName(EntityType.NAMESPACE, warehouse, levels)
     if not levels or name is None:
-        raise ResourceError(f"{action} expects {expected}, not {path!r}")
-    build = table_resource if spec.scope is Scope.TABLE else view_resource
-    return build(warehouse, levels, name, chain, warehouse_properties=wh_props)
+        raise wrong
+    kind = EntityType.TABLE if scope is Scope.TABLE else EntityType.VIEW
+    return ResourceName(kind, warehouse, levels, name)
 
 
 def _print_decision(engine: PolicyEngine, decision: Decision, principal: Principal, out: TextIO) -> None:
@@ -174,44 +184,90 @@ def _print_decision(engine: PolicyEngine, decision: Decision, principal: Princip
     print(f"policy set version: {decision.version}", file=out)
 
 
-def explain(
-    directory: Path,
-    principal: str,
-    groups: Sequence[str],
-    action: str,
-    resource: str,
-    *,
-    kind: str = PrincipalKind.USER.value,
-    auth_method: str = AuthMethod.API_KEY.value,
-    client_address: str = "127.0.0.1",
-    attributes: Sequence[str] = (),
-    properties: Sequence[str] = (),
-    update_kinds: Sequence[str] = (),
-    refs: Sequence[str] = (),
-    property_keys: Sequence[str] = (),
-    creates: bool = False,
-    key_owner: str | None = None,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
-) -> int:
-    """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error."""
+@dataclass(frozen=True, slots=True)
+class PrincipalSpec:
+    """Who asks: a namespaced principal id, its groups, kind, authentication method and
+    `KEY=VALUE` attributes, as given on the command line."""
+
+    id: str
+    groups: Sequence[str] = ()
+    kind: str = PrincipalKind.USER.value
+    auth_method: str = AuthMethod.API_KEY.value
+    attributes: Sequence[str] = ()
+
+    def principal(self) -> Principal:
+        """The principal. Raises `ValueError` for an unknown kind or method, `ResourceError` for
+        an attribute that is not `KEY=VALUE`."""
+        return Principal(
+            id=self.id,
+            kind=PrincipalKind(self.kind),
+            groups=frozenset(self.groups),
+            auth_method=AuthMethod(self.auth_method),
+            attributes=dict(_pairs(self.attributes, "an attribute")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    """What is asked about: `WAREHOUSE[/NS.NS[/NAME]]` (an API key id for key actions), the
+    `NS:KEY=VALUE` properties of its namespaces, and an API key's owner (default: the principal)."""
+
+    path: str = "default"
+    properties: Sequence[str] = ()
+    key_owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSpec:
+    """What the change does (update kinds, refs, property keys, whether it creates the object) and
+    where the request comes from."""
+
+    update_kinds: Sequence[str] = ()
+    refs: Sequence[str] = ()
+    property_keys: Sequence[str] = ()
+    creates: bool = False
+    client_address: str = "127.0.0.1"
+
+    def changes(self) -> ChangeSummary:
+        return ChangeSummary(
+            frozenset(self.update_kinds), frozenset(self.refs), frozenset(self.property_keys), self.creates
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainQuery:
+    """One hypothetical request for `cedarberg policies explain`."""
+
+    principal: PrincipalSpec
+    action: str
+    resource: ResourceSpec = ResourceSpec()
+    context: ContextSpec = ContextSpec()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExplainQuery:
+        """The query the `policies explain` options (`add_policy_commands`) describe."""
+        return cls(
+            PrincipalSpec(args.principal, args.group, args.kind, args.auth_method, args.attribute),
+            args.action,
+            ResourceSpec(args.resource, args.property, args.key_owner),
+            ContextSpec(args.update_kind, args.ref, args.property_key, args.creates, args.client_address),
+        )
+
+
+def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error
+    (a refused policy set, or input that names no principal or resource: the reason on `err`)."""
     engine = _load(directory, err)
     if engine is None:
         return 2
     try:
-        who = Principal(
-            id=principal,
-            kind=PrincipalKind(kind),
-            groups=frozenset(groups),
-            auth_method=AuthMethod(auth_method),
-            attributes=dict(_pairs(attributes, "an attribute")),
-        )
-        target = build_resource(action, resource, properties, key_owner or principal)
+        who = query.principal.principal()
+        target = build_resource(query.action, query.resource, query.principal.id)
     except (ResourceError, ValueError) as error:
         print(f"cedarberg policies explain: {error}", file=err)
         return 2
-    changes = ChangeSummary(frozenset(update_kinds), frozenset(refs), frozenset(property_keys), creates)
-    decision = engine.decide(who, action, target, RequestContext.of(who, client_address, changes))
+    context = RequestContext.of(who, query.context.client_address, query.context.changes())
+    decision = engine.decide(who, query.action, target, context)
     _print_decision(engine, decision, who, out)
     return 0 if decision.allowed else 1
 
@@ -268,20 +324,4 @@ def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None
         return validate(args.dir or fallback)
     if args.policies_command == "test":
         return run_fixture_tests(args.dir or fallback)
-    return explain(
-        args.dir or fallback,
-        args.principal,
-        args.group,
-        args.action,
-        args.resource,
-        kind=args.kind,
-        auth_method=args.auth_method,
-        client_address=args.client_address,
-        attributes=args.attribute,
-        properties=args.property,
-        update_kinds=args.update_kind,
-        refs=args.ref,
-        property_keys=args.property_key,
-        creates=args.creates,
-        key_owner=args.key_owner,
-    )
+    return explain(args.dir or fallback, ExplainQuery.from_args(args))

@@ -25,7 +25,15 @@ from gateway.authz.authorizer import (
     is_visible,
     plan_checks,
 )
-from gateway.authz.cli import explain, run_fixture_tests, validate
+from gateway.authz.cli import (
+    ContextSpec,
+    ExplainQuery,
+    PrincipalSpec,
+    ResourceSpec,
+    explain,
+    run_fixture_tests,
+    validate,
+)
 from gateway.authz.context import MAX_CONTEXT_ITEMS, ChangeSummary, RequestContext
 from gateway.authz.engine import PolicyEngine, ReloadOutcome
 from gateway.authz.entities import (
@@ -640,13 +648,15 @@ def test_explain_prints_the_decision_and_determining_policies() -> None:
     out = io.StringIO()
     code = explain(
         BUNDLED_POLICY_DIR,
-        "erin",
-        ["etl"],
-        "updateTable",
-        "default/sales.eu/orders",
-        properties=["sales:cedarberg.writers=etl", "sales:cedarberg.protected-refs=main"],
-        update_kinds=["set-snapshot-ref"],
-        refs=["main"],
+        ExplainQuery(
+            PrincipalSpec("erin", ["etl"]),
+            "updateTable",
+            ResourceSpec(
+                "default/sales.eu/orders",
+                properties=["sales:cedarberg.writers=etl", "sales:cedarberg.protected-refs=main"],
+            ),
+            ContextSpec(update_kinds=["set-snapshot-ref"], refs=["main"]),
+        ),
         out=out,
     )
     assert code == 1
@@ -657,16 +667,17 @@ def test_explain_prints_the_decision_and_determining_policies() -> None:
     assert (
         explain(
             BUNDLED_POLICY_DIR,
-            "ana",
-            ["analysts"],
-            "listNamespaces",
-            "default/sales",
-            properties=["sales:cedarberg.readers=analysts"],
+            ExplainQuery(
+                PrincipalSpec("ana", ["analysts"]),
+                "listNamespaces",
+                ResourceSpec("default/sales", properties=["sales:cedarberg.readers=analysts"]),
+            ),
             out=out,
         )
         == 0
     )
     assert "readers-read-granted" in out.getvalue()
     err = io.StringIO()
-    assert explain(BUNDLED_POLICY_DIR, "x", [], "loadTable", "default", out=io.StringIO(), err=err) == 2
+    query = ExplainQuery(PrincipalSpec("x", []), "loadTable", ResourceSpec("default"))
+    assert explain(BUNDLED_POLICY_DIR, query, out=io.StringIO(), err=err) == 2
     assert "expects WAREHOUSE/NS/TABLE" in err.getvalue()

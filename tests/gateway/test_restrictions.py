@@ -11,7 +11,7 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz.cli import explain
+from gateway.authz.cli import ExplainQuery, PrincipalSpec, ResourceSpec, explain
 from gateway.authz.context import RequestContext
 from gateway.authz.engine import PolicyEngine
 from gateway.authz.entities import namespace_resource, table_resource
@@ -199,7 +199,10 @@ def test_namespace_resources_are_unaffected(tmp_path: Path) -> None:
 def test_explain_shows_the_restrictions_of_an_allow(tmp_path: Path) -> None:
     directory = _policies(tmp_path, EU_ANALYSTS)
     out = io.StringIO()
-    assert explain(directory, "ana", ["analysts"], "planTableScan", "default/sales/orders", out=out) == 0
+    query = ExplainQuery(
+        PrincipalSpec("ana", ["analysts"]), "planTableScan", ResourceSpec("default/sales/orders")
+    )
+    assert explain(directory, query, out=out) == 0
     text = out.getvalue()
     assert (
         "restricted by analysts-eu-orders: columns amount, customer, order_id, region; rows region = 'eu'"
@@ -207,8 +210,9 @@ def test_explain_shows_the_restrictions_of_an_allow(tmp_path: Path) -> None:
     )
     out = io.StringIO()
     granted = ["sales:cedarberg.readers=analysts"]
-    code = explain(
-        directory, "ana", ["analysts"], "planTableScan", "default/sales/orders", properties=granted, out=out
+    granted_query = ExplainQuery(
+        PrincipalSpec("ana", ["analysts"]), "planTableScan", ResourceSpec("default/sales/orders", granted)
     )
+    code = explain(directory, granted_query, out=out)
     assert code == 0
     assert "restricted by" not in out.getvalue()

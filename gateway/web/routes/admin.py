@@ -49,9 +49,10 @@ from gateway.authn.api_keys import (
 from gateway.authn.key_format import is_key_id
 from gateway.authn.key_store import ApiKeyRecord
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz import entities
+from gateway.authz import naming
 from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.authz.entities import Resource
+from gateway.authz.entities import EntityType, Resource
+from gateway.authz.naming import GrantSource, ResourceName, StatedGrants
 from gateway.authz.operations import OPERATIONS, Scope
 from gateway.authz.restrictions import describe
 from gateway.web import resources
@@ -277,13 +278,26 @@ _SCOPE_TYPES: dict[Scope, frozenset[str]] = {
 
 
 async def _explain_resource(request: web.Request, action: str, spec: ExplainResource) -> tuple[Resource, str]:
-    """The resource to decide on and where its grants came from ("request" or "catalog")."""
+    """The resource to decide on and where its grants came from ("request" or "catalog"), built
+    like the pipeline's (`gateway.authz.naming.build`)."""
+    name, source = await _explain_name(request, action, spec)
+    grants: GrantSource
+    if source == "catalog" and name.kind is not EntityType.API_KEY:
+        grants = resources.RegistryGrants(services(request), fresh=False)
+    else:
+        grants = StatedGrants(spec.namespace_properties or (), spec.warehouse_properties)
+    return await naming.build(name, grants), source
+
+
+async def _explain_name(request: web.Request, action: str, spec: ExplainResource) -> tuple[ResourceName, str]:
+    """What the explain body names, checked against the action's scope, and where its grants come
+    from. Raises InvalidRequestError, NotFoundError (an unknown API key), NoSuchWarehouseError."""
     scope = OPERATIONS[action].scope
     if spec.type not in _SCOPE_TYPES.get(scope, frozenset()):
         allowed = " or ".join(sorted(_SCOPE_TYPES.get(scope, frozenset())))
         raise InvalidRequestError(f"{action} decides on a {allowed} resource, not a {spec.type}")
     if spec.type == "catalog":
-        return entities.catalog_resource(), "request"
+        return ResourceName(EntityType.CATALOG), "request"
     if spec.type == "api-key":
         if spec.id is None or not is_key_id(spec.id):
             raise InvalidRequestError("resource.id must be an API key id")
@@ -291,35 +305,25 @@ async def _explain_resource(request: web.Request, action: str, spec: ExplainReso
         if owner is None:
             with _key_errors():
                 owner = (await security(request).api_keys.get_key(spec.id)).principal_id
-        return entities.api_key_resource(spec.id, owner), "request" if spec.owner is not None else "catalog"
+        source = "request" if spec.owner is not None else "catalog"
+        return ResourceName(EntityType.API_KEY, name=spec.id, owner=owner), source
     svc = services(request)
     warehouse = spec.warehouse or svc.ctx.default_warehouse
     if spec.type == "warehouse":
         if spec.namespace is not None or spec.name is not None:
             raise InvalidRequestError("a warehouse resource has no namespace or name")
-        return entities.warehouse_resource(warehouse, spec.warehouse_properties), "request"
+        return ResourceName(EntityType.WAREHOUSE, warehouse), "request"
     namespace = Namespace.of(spec.namespace)
     if (spec.type == "namespace") != (spec.name is None):
         raise InvalidRequestError(f"a {spec.type} resource {'has no' if spec.name else 'needs a'} name")
-    if spec.namespace_properties is not None:
-        node = entities.namespace_resource(
-            warehouse,
-            namespace.levels,
-            spec.namespace_properties,
-            warehouse_properties=spec.warehouse_properties,
-        )
-        source = "request"
-    else:
-        if warehouse not in svc.ctx.warehouses:
-            raise NoSuchWarehouseError(f"warehouse does not exist: {warehouse}")
-        node = await resources.namespace_of(svc, warehouse, namespace)
-        source = "catalog"
-    if spec.type == "namespace":
-        return node, source
-    assert spec.name is not None
+    source = "request" if spec.namespace_properties is not None else "catalog"
+    if source == "catalog" and warehouse not in svc.ctx.warehouses:
+        raise NoSuchWarehouseError(f"warehouse does not exist: {warehouse}")
+    if spec.name is None:
+        return ResourceName(EntityType.NAMESPACE, warehouse, namespace.levels), source
     Identifier.of(namespace, spec.name)  # validates the name
-    child = entities.child_table if spec.type == "table" else entities.child_view
-    return child(node, spec.name), source
+    kind = EntityType.TABLE if spec.type == "table" else EntityType.VIEW
+    return ResourceName(kind, warehouse, namespace.levels, spec.name), source
 
 
 async def explain_decision(request: web.Request) -> web.Response:
