@@ -16,17 +16,21 @@ test starts from an empty catalog in a few tens of milliseconds.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.authn.api_keys import ApiKeyAuthenticator
+from gateway.authn.key_store import open_key_store
+from gateway.authn.principal import PrincipalKind
 from gateway.config.settings import Settings
 from gateway.serve.server import prepare
 from tests.support.gateway import TEST_DEFAULTS
 
-# Files the template holds beside the registry: the local KEK and the token signing key.
 _AUDIT_FILE = "audit.jsonl"
 
 
@@ -40,15 +44,51 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def prepare_template(data_dir: Path) -> Path:
+# API keys every copy of the template holds: principal -> groups. Creating a key costs an Argon2id
+# hash (tens to hundreds of milliseconds): done once per session, each test pays only the first
+# verification of the keys it uses.
+TEMPLATE_KEYS: dict[str, tuple[str, ...]] = {
+    "root": ("admins",),
+    "root2": ("admins",),
+    "ana": ("analysts",),
+    "etl-bot": ("etl",),
+    "prometheus": ("monitoring",),
+    "nobody": ("no-grants",),
+}
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prepared data directory and the plaintext of its API keys (by principal)."""
+
+    data_dir: Path
+    keys: Mapping[str, str]
+
+
+def prepare_template(data_dir: Path) -> Template:
     """Run `cedarberg serve`'s one-time preparation in `data_dir` (registry schema at head, local
-    KEK, token signing key, policies validated) and return it."""
-    prepare(Settings(data_dir=data_dir))
-    return data_dir
+    KEK, token signing key, policies validated), then create `TEMPLATE_KEYS` as `cedarberg keys
+    create` does."""
+    settings = Settings(data_dir=data_dir)
+    prepare(settings)
+    return Template(data_dir, asyncio.run(_create_keys(settings)))
+
+
+async def _create_keys(settings: Settings) -> dict[str, str]:
+    store = await open_key_store(settings.effective_store_url())
+    try:
+        keys = ApiKeyAuthenticator(store, settings.api_keys)
+        created = {}
+        for principal, groups in TEMPLATE_KEYS.items():
+            _record, plaintext = await keys.create_key(principal, PrincipalKind.SERVICE, groups)
+            created[principal] = plaintext
+        return created
+    finally:
+        await store.close()
 
 
 def inprocess_settings(
-    template: Path,
+    template: Template,
     tmp_path: Path,
     *,
     anonymous: bool = True,
@@ -63,7 +103,7 @@ def inprocess_settings(
     `config` is merged over all of it, as a TOML file would be.
     """
     data_dir = tmp_path / "gw"
-    shutil.copytree(template, data_dir)
+    shutil.copytree(template.data_dir, data_dir)
     base: dict[str, Any] = {
         "data_dir": str(data_dir),
         "audit": {"destination": str(tmp_path / _AUDIT_FILE)},

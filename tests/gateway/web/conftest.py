@@ -23,12 +23,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from gateway.authn.principal import PrincipalKind
 from gateway.config.settings import Settings
 from gateway.web.app import create_app
 from gateway.web.keys import ROUTE_TABLE, SECURITY
 from gateway.web.route import Route
-from tests.support.inprocess import audit_records, inprocess_settings, prepare_template
+from tests.support.inprocess import Template, audit_records, inprocess_settings, prepare_template
 
 SCHEMA: dict[str, Any] = {
     "type": "struct",
@@ -43,17 +42,15 @@ class InProcessGateway:
 
     client: TestClient[web.Request, web.Application]
     settings: Settings
+    keys: Mapping[str, str]
+
+    def as_(self, principal: str) -> dict[str, str]:
+        """Bearer headers of one of the template's API keys (`TEMPLATE_KEYS`)."""
+        return bearer(self.keys[principal])
 
     @property
     def app(self) -> web.Application:
         return self.client.app
-
-    async def create_key(
-        self, principal: str, groups: list[str], kind: PrincipalKind = PrincipalKind.SERVICE
-    ) -> str:
-        """An API key, created as `cedarberg keys create` does (through the app's own key service)."""
-        _record, plaintext = await self.app[SECURITY].api_keys.create_key(principal, kind, groups)
-        return plaintext
 
     async def audit(self) -> list[dict[str, Any]]:
         """Every audit record written so far (waits for the writer to catch up)."""
@@ -100,13 +97,13 @@ def add_routes(app: web.Application, routes: Sequence[Route]) -> None:
 
 
 @pytest.fixture(scope="session")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     return prepare_template(tmp_path_factory.mktemp("inprocess-template") / "gw")
 
 
 @pytest.fixture
 async def make_gateway(
-    aiohttp_client: AiohttpClient, template: Path, tmp_path: Path
+    aiohttp_client: AiohttpClient, template: Template, tmp_path: Path
 ) -> AsyncIterator[MakeGateway]:
     count = 0
 
@@ -122,7 +119,7 @@ async def make_gateway(
         app = create_app(settings)
         add_routes(app, extra_routes)
         client = await aiohttp_client(app)
-        return InProcessGateway(client, settings)
+        return InProcessGateway(client, settings, template.keys)
 
     yield make
     # The application freezes its start-up heap (gc.freeze, as a server process does); this

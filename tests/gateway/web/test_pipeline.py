@@ -158,7 +158,7 @@ async def test_a_malformed_body_is_a_400_before_any_decision(make_gateway: MakeG
     """A caller Cedar would refuse gets 400, not 403: the body is parsed before authorization, and
     no decision is made (or audited) for the request."""
     gw = await make_gateway(anonymous=False)
-    nobody = await gw.create_key("nobody", ["no-grants"])
+    nobody = gw.keys["nobody"]
     answer = await gw.client.post(
         "/v1/namespaces",
         data=data,
@@ -239,7 +239,7 @@ async def test_the_pipeline_sets_the_typed_request_keys(make_gateway: MakeGatewa
         Route("POST", "/v1/probe-namespaces", _show_keys, "createNamespace", body=create_route_body),
     ]
     gw = await make_gateway(anonymous=False, extra_routes=probes)
-    key = await gw.create_key("etl-bot", ["admins"])
+    key = gw.keys["root"]
     headers = {"Authorization": f"Bearer {key}", REQUEST_ID_HEADER: "probe-request-0001"}
     await gw.create_namespace("ns", headers=headers)
     read = await gw.client.get("/v1/namespaces/ns/probe", headers=headers)
@@ -248,7 +248,7 @@ async def test_the_pipeline_sets_the_typed_request_keys(make_gateway: MakeGatewa
         "request_id": "probe-request-0001",
         "route_operation": "loadNamespaceMetadata",
         "same_route": True,
-        "principal": "key:etl-bot",
+        "principal": "key:root",
         "kind": PrincipalKind.SERVICE.value,
         "auth_method": AuthMethod.API_KEY.value,
         "verdict_operation": "loadNamespaceMetadata",
