@@ -1,0 +1,125 @@
+"""The real gateway application in this process, for tests of the request pipeline.
+
+`gateway.web.app.create_app(settings)` is the application `cedarberg serve` runs in each worker:
+the same middlewares, routes, SQLite registry, local KEK, bundled Cedar policies, rate limiter and
+audit log. Here it is served by aiohttp's test server on loopback and driven by aiohttp's test
+client (the `aiohttp_client` fixture of pytest-aiohttp), with no process to start and no engine.
+
+What `cedarberg serve` does once before any worker starts (`gateway.serve.server.prepare`:
+migrate the registry, create the KEK and the token signing key, validate the policies) is done
+once per test session into a template data directory; each application gets a copy of it, so a
+test starts from an empty catalog in a few tens of milliseconds.
+
+    settings = inprocess_settings(template, tmp_path, anonymous=False, config={...})
+    client = await aiohttp_client(create_app(settings))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.authn.api_keys import ApiKeyAuthenticator
+from gateway.authn.key_store import open_key_store
+from gateway.authn.principal import PrincipalKind
+from gateway.config.settings import Settings
+from gateway.serve.server import prepare
+from tests.support.gateway import TEST_DEFAULTS
+
+_AUDIT_FILE = "audit.jsonl"
+
+
+def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+# API keys every copy of the template holds: principal -> groups. Creating a key costs an Argon2id
+# hash (tens to hundreds of milliseconds): done once per session, each test pays only the first
+# verification of the keys it uses.
+TEMPLATE_KEYS: dict[str, tuple[str, ...]] = {
+    "root": ("admins",),
+    "root2": ("admins",),
+    "ana": ("analysts",),
+    "etl-bot": ("etl",),
+    "prometheus": ("monitoring",),
+    "nobody": ("no-grants",),
+}
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prepared data directory and the plaintext of its API keys (by principal)."""
+
+    data_dir: Path
+    keys: Mapping[str, str]
+
+
+def prepare_template(data_dir: Path) -> Template:
+    """Run `cedarberg serve`'s one-time preparation in `data_dir` (registry schema at head, local
+    KEK, token signing key, policies validated), then create `TEMPLATE_KEYS` as `cedarberg keys
+    create` does."""
+    settings = Settings(data_dir=data_dir)
+    prepare(settings)
+    return Template(data_dir, asyncio.run(_create_keys(settings)))
+
+
+async def _create_keys(settings: Settings) -> dict[str, str]:
+    store = await open_key_store(settings.effective_store_url())
+    try:
+        keys = ApiKeyAuthenticator(store, settings.api_keys)
+        created = {}
+        for principal, groups in TEMPLATE_KEYS.items():
+            _record, plaintext = await keys.create_key(principal, PrincipalKind.SERVICE, groups)
+            created[principal] = plaintext
+        return created
+    finally:
+        await store.close()
+
+
+def inprocess_settings(
+    template: Template,
+    tmp_path: Path,
+    *,
+    anonymous: bool = True,
+    config: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Settings of a fresh gateway in `tmp_path / "gw"`, whose data directory starts as a copy of
+    the prepared `template`.
+
+    `anonymous=True` adds what the process-based catalog suites run with (`TEST_DEFAULTS`: an
+    anonymous admin, generous rate limits); `anonymous=False` is a gateway as deployed, with the
+    default limits. Audit records go to `tmp_path / "audit.jsonl"` (see `audit_records`);
+    `config` is merged over all of it, as a TOML file would be.
+    """
+    data_dir = tmp_path / "gw"
+    shutil.copytree(template.data_dir, data_dir)
+    base: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "audit": {"destination": str(tmp_path / _AUDIT_FILE)},
+        "warehouses": {
+            "default": {"location": (data_dir / "warehouse").as_uri(), "drop_retention_seconds": 0},
+        },
+    }
+    if anonymous:
+        base = _merge(TEST_DEFAULTS, base)
+    return Settings.model_validate(_merge(base, config or {}))
+
+
+def audit_records(settings: Settings) -> list[dict[str, Any]]:
+    """The audit records written so far (the audit log writes in the background: read after the
+    application has closed, or after a request whose record is awaited)."""
+    path = Path(settings.audit.destination)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
