@@ -229,10 +229,11 @@ async def _show_keys(request: web.Request) -> web.StreamResponse:
 
 
 async def test_the_pipeline_sets_the_typed_request_keys(make_gateway: MakeGateway) -> None:
+    # The body model comes from the operation table's entry for createNamespace.
     create_route_body = req.CreateNamespaceRequest
     probes = [
         Route("GET", "/v1/namespaces/{namespace}/probe", _show_keys, "loadNamespaceMetadata"),
-        Route("POST", "/v1/probe-namespaces", _show_keys, "createNamespace", body=create_route_body),
+        Route("POST", "/v1/probe-namespaces", _show_keys, "createNamespace"),
     ]
     gw = await make_gateway(anonymous=False, extra_routes=probes)
     key = gw.keys["root"]
