@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from catalog import confinement, documents, effects, fileio, roots, table_metadata
-from catalog.commits import PlannedChange, default_location
+from catalog.commits import CommitJob, PlannedChange, default_location
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import NoSuchTableError
 from catalog.identifiers import Identifier
@@ -18,6 +18,7 @@ from catalog.sealing import ObjectKey
 from catalog.store.sql import ObjectRow
 
 TableChange = PlannedChange[TableMetadata]
+TableJob = CommitJob[TableMetadata]
 
 
 @dataclass(frozen=True, slots=True)

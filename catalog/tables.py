@@ -31,9 +31,10 @@ from catalog.objects import TABLE, list_objects, load_object, read_object, renam
 from catalog.pagination import PageRequest
 from catalog.planning import mode as planning_mode
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
+from catalog.sealing import SealTarget
 from catalog.store import roots as confinement_rows
 from catalog.store.sql import ObjectRow
-from catalog.table_changes import TableChange, open_table, parse_metadata, plan_change
+from catalog.table_changes import TableChange, TableJob, open_table, parse_metadata, plan_change
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,8 @@ class TableService:
         async def plan() -> list[TableChange]:
             return [change]
 
-        return await commit(
-            self._ctx, warehouse, [identifier], plan, lambda changes: commit_response(changes[0]), rec, gate
-        )
+        job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
+        return await commit(self._ctx, warehouse, job, gate)
 
     async def load(
         self, warehouse_name: str | None, identifier: Identifier, snapshots: str, if_none_match: str | None
@@ -135,15 +135,10 @@ class TableService:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             return await load_object(self._ctx, row, "all")
 
-        body = await commit(
-            self._ctx,
-            warehouse,
-            [identifier],
-            plan,
-            lambda changes: commit_response(changes[0]) if changes else None,
-            rec,
-            gate,
+        job = TableJob(
+            [identifier], plan, lambda changes: commit_response(changes[0]) if changes else None, rec
         )
+        body = await commit(self._ctx, warehouse, job, gate)
         # A commit without updates changes nothing and answers the current metadata.
         return body if body is not None else await current()
 
@@ -181,7 +176,7 @@ class TableService:
             return list(planned.values())
 
         tables = [identifier for identifier, _change in changes]
-        await commit(self._ctx, warehouse, tables, plan, lambda _changes: None, rec, gate)
+        await commit(self._ctx, warehouse, TableJob(tables, plan, lambda _changes: None, rec), gate)
         return None
 
     async def drop(
@@ -255,7 +250,9 @@ class TableService:
             if opened.sealed_key is not None
             else self._ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
         )
-        row = new_row(self._ctx, warehouse, identifier, TABLE, uid, key, location, metadata_json)
+        row = new_row(
+            self._ctx, SealTarget(warehouse.name, identifier, TABLE, uid, location), key, metadata_json
+        )
         body = documents.load_result(location, metadata_json)
         async with self._ctx.store.read() as tx:
             replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
@@ -284,7 +281,7 @@ class TableService:
                 if existing.uuid != uid:
                     await confinement.forget(tx, TABLE, existing.uuid)
             await registration.check_uuid(tx, uid)
-            await confinement.claim(tx, self._ctx, warehouse, namespace, TABLE, uid, held)
+            await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
             await tx.insert_object(row)
             if rec is not None:
                 await rec.record(tx, body)

@@ -183,10 +183,7 @@ async def test_a_lost_race_is_planned_again_on_the_newer_metadata_and_lands(
     body = await commits.commit(
         ctx,
         ctx.warehouse(None),
-        [kind.identifier()],
-        plan,
-        lambda changes: commits.commit_response(changes[0]),
-        None,
+        commits.CommitJob([kind.identifier()], plan, lambda changes: commits.commit_response(changes[0])),
         racing_gate,
     )
 
@@ -227,10 +224,7 @@ async def test_a_requirement_that_a_race_broke_fails_the_commit_and_leaves_nothi
         await commits.commit(
             ctx,
             ctx.warehouse(None),
-            [kind.identifier()],
-            plan,
-            lambda changes: commits.commit_response(changes[0]),
-            None,
+            commits.CommitJob([kind.identifier()], plan, lambda changes: commits.commit_response(changes[0])),
             racing_gate,
         )
 
