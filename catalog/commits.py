@@ -55,6 +55,14 @@ class _LostRace(Exception):
     """A pointer moved between read and swap; the whole commit is retried."""
 
 
+@dataclass(frozen=True, slots=True)
+class NewFile:
+    """Where a change's new metadata file goes, and the object's data key that seals it."""
+
+    metadata_location: str
+    key: ObjectKey
+
+
 # Not slotted: a slotted generic dataclass cannot be built through its subscripted alias on 3.11.
 @dataclass(frozen=True)
 class PlannedChange(Generic[M]):

@@ -34,7 +34,7 @@ from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsRepo
 from catalog.sealing import SealTarget
 from catalog.store import roots as confinement_rows
 from catalog.store.sql import ObjectRow
-from catalog.table_changes import TableChange, TableJob, open_table, parse_metadata, plan_change
+from catalog.table_changes import Basis, TableChange, TableJob, open_table, parse_metadata, plan_change
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,9 @@ class TableService:
                     raise AlreadyExistsError(f"A view with this name exists: {identifier}")
                 ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
             current = await open_table(self._ctx, row)
-            change = await plan_change(self._ctx, warehouse, identifier, current, ns_properties, request)
+            change = await plan_change(
+                self._ctx, warehouse, identifier, Basis(current, ns_properties), request
+            )
             return [] if change is None else [change]
 
         async def current() -> bytes:
@@ -169,7 +171,7 @@ class TableService:
                 previous = planned.get(identifier)
                 current = None if previous is not None else await open_table(self._ctx, row)
                 step = await plan_change(
-                    self._ctx, warehouse, identifier, current, ns_properties, change, previous
+                    self._ctx, warehouse, identifier, Basis(current, ns_properties, previous), change
                 )
                 if step is not None:
                     planned[identifier] = step

@@ -115,7 +115,8 @@ class Kind:
                 row = await tx.get_object(WAREHOUSE, NAMESPACE.key, identifier.name)
             current = await table_changes.open_table(ctx, row)
             table = req.parse(req.CommitTableRequest, self._request(properties, uuid))
-            change = await table_changes.plan_change(ctx, warehouse, identifier, current, {}, table)
+            basis = table_changes.Basis(current, {})
+            change = await table_changes.plan_change(ctx, warehouse, identifier, basis, table)
             return [] if change is None else [change]
 
         async def plan_view() -> list[commits.PlannedChange[Any]]:
