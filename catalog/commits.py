@@ -169,10 +169,7 @@ async def _swap_all(
             if change.base is None:
                 await tx.insert_object(new_row(ctx, target, change.key, change.metadata_json))
             elif not await tx.swap_object(
-                warehouse.name,
-                change.identifier.namespace.key,
-                change.identifier.name,
-                change.base.metadata_location,
+                change.base,
                 change.metadata_location,
                 ctx.sealer.seal_record(change.key, target, change.metadata_json),
             ):

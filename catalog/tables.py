@@ -21,13 +21,13 @@ from catalog import (
 )
 from catalog.commits import commit, commit_response, default_location, new_row
 from catalog.context import CatalogContext
-from catalog.dropped import purge_files, soft_drop
+from catalog.dropped import Purged, purge_files, soft_drop
 from catalog.effects import EffectGate
 from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
-from catalog.objects import TABLE, list_objects, load_object, read_object, rename_object, require_object
+from catalog.objects import TABLE, Move, list_objects, load_object, read_object, rename_object, require_object
 from catalog.pagination import PageRequest
 from catalog.planning import mode as planning_mode
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
@@ -207,15 +207,10 @@ class TableService:
                 if rec is not None:
                     await rec.record(tx, None)
             if metadata is not None:
-                await asyncio.to_thread(
-                    purge_files,
-                    warehouse,
-                    metadata.location,
-                    set(),
-                    (metadata, row.metadata_location),
-                    others,
-                    (*own, *roots.table_roots(metadata)),
+                purged = Purged(
+                    metadata.location, (*own, *roots.table_roots(metadata)), (metadata, row.metadata_location)
                 )
+                await asyncio.to_thread(purge_files, warehouse, purged, set(), others)
             self._ctx.sealer.forget(row.data_key)
             return None
         raise CommitFailedError("the table changed concurrently too many times; retry the drop")
@@ -297,7 +292,9 @@ class TableService:
         rec: Recorder | None,
         gate: EffectGate,
     ) -> Body:
-        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), TABLE, source, target, rec, gate)
+        await rename_object(
+            self._ctx, self._ctx.warehouse(warehouse_name), Move(TABLE, source, target), rec, gate
+        )
         return None
 
     async def report_metrics(

@@ -17,7 +17,7 @@ from catalog.effects import EffectGate
 from catalog.errors import NoSuchViewError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
-from catalog.objects import VIEW, list_objects, load_object, read_object, rename_object
+from catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
 from catalog.pagination import PageRequest
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from catalog.view_changes import ViewChange
@@ -111,7 +111,9 @@ class ViewService:
         rec: Recorder | None,
         gate: EffectGate,
     ) -> Body:
-        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), VIEW, source, target, rec, gate)
+        await rename_object(
+            self._ctx, self._ctx.warehouse(warehouse_name), Move(VIEW, source, target), rec, gate
+        )
         return None
 
     async def register(
