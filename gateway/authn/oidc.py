@@ -38,8 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.authn.jwks import (
     ASYMMETRIC_ALGORITHMS,
+    FetchBounds,
     IssuerKeys,
     JwksError,
+    KeySource,
     VerificationKey,
     log,
     short_repr,
@@ -244,20 +246,25 @@ class OidcAuthenticator:
         self._settings = settings
         self._session = session
         self._owns_session = session is None
+        bounds = FetchBounds(
+            timeout=settings.fetch_timeout_seconds,
+            max_bytes=settings.max_document_bytes,
+            min_interval=settings.refresh_min_interval_seconds,
+            ttl=settings.cache_ttl_seconds,
+        )
         self._issuers = {
             issuer.issuer: _Issuer(
                 issuer,
                 IssuerKeys(
                     self._get_session,
-                    issuer=issuer.issuer,
-                    discovery_url=issuer.discovery_url,
-                    jwks_uri=issuer.jwks_uri,
-                    algorithms=frozenset(issuer.algorithms),
-                    allow_http=issuer.unsafe_allow_http,
-                    timeout=settings.fetch_timeout_seconds,
-                    max_bytes=settings.max_document_bytes,
-                    min_interval=settings.refresh_min_interval_seconds,
-                    ttl=settings.cache_ttl_seconds,
+                    KeySource(
+                        issuer=issuer.issuer,
+                        discovery_url=issuer.discovery_url,
+                        jwks_uri=issuer.jwks_uri,
+                        algorithms=frozenset(issuer.algorithms),
+                        allow_http=issuer.unsafe_allow_http,
+                    ),
+                    bounds,
                 ),
             )
             for issuer in settings.issuers
