@@ -33,7 +33,7 @@ from typing import Any, Self
 
 import aiohttp
 import jwt
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.authn.jwks import (
@@ -48,13 +48,14 @@ from gateway.authn.jwks import (
     url_allowed,
 )
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, oidc_principal_id
+from gateway.config.base import FrozenSettings
 
 DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
 MAX_PRINCIPAL_ID_LENGTH = 512
 _GROUP_SEPARATORS = re.compile(r"[\s,]+")
 
 
-class OidcIssuerSettings(BaseModel):
+class OidcIssuerSettings(FrozenSettings):
     """One trusted token issuer.
 
     `issuer` must equal the tokens' `iss` claim (and the discovery document's `issuer`) exactly.
@@ -69,8 +70,6 @@ class OidcIssuerSettings(BaseModel):
     two issuers, and subjects equal to an API key's principal name, stay distinct principals.
     URLs must be https unless they point to loopback, or `unsafe_allow_http` is set.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     issuer: str = Field(min_length=1)
     audiences: tuple[str, ...] = Field(min_length=1)
@@ -133,7 +132,7 @@ class OidcIssuerSettings(BaseModel):
         return self
 
 
-class OidcSettings(BaseModel):
+class OidcSettings(FrozenSettings):
     """All trusted OIDC issuers and the limits that protect the gateway from tokens and IdPs.
 
     `max_token_bytes`: longer bearer tokens are refused before parsing. `fetch_timeout_seconds` and
@@ -142,8 +141,6 @@ class OidcSettings(BaseModel):
     expiry of `cache_ttl_seconds`), so a flood of unknown kids costs at most one download per
     interval.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     issuers: tuple[OidcIssuerSettings, ...] = ()
     max_token_bytes: int = Field(DEFAULT_MAX_TOKEN_BYTES, ge=1024, le=1024 * 1024)
