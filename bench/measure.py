@@ -16,7 +16,7 @@ from bench.model import FAILED, UNSUPPORTED, Run, Scenario, Soak
 from bench.processes import log_tail
 from bench.procstat import ServerMeter, is_alive, machine_busy_seconds
 from bench.scenarios import READ, TOKEN_FORM, Operation, token_form
-from bench.wrk import READ_SCRIPT, WRITE_SCRIPT, WrkError, WrkResult, run_wrk
+from bench.wrk import READ_SCRIPT, WRITE_SCRIPT, Load, WrkError, WrkResult, run_wrk
 
 # A read's responses must all look like the preflight's: body plus at most this much header.
 HEADER_ALLOWANCE_BYTES = 2048
@@ -108,14 +108,8 @@ def _wrk(endpoint: Endpoint, prepared: Prepared, duration_s: int) -> WrkResult:
     if prepared.script == WRITE_SCRIPT:
         args[3] = "r" + secrets.token_hex(4)  # the run's nonce, part of every unique name
     operation = prepared.operation
-    return run_wrk(
-        endpoint.base_url,
-        prepared.script,
-        args,
-        threads=operation.threads,
-        connections=operation.connections,
-        duration_s=duration_s,
-    )
+    load = Load(threads=operation.threads, connections=operation.connections, duration_s=duration_s)
+    return run_wrk(endpoint.base_url, prepared.script, args, load)
 
 
 def run_once(endpoint: Endpoint, prepared: Prepared, plan: Plan, scenario: Scenario) -> None:

@@ -97,3 +97,12 @@ class Target:
     required: str
     ratio: float | None  # measured / required bound (>= 1 is a pass for "at least" targets)
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a suite run measured, and how that compares with the targets."""
+
+    scenarios: list[Scenario]
+    soak: Soak | None
+    targets: list[Target]

@@ -7,21 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.model import OK, Scenario, Soak, Target
+from bench.model import OK, Outcome, Scenario, Soak, Target
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BACKGROUND_NOTE_CORES = 0.25  # CPU used by neither server nor wrk during a run, worth a note
 DASH, TIMES = "\u2013", "\u00d7"  # written as escapes: ruff flags the characters themselves
 
 
-def write_all(
-    directory: Path,
-    machine: dict[str, Any],
-    settings: dict[str, Any],
-    scenarios: list[Scenario],
-    soak: Soak | None,
-    targets: list[Target],
-) -> None:
+def write_all(directory: Path, machine: dict[str, Any], settings: dict[str, Any], outcome: Outcome) -> None:
+    """results.json, results.png and results.md of a suite run, in `directory`."""
+    scenarios, soak, targets = outcome.scenarios, outcome.soak, outcome.targets
     directory.mkdir(parents=True, exist_ok=True)
     document = {
         "machine": machine,

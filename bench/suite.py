@@ -34,7 +34,7 @@ from bench.endpoint import Endpoint
 from bench.http import HttpClient, bearer
 from bench.machine import describe
 from bench.measure import Plan, Prepared, new_scenario, prepare, run_once, server_exit, soak
-from bench.model import FAILED, UNSUPPORTED, Scenario, Soak
+from bench.model import FAILED, UNSUPPORTED, Outcome, Scenario, Soak
 from bench.peer import running_seaweedfs, weed_version
 from bench.procstat import is_alive
 from bench.scenarios import ALL, BY_NAME, CEILING, READ, TLS_SUBSET, Operation, operations_for
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "only": args.only,
         "wall_seconds": round(wall),
     }
-    report.write_all(args.output, machine, settings, suite.scenarios, suite.soak, targets)
+    report.write_all(args.output, machine, settings, Outcome(suite.scenarios, suite.soak, targets))
     print("\n== targets")
     for target in targets:
         margin = "" if target.ratio is None else f"  margin {TIMES}{target.ratio:.2f}"

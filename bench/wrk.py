@@ -50,16 +50,18 @@ def wrk_version() -> str:
     return first[0].split(" Copyright")[0] if first else "unknown"
 
 
-def run_wrk(
-    base_url: str,
-    script: Path,
-    script_args: Sequence[str],
-    *,
-    threads: int,
-    connections: int,
-    duration_s: float,
-) -> WrkResult:
-    """One bounded wrk run against ``base_url`` (the script sets the path)."""
+@dataclass(frozen=True, slots=True)
+class Load:
+    """How hard and how long one wrk run drives the server."""
+
+    threads: int
+    connections: int
+    duration_s: float
+
+
+def run_wrk(base_url: str, script: Path, script_args: Sequence[str], load: Load) -> WrkResult:
+    """One bounded wrk run against ``base_url`` (the script sets the path) under `load`."""
+    threads, connections, duration_s = load.threads, load.connections, load.duration_s
     argv = [
         wrk_binary(),
         f"-t{threads}",

@@ -43,7 +43,7 @@ from catalog.effects import Effect, EffectGate
 from catalog.errors import CommitFailedError, CommitStateUnknownError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier
-from catalog.sealing import ObjectKey
+from catalog.sealing import ObjectKey, SealTarget
 from catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,14 @@ M = TypeVar("M", TableMetadata, ViewMetadata)
 
 class _LostRace(Exception):
     """A pointer moved between read and swap; the whole commit is retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewFile:
+    """Where a change's new metadata file goes, and the object's data key that seals it."""
+
+    metadata_location: str
+    key: ObjectKey
 
 
 # Not slotted: a slotted generic dataclass cannot be built through its subscripted alias on 3.11.
@@ -74,6 +82,10 @@ class PlannedChange(Generic[M]):
     writes_file: bool = True  # False: the file exists already (a registration) and is not ours
     check_uuid_free: bool = False  # refuse a UUID a live or dropped object has (creates of views)
 
+    def seal_target(self, warehouse: str) -> SealTarget:
+        """The version this change seals its metadata for, in `warehouse` (a name)."""
+        return SealTarget(warehouse, self.identifier, self.kind, self.object_uuid, self.metadata_location)
+
 
 def default_location(
     warehouse: Warehouse, ns_properties: dict[str, str], identifier: Identifier, uid: str
@@ -90,40 +102,24 @@ def commit_response(change: PlannedChange[M]) -> bytes:
 
 
 def file_content(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    identifier: Identifier,
-    kind: str,
-    uid: str,
-    key: ObjectKey,
-    metadata_location: str,
-    metadata_json: bytes,
+    ctx: CatalogContext, warehouse: Warehouse, target: SealTarget, key: ObjectKey, metadata_json: bytes
 ) -> bytes:
     """What goes into a new metadata file: sealed in a sealing warehouse, else the plain JSON."""
     if not warehouse.seal_files:
         return metadata_json
-    return ctx.sealer.seal_file(key, warehouse.name, kind, uid, metadata_location, identifier, metadata_json)
+    return ctx.sealer.seal_file(key, target, metadata_json)
 
 
-def new_row(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    identifier: Identifier,
-    kind: str,
-    uid: str,
-    key: ObjectKey,
-    metadata_location: str,
-    metadata_json: bytes,
-) -> ObjectRow:
+def new_row(ctx: CatalogContext, target: SealTarget, key: ObjectKey, metadata_json: bytes) -> ObjectRow:
     """The registry row of a new table or view: sealed metadata copy and wrapped data key."""
     return ObjectRow(
-        warehouse=warehouse.name,
-        namespace=identifier.namespace.key,
-        name=identifier.name,
-        kind=kind,
-        uuid=uid,
-        metadata_location=metadata_location,
-        metadata=ctx.sealer.seal_record(key, warehouse.name, kind, uid, metadata_location, metadata_json),
+        warehouse=target.warehouse,
+        namespace=target.identifier.namespace.key,
+        name=target.identifier.name,
+        kind=target.kind,
+        uuid=target.object_uuid,
+        metadata_location=target.metadata_location,
+        metadata=ctx.sealer.seal_record(key, target, metadata_json),
         version=0,
         kek_uri=key.wrapped.kek_uri,
         kek_version=key.wrapped.kek_version,
@@ -141,14 +137,7 @@ async def _write_files(
             if not change.writes_file:
                 continue
             content = file_content(
-                ctx,
-                warehouse,
-                change.identifier,
-                change.kind,
-                change.object_uuid,
-                change.key,
-                change.metadata_location,
-                change.metadata_json,
+                ctx, warehouse, change.seal_target(warehouse.name), change.key, change.metadata_json
             )
             await asyncio.to_thread(fileio.write_new_file, change.metadata_location, content)
             written.append(change.metadata_location)
@@ -170,53 +159,40 @@ async def _swap_all(
             if change.check_uuid_free:
                 await registration.check_uuid(tx, change.object_uuid)
             await confinement.claim(
-                tx, ctx, warehouse, change.identifier.namespace, change.kind, change.object_uuid, change.roots
+                tx,
+                ctx,
+                warehouse,
+                confinement.Holder(change.identifier.namespace, change.kind, change.object_uuid),
+                change.roots,
             )
+            target = change.seal_target(warehouse.name)
             if change.base is None:
-                await tx.insert_object(
-                    new_row(
-                        ctx,
-                        warehouse,
-                        change.identifier,
-                        change.kind,
-                        change.object_uuid,
-                        change.key,
-                        change.metadata_location,
-                        change.metadata_json,
-                    )
-                )
+                await tx.insert_object(new_row(ctx, target, change.key, change.metadata_json))
             elif not await tx.swap_object(
-                warehouse.name,
-                change.identifier.namespace.key,
-                change.identifier.name,
-                change.base.metadata_location,
+                change.base,
                 change.metadata_location,
-                ctx.sealer.seal_record(
-                    change.key,
-                    warehouse.name,
-                    change.kind,
-                    change.object_uuid,
-                    change.metadata_location,
-                    change.metadata_json,
-                ),
+                ctx.sealer.seal_record(change.key, target, change.metadata_json),
             ):
                 raise _LostRace
         if rec is not None:
             await rec.record(tx, body)
 
 
-async def commit(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    objects: Iterable[Identifier],
-    plan: Callable[[], Awaitable[list[PlannedChange[M]]]],
-    render: Callable[[Sequence[PlannedChange[M]]], Body],
-    rec: Recorder | None,
-    gate: EffectGate,
-) -> Body:
-    """Plan, gate, write and swap, retrying lost races; the body `render` made of what landed.
+# Not slotted, like PlannedChange: it is built through its subscripted alias too.
+@dataclass(frozen=True)
+class CommitJob(Generic[M]):
+    """One commit's own parts, beside the catalog and warehouse it runs in and the gate."""
 
-    `plan()` re-reads the pointers each attempt, and each attempt's effects are gated again (a
+    objects: Iterable[Identifier]  # what the commit changes: held under the commit locks
+    plan: Callable[[], Awaitable[list[PlannedChange[M]]]]  # called again on every attempt
+    render: Callable[[Sequence[PlannedChange[M]]], Body]  # the response body of what landed
+    rec: Recorder | None = None  # records the response in the swap transaction (idempotency)
+
+
+async def commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], gate: EffectGate) -> Body:
+    """Plan, gate, write and swap, retrying lost races; the body `job.render` made of what landed.
+
+    `job.plan()` re-reads the pointers each attempt, and each attempt's effects are gated again (a
     retry plans on newer metadata). Commits to the same `objects` in this process run one at a
     time (`catalog.commit_locks`).
 
@@ -225,30 +201,23 @@ async def commit(
     swap transaction raises (the new files are deleted then), and whatever `gate` raises to refuse
     (nothing is written then).
     """
-    keys = [(warehouse.name, item.namespace.key, item.name) for item in objects]
+    keys = [(warehouse.name, item.namespace.key, item.name) for item in job.objects]
     async with ctx.commit_locks.hold(keys):
-        return await _commit(ctx, warehouse, plan, render, rec, gate)
+        return await _commit(ctx, warehouse, job, gate)
 
 
-async def _commit(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    plan: Callable[[], Awaitable[list[PlannedChange[M]]]],
-    render: Callable[[Sequence[PlannedChange[M]]], Body],
-    rec: Recorder | None,
-    gate: EffectGate,
-) -> Body:
+async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], gate: EffectGate) -> Body:
     kind = "object"  # named by the planned changes once an attempt has planned any
     for _attempt in range(ctx.limits.commit_retries):
-        changes = await plan()
-        body = render(changes)
+        changes = await job.plan()
+        body = job.render(changes)
         if not changes:
             return body
         kind = changes[0].kind
         await gate([change.effect for change in changes])
         written = await _write_files(ctx, warehouse, changes)
         try:
-            await _swap_all(ctx, warehouse, changes, rec, body)
+            await _swap_all(ctx, warehouse, changes, job.rec, body)
         except CommitStateUnknownError:
             log.exception("commit outcome unknown; keeping %d new metadata file(s)", len(written))
             raise

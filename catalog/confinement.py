@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import orjson
 
@@ -44,20 +45,24 @@ def _conflict(root: str, kind: str, owner: str, claim: rows.Claim) -> str | None
     return f"location {root!r} overlaps the location of another table or view (live or dropped)"
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The object roots are claimed for: its namespace (where its roots must lie), kind and UUID."""
+
+    namespace: Namespace
+    kind: str
+    owner: str  # the object's UUID: roots follow it through renames
+
+
 async def claim(
-    tx: StoreTx,
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    namespace: Namespace,
-    kind: str,
-    owner: str,
-    candidate: Sequence[str],
+    tx: StoreTx, ctx: CatalogContext, warehouse: Warehouse, holder: Holder, candidate: Sequence[str]
 ) -> None:
-    """Record `candidate` (normalised roots) for the object `owner`, inside `tx`.
+    """Record `candidate` (normalised roots) for the object `holder`, inside `tx`.
 
     Roots it holds already are not checked again. Raises LocationNotAllowedError naming the rule
     a new root breaks (placement in the namespace directory, a warehouse root, a namespace
     directory, or overlap with any other live or soft-deleted object)."""
+    namespace, kind, owner = holder.namespace, holder.kind, holder.owner
     fresh = sorted(set(candidate) - set(await rows.held(tx, kind, owner)))
     if not fresh:
         return

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,7 +32,7 @@ from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
 from catalog.objects import TABLE, require_object
-from catalog.pagination import PageRequest, fetch_page
+from catalog.pagination import PageRequest, Scope, fetch_page
 from catalog.purge_failures import PurgeBackoff, describe_failure
 from catalog.store.sql import DroppedRow
 
@@ -148,7 +149,7 @@ async def list_dropped(ctx: CatalogContext, warehouse_name: str | None, page: Pa
         rows.update((item.drop_id, item) for item in found)
         return [item.drop_id for item in found]
 
-    result = await fetch_page(page, fetch, ctx.page_key, warehouse.name, "dropped")
+    result = await fetch_page(page, fetch, ctx.page_key, Scope(warehouse.name, "dropped"))
     return documents.dumps(
         {
             "dropped": [_describe(rows[drop_id]) for drop_id in result.items],
@@ -184,18 +185,21 @@ async def undrop(ctx: CatalogContext, warehouse_name: str | None, drop_id: str, 
     return body
 
 
-def purge_files(
-    warehouse: Warehouse,
-    object_location: str,
-    files: set[str],
-    table: tuple[TableMetadata, str] | None,
-    others: list[str],
-    held: Sequence[str],
-) -> None:
-    """Delete an object's files and, for a `table` (metadata, metadata location), every file its
-    metadata reaches, but only files under the object's roots `held` (anything else is someone
-    else's: skipped and logged, never read or deleted); its directory too when it lies below the
-    warehouse root and no other object lives below it."""
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """The object whose files a purge deletes."""
+
+    location: str  # the object's location (its directory)
+    held: Sequence[str]  # its roots: nothing outside them is read or deleted
+    table: tuple[TableMetadata, str] | None = None  # a table's (metadata, metadata location)
+
+
+def purge_files(warehouse: Warehouse, purged: Purged, files: set[str], others: list[str]) -> None:
+    """Delete `files` and, for a table, every file its metadata reaches, but only files under the
+    object's roots `purged.held` (anything else is someone else's: skipped and logged, never read
+    or deleted); the object's directory too when it lies below the warehouse root and no other
+    object (at `others`) lives below it."""
+    object_location, held, table = purged.location, purged.held, purged.table
     if table is not None:
         files = files | fileio.table_files(*table, roots=held)
     outside = sorted(path for path in files if not roots.within(path, held))
@@ -227,7 +231,7 @@ async def purge_dropped(ctx: CatalogContext, dropped: DroppedRow) -> None:
     held = await confinement.held(
         ctx, row.kind, row.uuid, confinement.roots_of_document(row.kind, metadata_json)
     )
-    await asyncio.to_thread(purge_files, warehouse, object_location, parked, table, others, held)
+    await asyncio.to_thread(purge_files, warehouse, Purged(object_location, held, table), parked, others)
     async with ctx.store.write() as tx:
         await tx.delete_dropped(dropped.drop_id)
         await confinement.forget(tx, row.kind, row.uuid)

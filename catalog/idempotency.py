@@ -32,7 +32,7 @@ import orjson
 
 from catalog import errors
 from catalog.sealing import KeyPurpose, ObjectKey, Sealer
-from catalog.store.sql import DuplicateKeyError, Store, StoreTx
+from catalog.store.sql import DuplicateKeyError, IdempotencyRecord, Store, StoreTx
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -86,13 +86,14 @@ class Recorder:
     async def record(self, tx: StoreTx, body: Body) -> None:
         await tx.put_idempotency(
             self.key,
-            self.operation,
-            self.request_hash,
-            "ok",
-            None if body is None else self.seal(body.decode()),
+            self.outcome("ok", None if body is None else self.seal(body.decode())),
             self.expired_before,
         )
         self.recorded = True
+
+    def outcome(self, outcome: str, sealed: bytes | None) -> IdempotencyRecord:
+        """The record of a final `outcome` with its `sealed` payload, created now."""
+        return IdempotencyRecord(self.operation, self.request_hash, outcome, sealed, time.time())
 
 
 Mutation = Callable[[Recorder | None], Awaitable[Body]]
@@ -149,12 +150,7 @@ class Idempotency:
         try:
             async with self._store.write() as tx:
                 await tx.put_idempotency(
-                    recorder.key,
-                    recorder.operation,
-                    recorder.request_hash,
-                    outcome,
-                    sealed,
-                    recorder.expired_before,
+                    recorder.key, recorder.outcome(outcome, sealed), recorder.expired_before
                 )
         except DuplicateKeyError:
             pass  # a concurrent duplicate recorded first; both outcomes describe the same operation

@@ -9,7 +9,7 @@ from catalog.context import CatalogContext, Warehouse
 from catalog.errors import NoSuchNamespaceError, UnprocessableError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Namespace
-from catalog.pagination import PageRequest, fetch_page
+from catalog.pagination import PageRequest, Scope, fetch_page
 from catalog.store.cache import RegistryKey
 from catalog.store.sql import Store, StoreTx
 
@@ -93,7 +93,7 @@ class NamespaceService:
             )
 
         result = await fetch_page(
-            page, fetch, self._ctx.page_key, warehouse.name, "namespaces", parent_key or ""
+            page, fetch, self._ctx.page_key, Scope(warehouse.name, "namespaces", parent_key or "")
         )
         return documents.dumps(
             {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.view.metadata import ViewMetadata
@@ -20,7 +21,7 @@ from catalog.errors import (
 from catalog.idempotency import Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import read_namespace, require_namespace
-from catalog.pagination import PageRequest, fetch_page
+from catalog.pagination import PageRequest, Scope, fetch_page
 from catalog.store.cache import RegistryKey
 from catalog.store.sql import ObjectRow, Store, StoreTx
 
@@ -84,7 +85,7 @@ async def list_objects(
             key, lambda tx: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
         )
 
-    result = await fetch_page(page, fetch, ctx.page_key, warehouse.name, kind, namespace.key)
+    result = await fetch_page(page, fetch, ctx.page_key, Scope(warehouse.name, kind, namespace.key))
     return documents.dumps(
         {
             "identifiers": [{"namespace": namespace.levels, "name": name} for name in result.items],
@@ -100,20 +101,24 @@ async def _judged_metadata(ctx: CatalogContext, row: ObjectRow) -> TableMetadata
     return TableMetadataUtil.parse_raw(metadata_json.decode())
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A rename: the `kind` of object (TABLE or VIEW) named `source` takes the name `target`."""
+
+    kind: str
+    source: Identifier
+    target: Identifier
+
+
 async def rename_object(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    kind: str,
-    source: Identifier,
-    target: Identifier,
-    rec: Recorder | None,
-    gate: EffectGate,
+    ctx: CatalogContext, warehouse: Warehouse, move: Move, rec: Recorder | None, gate: EffectGate
 ) -> None:
     """Rename a table or view, across namespaces too, once `gate` has allowed what the move does
     (`effects.of_move`: across namespaces, the object leaves the source with everything it carries
     and arrives at the target with it). The rename is written only if the object is still the
     version that was judged. Raises NoSuch*/AlreadyExists errors, CommitFailedError after
     repeated concurrent changes, and whatever `gate` raises to refuse."""
+    kind, source, target = move.kind, move.source, move.target
     for _attempt in range(ctx.limits.commit_retries):
         async with ctx.store.read() as tx:
             judged = await require_object(tx, warehouse.name, source, kind)

@@ -60,22 +60,26 @@ class Page:
     next_token: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What is listed: a token is bound to this and to the caller (`page_tokens.Listing`)."""
+
+    warehouse: str
+    what: str  # namespaces | table | view | dropped
+    parent: str = ""  # the parent namespace's key ('' for top-level namespaces and dropped objects)
+
+
 async def fetch_page(
-    page: PageRequest,
-    fetch: Callable[[str | None, int], Awaitable[list[str]]],
-    key: KeySource,
-    warehouse: str,
-    what: str,
-    parent: str = "",
+    page: PageRequest, fetch: Callable[[str | None, int], Awaitable[list[str]]], key: KeySource, scope: Scope
 ) -> Page:
     """Fetch one page with `fetch(after, limit)`, asking for one extra item to know if more exist.
 
-    The listing is (`warehouse`, `what`, `parent`) and the caller `page.caller`; a token is opened
+    The listing is `scope` and the caller `page.caller`; a token is opened
     and the next one sealed with `key()` (the deployment's page-token key). Raises
     InvalidRequestError for a token that does not open for this listing and caller."""
     if page.limit is None:
         return Page(await fetch(None, 1_000_000_000), None)
-    listing = Listing(warehouse, what, parent, page.caller)
+    listing = Listing(scope.warehouse, scope.what, scope.parent, page.caller)
     after = None if page.token is None else page_tokens.open_token(await key(), listing, page.token)
     items = await fetch(after, page.limit + 1)
     if len(items) > page.limit:

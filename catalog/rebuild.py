@@ -22,7 +22,7 @@ from catalog.context import CatalogContext, Warehouse
 from catalog.dropped import PARKING_DIR
 from catalog.errors import AlreadyExistsError, CatalogError, KeyServiceUnavailableError
 from catalog.identifiers import Identifier, Namespace
-from catalog.sealing import ObjectKey, OpenedFile
+from catalog.sealing import ObjectKey, OpenedFile, SealTarget
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ async def rebuild(ctx: CatalogContext, warehouse_name: str | None) -> RebuildRep
         current = newest.get((opened.kind, opened.object_uuid))
         if current is None or version > current.version:
             newest[(opened.kind, opened.object_uuid)] = _Found(location, version, opened)
-    for (kind, object_uuid), found in sorted(newest.items(), key=lambda item: item[1].location):
-        await _restore(ctx, warehouse, kind, object_uuid, found, report)
+    for found in sorted(newest.values(), key=lambda item: item.location):
+        await _restore(ctx, warehouse, found, report)
     return report
 
 
@@ -106,22 +106,21 @@ async def _ensure_namespace(ctx: CatalogContext, warehouse: Warehouse, namespace
     return created
 
 
-async def _restore(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    kind: str,
-    object_uuid: str,
-    found: _Found,
-    report: RebuildReport,
-) -> None:
+async def _restore(ctx: CatalogContext, warehouse: Warehouse, found: _Found, report: RebuildReport) -> None:
     opened = found.opened
-    if opened.identifier is None or opened.sealed_key is None:
+    kind, object_uuid = opened.kind, opened.object_uuid
+    if kind is None or object_uuid is None or opened.identifier is None or opened.sealed_key is None:
         return
     levels, name = opened.identifier
     identifier = Identifier.of(levels, name)
     label = f"{kind} {identifier}"
     key: ObjectKey = await ctx.sealer.unwrap_object_key(warehouse.name, kind, object_uuid, opened.sealed_key)
-    row = new_row(ctx, warehouse, identifier, kind, object_uuid, key, found.location, opened.metadata_json)
+    row = new_row(
+        ctx,
+        SealTarget(warehouse.name, identifier, kind, object_uuid, found.location),
+        key,
+        opened.metadata_json,
+    )
     report.namespaces_created += await _ensure_namespace(ctx, warehouse, identifier.namespace)
     try:
         async with ctx.store.write() as tx:

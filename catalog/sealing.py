@@ -74,6 +74,26 @@ class OpenedFile:
     identifier: tuple[list[str], str] | None
 
 
+@dataclass(frozen=True, slots=True)
+class SealTarget:
+    """The version of an object a sealed document belongs to.
+
+    A registry copy is bound to warehouse, kind, UUID and the version named by the metadata
+    location; a metadata file names the identifier too, so the registry can be rebuilt from it.
+    The registry copy's binding leaves the identifier out because a rename moves the row
+    without resealing it.
+    """
+
+    warehouse: str
+    identifier: Identifier
+    kind: str
+    object_uuid: str
+    metadata_location: str
+
+    def binding(self) -> Binding:
+        return binding(self.warehouse, self.kind, self.object_uuid, self.metadata_location)
+
+
 def object_context(warehouse: str, kind: str, object_uuid: str) -> dict[str, str]:
     """What the KMS binds an object's wrapped data key to."""
     return {"warehouse": warehouse, "kind": kind, "object": object_uuid}
@@ -137,10 +157,9 @@ class Sealer:
         return await self._call("rewrap data key", self.keyring.rewrap(wrapped, context, version))
 
     # -- registry copies --------------------------------------------------------------------
-    def seal_record(
-        self, key: ObjectKey, warehouse: str, kind: str, object_uuid: str, location: str, document: bytes
-    ) -> bytes:
-        return envelope.seal(key.plaintext, document, binding(warehouse, kind, object_uuid, location))
+    def seal_record(self, key: ObjectKey, target: SealTarget, document: bytes) -> bytes:
+        """The registry copy of `document`, sealed with the object's `key` for `target`."""
+        return envelope.seal(key.plaintext, document, target.binding())
 
     def open_record(self, key: ObjectKey, row: ObjectRow) -> bytes:
         try:
@@ -157,27 +176,18 @@ class Sealer:
         return self.open_record(await self.object_key(row), row)
 
     # -- metadata files ---------------------------------------------------------------------
-    def seal_file(
-        self,
-        key: ObjectKey,
-        warehouse: str,
-        kind: str,
-        object_uuid: str,
-        location: str,
-        identifier: Identifier,
-        document: bytes,
-    ) -> bytes:
+    def seal_file(self, key: ObjectKey, target: SealTarget, document: bytes) -> bytes:
+        """A self-describing sealed metadata file: it names the object and carries the wrapped key."""
+        identifier = target.identifier
         payload = (
             orjson.dumps(
-                {"kind": kind, "namespace": list(identifier.namespace.levels), "name": identifier.name}
+                {"kind": target.kind, "namespace": list(identifier.namespace.levels), "name": identifier.name}
             )[:-1]
             + b',"metadata":'
             + document
             + b"}"
         )
-        return envelope.seal(
-            key.plaintext, payload, binding(warehouse, kind, object_uuid, location), embed=key.wrapped
-        )
+        return envelope.seal(key.plaintext, payload, target.binding(), embed=key.wrapped)
 
     async def open_file(self, warehouse: str, location: str, content: bytes) -> OpenedFile:
         """Open a metadata file: a sealed one with the key it carries, a plaintext one as is.

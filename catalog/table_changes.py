@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from catalog import confinement, documents, effects, fileio, roots, table_metadata
-from catalog.commits import PlannedChange, default_location
+from catalog.commits import CommitJob, NewFile, PlannedChange, default_location
 from catalog.context import CatalogContext, Warehouse
 from catalog.errors import NoSuchTableError
 from catalog.identifiers import Identifier
@@ -18,6 +18,7 @@ from catalog.sealing import ObjectKey
 from catalog.store.sql import ObjectRow
 
 TableChange = PlannedChange[TableMetadata]
+TableJob = CommitJob[TableMetadata]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +47,7 @@ def _change(
     row: ObjectRow | None,
     new: TableMetadata,
     origin: TableMetadata | None,
-    metadata_location: str,
-    key: ObjectKey,
+    file: NewFile,
 ) -> TableChange:
     return PlannedChange(
         identifier=identifier,
@@ -55,9 +55,9 @@ def _change(
         base=row,
         metadata=new,
         origin=origin,
-        metadata_location=metadata_location,
+        metadata_location=file.metadata_location,
         metadata_json=documents.model_json(new),
-        key=key,
+        key=file.key,
         object_uuid=row.uuid if row is not None else str(new.table_uuid),
         effect=effects.of_table_change(identifier, origin, new),
         roots=roots.table_roots(new),
@@ -66,25 +66,36 @@ def _change(
 
 def created(identifier: Identifier, metadata: TableMetadata, key: ObjectKey) -> TableChange:
     """The change that creates a table with `metadata` (its checks were made by the caller)."""
-    return _change(identifier, None, metadata, None, fileio.metadata_file_location(metadata.location, 0), key)
+    return _change(
+        identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata.location, 0), key)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What one table change applies to."""
+
+    current: CurrentTable | None  # the table as stored (None: not stored, or not read again)
+    ns_properties: dict[str, str] | None  # its namespace's properties (where its roots may lie)
+    # An earlier change to the same table in this commit: the change builds on it and goes into
+    # the same new file.
+    working: TableChange | None = None
 
 
 async def plan_change(
     ctx: CatalogContext,
     warehouse: Warehouse,
     identifier: Identifier,
-    current: CurrentTable | None,
-    ns_properties: dict[str, str] | None,
+    basis: Basis,
     change: CommitTableRequest,
-    working: TableChange | None = None,
 ) -> TableChange | None:
-    """Check and apply one table's change; None when it changes nothing.
+    """Check and apply one table's change to `basis`; None when it changes nothing.
 
-    `working` is an earlier change to the same table in this commit: this one builds on it and
-    goes into the same new file. A change that creates the table gets a new data key.
+    A change that creates the table gets a new data key.
     Raises CommitFailedError, NoSuchTableError, InvalidRequestError, LocationNotAllowedError,
     KeyServiceUnavailableError.
     """
+    current, ns_properties, working = basis.current, basis.ns_properties, basis.working
     row = working.base if working is not None else (current.row if current is not None else None)
     if working is not None:
         base: TableMetadata | None = working.metadata
@@ -109,7 +120,7 @@ async def plan_change(
     )
     roots.check_added_paths(base, new)
     if working is not None:
-        return _change(identifier, row, new, working.origin, working.metadata_location, working.key)
+        return _change(identifier, row, new, working.origin, NewFile(working.metadata_location, working.key))
     version = fileio.parse_metadata_version(row.metadata_location) + 1 if row is not None else 0
     key = (
         current.key
@@ -117,4 +128,4 @@ async def plan_change(
         else await ctx.sealer.new_object_key(warehouse.name, TABLE, str(new.table_uuid))
     )
     location = fileio.metadata_file_location(new.location, max(version, 0))
-    return _change(identifier, row, new, base, location, key)
+    return _change(identifier, row, new, base, NewFile(location, key))

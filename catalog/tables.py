@@ -21,19 +21,20 @@ from catalog import (
 )
 from catalog.commits import commit, commit_response, default_location, new_row
 from catalog.context import CatalogContext
-from catalog.dropped import purge_files, soft_drop
+from catalog.dropped import Purged, purge_files, soft_drop
 from catalog.effects import EffectGate
 from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
 from catalog.namespaces import require_namespace
-from catalog.objects import TABLE, list_objects, load_object, read_object, rename_object, require_object
+from catalog.objects import TABLE, Move, list_objects, load_object, read_object, rename_object, require_object
 from catalog.pagination import PageRequest
 from catalog.planning import mode as planning_mode
 from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
+from catalog.sealing import SealTarget
 from catalog.store import roots as confinement_rows
 from catalog.store.sql import ObjectRow
-from catalog.table_changes import TableChange, open_table, parse_metadata, plan_change
+from catalog.table_changes import Basis, TableChange, TableJob, open_table, parse_metadata, plan_change
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,8 @@ class TableService:
         async def plan() -> list[TableChange]:
             return [change]
 
-        return await commit(
-            self._ctx, warehouse, [identifier], plan, lambda changes: commit_response(changes[0]), rec, gate
-        )
+        job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
+        return await commit(self._ctx, warehouse, job, gate)
 
     async def load(
         self, warehouse_name: str | None, identifier: Identifier, snapshots: str, if_none_match: str | None
@@ -127,7 +127,9 @@ class TableService:
                     raise AlreadyExistsError(f"A view with this name exists: {identifier}")
                 ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
             current = await open_table(self._ctx, row)
-            change = await plan_change(self._ctx, warehouse, identifier, current, ns_properties, request)
+            change = await plan_change(
+                self._ctx, warehouse, identifier, Basis(current, ns_properties), request
+            )
             return [] if change is None else [change]
 
         async def current() -> bytes:
@@ -135,15 +137,10 @@ class TableService:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             return await load_object(self._ctx, row, "all")
 
-        body = await commit(
-            self._ctx,
-            warehouse,
-            [identifier],
-            plan,
-            lambda changes: commit_response(changes[0]) if changes else None,
-            rec,
-            gate,
+        job = TableJob(
+            [identifier], plan, lambda changes: commit_response(changes[0]) if changes else None, rec
         )
+        body = await commit(self._ctx, warehouse, job, gate)
         # A commit without updates changes nothing and answers the current metadata.
         return body if body is not None else await current()
 
@@ -174,14 +171,14 @@ class TableService:
                 previous = planned.get(identifier)
                 current = None if previous is not None else await open_table(self._ctx, row)
                 step = await plan_change(
-                    self._ctx, warehouse, identifier, current, ns_properties, change, previous
+                    self._ctx, warehouse, identifier, Basis(current, ns_properties, previous), change
                 )
                 if step is not None:
                     planned[identifier] = step
             return list(planned.values())
 
         tables = [identifier for identifier, _change in changes]
-        await commit(self._ctx, warehouse, tables, plan, lambda _changes: None, rec, gate)
+        await commit(self._ctx, warehouse, TableJob(tables, plan, lambda _changes: None, rec), gate)
         return None
 
     async def drop(
@@ -210,15 +207,10 @@ class TableService:
                 if rec is not None:
                     await rec.record(tx, None)
             if metadata is not None:
-                await asyncio.to_thread(
-                    purge_files,
-                    warehouse,
-                    metadata.location,
-                    set(),
-                    (metadata, row.metadata_location),
-                    others,
-                    (*own, *roots.table_roots(metadata)),
+                purged = Purged(
+                    metadata.location, (*own, *roots.table_roots(metadata)), (metadata, row.metadata_location)
                 )
+                await asyncio.to_thread(purge_files, warehouse, purged, set(), others)
             self._ctx.sealer.forget(row.data_key)
             return None
         raise CommitFailedError("the table changed concurrently too many times; retry the drop")
@@ -255,7 +247,9 @@ class TableService:
             if opened.sealed_key is not None
             else self._ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
         )
-        row = new_row(self._ctx, warehouse, identifier, TABLE, uid, key, location, metadata_json)
+        row = new_row(
+            self._ctx, SealTarget(warehouse.name, identifier, TABLE, uid, location), key, metadata_json
+        )
         body = documents.load_result(location, metadata_json)
         async with self._ctx.store.read() as tx:
             replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
@@ -284,7 +278,7 @@ class TableService:
                 if existing.uuid != uid:
                     await confinement.forget(tx, TABLE, existing.uuid)
             await registration.check_uuid(tx, uid)
-            await confinement.claim(tx, self._ctx, warehouse, namespace, TABLE, uid, held)
+            await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
             await tx.insert_object(row)
             if rec is not None:
                 await rec.record(tx, body)
@@ -298,7 +292,9 @@ class TableService:
         rec: Recorder | None,
         gate: EffectGate,
     ) -> Body:
-        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), TABLE, source, target, rec, gate)
+        await rename_object(
+            self._ctx, self._ctx.warehouse(warehouse_name), Move(TABLE, source, target), rec, gate
+        )
         return None
 
     async def report_metrics(

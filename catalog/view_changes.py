@@ -4,20 +4,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 from pyiceberg.view.metadata import ViewMetadata
 
 from catalog import confinement, documents, effects, fileio, locations, registration, roots, view_metadata
-from catalog.commits import PlannedChange, default_location
+from catalog.commits import NewFile, PlannedChange, default_location
 from catalog.context import CatalogContext, Warehouse
-from catalog.effects import Effect
 from catalog.errors import AlreadyExistsError, InvalidRequestError
 from catalog.identifiers import Identifier
 from catalog.namespaces import require_namespace
 from catalog.objects import VIEW, require_object
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from catalog.sealing import ObjectKey
 from catalog.store.sql import ObjectRow
 
 ViewChange = PlannedChange[ViewMetadata]
@@ -38,25 +37,21 @@ def _change(
     row: ObjectRow | None,
     new: ViewMetadata,
     origin: ViewMetadata | None,
-    metadata_location: str,
-    key: ObjectKey,
-    effect: Effect,
-    *,
-    writes_file: bool = True,
+    file: NewFile,
 ) -> ViewChange:
+    """The change from `origin` to `new` (a view created when `origin` is None)."""
     return PlannedChange(
         identifier=identifier,
         kind=VIEW,
         base=row,
         metadata=new,
         origin=origin,
-        metadata_location=metadata_location,
+        metadata_location=file.metadata_location,
         metadata_json=documents.model_json(new),
-        key=key,
+        key=file.key,
         object_uuid=row.uuid if row is not None else new.view_uuid,
-        effect=effect,
+        effect=effects.of_view_change(identifier, origin, new),
         roots=roots.object_roots(new.location),
-        writes_file=writes_file,
         # A new view must not take the UUID of a live or dropped object (its key and seals are
         # bound to the UUID).
         check_uuid_free=row is None,
@@ -82,13 +77,7 @@ async def plan_create(
     )
     key = await ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
     return _change(
-        identifier,
-        None,
-        metadata,
-        None,
-        fileio.metadata_file_location(metadata.location, 0),
-        key,
-        effects.of_view_change(identifier, None, metadata),
+        identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata.location, 0), key)
     )
 
 
@@ -113,13 +102,7 @@ async def plan_replace(
     # A view's versions count from 1 on: a file without a version number is followed by 00001.
     version = max(fileio.parse_metadata_version(row.metadata_location) + 1, 1)
     return _change(
-        identifier,
-        row,
-        new,
-        base,
-        fileio.metadata_file_location(new.location, version),
-        key,
-        effects.of_view_change(identifier, base, new),
+        identifier, row, new, base, NewFile(fileio.metadata_file_location(new.location, version), key)
     )
 
 
@@ -151,13 +134,9 @@ async def plan_register(
         if opened.sealed_key is not None
         else ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
     )
-    return _change(
-        identifier,
-        None,
-        metadata,
-        None,
-        location,
-        key,
-        effects.of_arrival(identifier, metadata),
+    # The registered file is adopted as it is (not ours to write), and the view arrives whole.
+    return dataclasses.replace(
+        _change(identifier, None, metadata, None, NewFile(location, key)),
+        effect=effects.of_arrival(identifier, metadata),
         writes_file=False,
     )

@@ -7,36 +7,31 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from pyiceberg.view.metadata import ViewMetadata
+
 from catalog import confinement, view_changes
-from catalog.commits import commit, commit_response
-from catalog.context import CatalogContext, Warehouse
+from catalog.commits import CommitJob, commit, commit_response
+from catalog.context import CatalogContext
 from catalog.dropped import soft_drop
 from catalog.effects import EffectGate
 from catalog.errors import NoSuchViewError
 from catalog.idempotency import Body, Recorder
 from catalog.identifiers import Identifier, Namespace
-from catalog.objects import VIEW, list_objects, load_object, read_object, rename_object
+from catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
 from catalog.pagination import PageRequest
 from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from catalog.view_changes import ViewChange
 
+ViewJob = CommitJob[ViewMetadata]
 
-async def _commit_one(
-    ctx: CatalogContext,
-    warehouse: Warehouse,
-    identifier: Identifier,
-    plan: Callable[[], Awaitable[ViewChange]],
-    rec: Recorder | None,
-    gate: EffectGate,
-) -> Body:
-    """Commit the one view change `plan()` makes (planned again after a lost race)."""
+
+def _one(identifier: Identifier, plan: Callable[[], Awaitable[ViewChange]], rec: Recorder | None) -> ViewJob:
+    """The commit of the one view change `plan()` makes (planned again after a lost race)."""
 
     async def plan_all() -> list[ViewChange]:
         return [await plan()]
 
-    return await commit(
-        ctx, warehouse, [identifier], plan_all, lambda changes: commit_response(changes[0]), rec, gate
-    )
+    return ViewJob([identifier], plan_all, lambda changes: commit_response(changes[0]), rec)
 
 
 class ViewService:
@@ -63,7 +58,7 @@ class ViewService:
         async def plan() -> ViewChange:
             return await view_changes.plan_create(self._ctx, warehouse, identifier, request)
 
-        return await _commit_one(self._ctx, warehouse, identifier, plan, rec, gate)
+        return await commit(self._ctx, warehouse, _one(identifier, plan, rec), gate)
 
     async def load(self, warehouse_name: str | None, identifier: Identifier) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -90,7 +85,7 @@ class ViewService:
         async def plan() -> ViewChange:
             return await view_changes.plan_replace(self._ctx, warehouse, identifier, request)
 
-        return await _commit_one(self._ctx, warehouse, identifier, plan, rec, gate)
+        return await commit(self._ctx, warehouse, _one(identifier, plan, rec), gate)
 
     async def drop(self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
@@ -116,7 +111,9 @@ class ViewService:
         rec: Recorder | None,
         gate: EffectGate,
     ) -> Body:
-        await rename_object(self._ctx, self._ctx.warehouse(warehouse_name), VIEW, source, target, rec, gate)
+        await rename_object(
+            self._ctx, self._ctx.warehouse(warehouse_name), Move(VIEW, source, target), rec, gate
+        )
         return None
 
     async def register(
@@ -135,4 +132,4 @@ class ViewService:
         async def plan() -> ViewChange:
             return await view_changes.plan_register(self._ctx, warehouse, identifier, request)
 
-        return await _commit_one(self._ctx, warehouse, identifier, plan, rec, gate)
+        return await commit(self._ctx, warehouse, _one(identifier, plan, rec), gate)

@@ -59,7 +59,9 @@ from limits import RateLimitItem, parse_many
 from limits.aio.storage import MovingWindowSupport, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.errors import StorageError
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from gateway.config.base import FrozenSettings
 
 __all__ = [
     "OperationClass",
@@ -109,11 +111,9 @@ def _check_limit_string(value: str) -> str:
     return value
 
 
-class RateLimitSettings(BaseModel):
+class RateLimitSettings(FrozenSettings):
     """How requests are limited. Limits use `limits` notation; ``;`` joins several, e.g.
     ``"20/second;600/minute"``, and all must have room."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = Field(True, description="Switch all rate limiting off (benchmarks only).")
     storage_uri: str = Field(

@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Literal
 
 from cryptography import x509
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
+
+from gateway.config.base import FrozenSettings
 
 __all__ = [
     "PlainHttpRefusedError",
@@ -76,11 +78,9 @@ class PlainHttpRefusedError(Exception):
     """Plain HTTP on a non-loopback address without ``allow_plain_http``."""
 
 
-class TlsSettings(BaseModel):
+class TlsSettings(FrozenSettings):
     """TLS of the listening socket. Without ``cert_file`` the gateway speaks plain HTTP, which
     `check_plain_http_allowed` permits only on loopback or when ``allow_plain_http`` is set."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     cert_file: Path | None = Field(
         None, description="PEM server certificate chain (leaf first). Setting it turns TLS on."

@@ -76,7 +76,7 @@ def run_pipeline(
             for name in ("ingest", "refine", "serve", "maintain", "analyst", "duckdb"):
                 report.skip(name)
         else:
-            _run_stages(config, tables, result.manifest, service, analyst, report, result)
+            _run_stages(_Run(config, tables, report, result), result.manifest, service, analyst)
             result.tables = _table_stats(service, tables)
     finally:
         result.stages = report.stages
@@ -88,15 +88,18 @@ def run_pipeline(
     return result
 
 
-def _run_stages(
-    config: PipelineConfig,
-    tables: Tables,
-    manifest: Manifest,
-    service: SparkSession,
-    analyst: SparkSession,
-    report: Report,
-    result: PipelineResult,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One pipeline run: its configuration, tables, the report it writes and the result it fills."""
+
+    config: PipelineConfig
+    tables: Tables
+    report: Report
+    result: PipelineResult
+
+
+def _run_stages(run: _Run, manifest: Manifest, service: SparkSession, analyst: SparkSession) -> None:
+    config, tables, report, result = run.config, run.tables, run.report, run.result
     steps: list[tuple[str, Callable[[], object]]] = [
         ("ingest", lambda: stages.ingest(service, config, tables, manifest, report)),
         ("refine", lambda: stages.refine(service, tables, manifest, report)),

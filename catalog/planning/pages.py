@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import orjson
 from pyiceberg.table import FileScanTask
@@ -45,19 +46,31 @@ def completed(page: bytes, plan_id: str | None, plan_tasks: Sequence[str]) -> by
     return orjson.dumps(head)[:-1] + b"," + page[1:]
 
 
-def seal(key: ObjectKey, warehouse: str, table_uuid: str, plan_id: str, page_no: int, page: bytes) -> bytes:
-    plaintext = plan_id.encode() + b"\n" + page
-    return envelope.seal(key.plaintext, plaintext, envelope.Binding(warehouse, _KIND, table_uuid, page_no))
+@dataclass(frozen=True, slots=True)
+class PageOf:
+    """Which stored page a sealed page is: its table (warehouse, UUID), its plan and its number."""
+
+    warehouse: str
+    table_uuid: str
+    plan_id: str
+    page_no: int
+
+    def binding(self) -> envelope.Binding:
+        # The plan id is sealed inside the page (the binding has no room for it), see `seal`.
+        return envelope.Binding(self.warehouse, _KIND, self.table_uuid, self.page_no)
 
 
-def open_page(
-    key: ObjectKey, warehouse: str, table_uuid: str, plan_id: str, page_no: int, blob: bytes
-) -> bytes:
+def seal(key: ObjectKey, of: PageOf, page: bytes) -> bytes:
+    """The page sealed with its table's key, bound to `of`."""
+    plaintext = of.plan_id.encode() + b"\n" + page
+    return envelope.seal(key.plaintext, plaintext, of.binding())
+
+
+def open_page(key: ObjectKey, of: PageOf, blob: bytes) -> bytes:
     """The page's JSON. Raises IntegrityCheckError if it was not sealed for this plan and page."""
+    plan_id = of.plan_id
     try:
-        plaintext = envelope.open_sealed(
-            key.plaintext, blob, envelope.Binding(warehouse, _KIND, table_uuid, page_no)
-        )
+        plaintext = envelope.open_sealed(key.plaintext, blob, of.binding())
     except SealIntegrityError as err:
         raise IntegrityCheckError(f"a stored scan plan page failed its check: {err}") from None
     sealed_for, _, page = plaintext.partition(b"\n")

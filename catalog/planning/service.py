@@ -60,6 +60,17 @@ class PlanAnswer:
     failure: CatalogError | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Background:
+    """What a background plan works on: the table's row and key, the scan and the table's roots."""
+
+    plan_id: str
+    row: ObjectRow
+    key: ObjectKey
+    scan: Scan
+    held: Sequence[str]
+
+
 @dataclass(slots=True)
 class _Running:
     task: asyncio.Task[None]
@@ -115,7 +126,7 @@ class PlanService:
                 raise
             if encoded is None:
                 plan_id = await self._submit(row, owner)
-                self._start(plan_id, row, key, scan, held)
+                self._start(_Background(plan_id, row, key, scan, held))
                 handed_off = True
                 return PlanAnswer(pages.submitted(plan_id))
             return PlanAnswer(await self._complete_now(row, key, owner, encoded))
@@ -198,7 +209,7 @@ class PlanService:
                 token=pages.new_id(),
                 plan_id=plan_id,
                 page_no=page_no,
-                payload=pages.seal(key, row.warehouse, row.uuid, plan_id, page_no, page),
+                payload=pages.seal(key, pages.PageOf(row.warehouse, row.uuid, plan_id, page_no), page),
             )
             for page_no, page in enumerate(encoded)
         ]
@@ -210,24 +221,17 @@ class PlanService:
             await rows.insert_plan(tx, self._plan_row(row, plan_id, owner, rows.SUBMITTED, _now_ms()))
         return plan_id
 
-    def _start(self, plan_id: str, row: ObjectRow, key: ObjectKey, scan: Scan, held: Sequence[str]) -> None:
+    def _start(self, plan: _Background) -> None:
         """Plan in the background; the task owns one concurrency slot until it ends."""
         stop = threading.Event()
-        task = asyncio.get_running_loop().create_task(self._run(plan_id, row, key, scan, stop, held))
-        self._running[plan_id] = _Running(task, stop)
+        task = asyncio.get_running_loop().create_task(self._run(plan, stop))
+        self._running[plan.plan_id] = _Running(task, stop)
 
-    async def _run(
-        self,
-        plan_id: str,
-        row: ObjectRow,
-        key: ObjectKey,
-        scan: Scan,
-        stop: threading.Event,
-        held: Sequence[str],
-    ) -> None:
+    async def _run(self, plan: _Background, stop: threading.Event) -> None:
+        plan_id = plan.plan_id
         try:
-            encoded = await asyncio.to_thread(self._plan_pages, scan, stop, held)
-            stored = self._page_rows(row, key, plan_id, encoded)
+            encoded = await asyncio.to_thread(self._plan_pages, plan.scan, stop, plan.held)
+            stored = self._page_rows(plan.row, plan.key, plan_id, encoded)
             async with self._ctx.store.write() as tx:
                 # Only a plan still submitted takes its result: a cancelled one stays cancelled.
                 if await rows.finish_plan(tx, plan_id, rows.COMPLETED):
@@ -290,7 +294,7 @@ class PlanService:
         if first is None:  # cancelled and swept between the two reads
             raise NoSuchPlanIdError(f"scan plan does not exist: {plan_id}")
         key = await self._ctx.sealer.object_key(row)
-        page = pages.open_page(key, row.warehouse, row.uuid, plan_id, 0, first.payload)
+        page = pages.open_page(key, pages.PageOf(row.warehouse, row.uuid, plan_id, 0), first.payload)
         return PlanAnswer(pages.completed(page, plan_id, tokens))
 
     async def cancel(
@@ -315,7 +319,9 @@ class PlanService:
             raise NoSuchPlanTaskError("plan task does not exist")
         plan, page = found
         key = await self._ctx.sealer.object_key(row)
-        return pages.open_page(key, row.warehouse, row.uuid, plan.plan_id, page.page_no, page.payload)
+        return pages.open_page(
+            key, pages.PageOf(row.warehouse, row.uuid, plan.plan_id, page.page_no), page.payload
+        )
 
     # -- expiry ------------------------------------------------------------------------------
     async def sweep(self) -> int:

@@ -293,16 +293,10 @@ class StoreTx:
                 ) from None
             raise AlreadyExistsError("a table or view with this name already exists") from None
 
-    async def swap_object(
-        self,
-        warehouse: str,
-        namespace: str,
-        name: str,
-        expected_location: str,
-        new_location: str,
-        new_metadata: bytes,
-    ) -> bool:
-        """Compare-and-swap the pointer; True if it still named `expected_location` and now moved."""
+    async def swap_object(self, base: ObjectRow, new_location: str, new_metadata: bytes) -> bool:
+        """Compare-and-swap the pointer `base` was read from; True if it still named
+        `base.metadata_location` and now moved."""
+        warehouse, namespace, name = base.warehouse, base.namespace, base.name
         self.touched.objects.add((warehouse, namespace, name))
         result = await self._conn.execute(
             update(catalog_objects)
@@ -310,7 +304,7 @@ class StoreTx:
                 catalog_objects.c.warehouse == warehouse,
                 catalog_objects.c.namespace == namespace,
                 catalog_objects.c.name == name,
-                catalog_objects.c.metadata_location == expected_location,
+                catalog_objects.c.metadata_location == base.metadata_location,
             )
             .values(
                 metadata_location=new_location,
@@ -378,16 +372,9 @@ class StoreTx:
             return None
         return IdempotencyRecord(row.operation, row.request_hash, row.outcome, row.payload, row.created_at)
 
-    async def put_idempotency(
-        self,
-        key: str,
-        operation: str,
-        request_hash: str,
-        outcome: str,
-        payload: bytes | None,
-        expired_before: float,
-    ) -> None:
-        """Record a final outcome, replacing an expired record. Raises DuplicateKeyError."""
+    async def put_idempotency(self, key: str, record: IdempotencyRecord, expired_before: float) -> None:
+        """Record a final outcome under `key`, replacing a record created before `expired_before`.
+        Raises DuplicateKeyError when a live record has the key."""
         await self._conn.execute(
             delete(idempotency_records).where(
                 idempotency_records.c.key == key, idempotency_records.c.created_at < expired_before
@@ -397,11 +384,11 @@ class StoreTx:
             await self._conn.execute(
                 insert(idempotency_records).values(
                     key=key,
-                    operation=operation,
-                    request_hash=request_hash,
-                    outcome=outcome,
-                    payload=payload,
-                    created_at=time.time(),
+                    operation=record.operation,
+                    request_hash=record.request_hash,
+                    outcome=record.outcome,
+                    payload=record.payload,
+                    created_at=record.created_at,
                 )
             )
         except IntegrityError:

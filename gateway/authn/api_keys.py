@@ -61,7 +61,7 @@ import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from catalog.errors import StorageUnavailableError
 from gateway.authn.errors import AuthenticationError
@@ -69,6 +69,7 @@ from gateway.authn.key_format import MalformedKeyError, ParsedKey, generate_key,
 from gateway.authn.key_guards import DEFAULT_CACHE_BYTES, CacheEntry, Lockout, SecretHasher, VerifiedCache
 from gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
+from gateway.config.base import FrozenSettings
 
 log = logging.getLogger("cedarberg.authn.api_keys")
 
@@ -81,10 +82,8 @@ _FEED_BATCH = 1000
 _FEED_STOP_SECONDS = 5.0
 
 
-class ApiKeySettings(BaseModel):
+class ApiKeySettings(FrozenSettings):
     """Limits of API key verification. Defaults suit a small deployment on a few cores."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     hash_concurrency: int = Field(
         2, ge=1, le=64, description="Argon2id hashes run at once (each uses 64 MiB and one core)."

@@ -171,23 +171,41 @@ async def fetch_json(
     return document
 
 
+@dataclass(frozen=True, slots=True)
+class KeySource:
+    """Where an issuer's keys come from and which algorithms they may be used with."""
+
+    issuer: str
+    discovery_url: str | None  # None: the issuer's /.well-known/openid-configuration
+    jwks_uri: str | None  # None: discovered
+    algorithms: frozenset[str]
+    allow_http: bool  # plain-HTTP URLs accepted (tests and closed networks only)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchBounds:
+    """How key sets are fetched and kept: shared by every issuer."""
+
+    timeout: float  # seconds per fetch
+    max_bytes: int  # the largest document read
+    min_interval: float  # seconds between two refreshes of one issuer
+    ttl: float  # seconds a fetched key set (and a discovered jwks_uri) is used
+
+
 class IssuerKeys:
     """The cached key set of one issuer, refreshed on demand within the bounds described above."""
 
     def __init__(
-        self,
-        session: Callable[[], Awaitable[aiohttp.ClientSession]],
-        *,
-        issuer: str,
-        discovery_url: str | None,
-        jwks_uri: str | None,
-        algorithms: frozenset[str],
-        allow_http: bool,
-        timeout: float,
-        max_bytes: int,
-        min_interval: float,
-        ttl: float,
+        self, session: Callable[[], Awaitable[aiohttp.ClientSession]], source: KeySource, bounds: FetchBounds
     ) -> None:
+        issuer, discovery_url, jwks_uri = source.issuer, source.discovery_url, source.jwks_uri
+        algorithms, allow_http = source.algorithms, source.allow_http
+        timeout, max_bytes, min_interval, ttl = (
+            bounds.timeout,
+            bounds.max_bytes,
+            bounds.min_interval,
+            bounds.ttl,
+        )
         self._session = session
         self._issuer = issuer
         self._discovery_url = discovery_url or issuer.rstrip("/") + "/.well-known/openid-configuration"

@@ -33,26 +33,29 @@ from typing import Any, Self
 
 import aiohttp
 import jwt
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.authn.jwks import (
     ASYMMETRIC_ALGORITHMS,
+    FetchBounds,
     IssuerKeys,
     JwksError,
+    KeySource,
     VerificationKey,
     log,
     short_repr,
     url_allowed,
 )
 from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, oidc_principal_id
+from gateway.config.base import FrozenSettings
 
 DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
 MAX_PRINCIPAL_ID_LENGTH = 512
 _GROUP_SEPARATORS = re.compile(r"[\s,]+")
 
 
-class OidcIssuerSettings(BaseModel):
+class OidcIssuerSettings(FrozenSettings):
     """One trusted token issuer.
 
     `issuer` must equal the tokens' `iss` claim (and the discovery document's `issuer`) exactly.
@@ -67,8 +70,6 @@ class OidcIssuerSettings(BaseModel):
     two issuers, and subjects equal to an API key's principal name, stay distinct principals.
     URLs must be https unless they point to loopback, or `unsafe_allow_http` is set.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     issuer: str = Field(min_length=1)
     audiences: tuple[str, ...] = Field(min_length=1)
@@ -131,7 +132,7 @@ class OidcIssuerSettings(BaseModel):
         return self
 
 
-class OidcSettings(BaseModel):
+class OidcSettings(FrozenSettings):
     """All trusted OIDC issuers and the limits that protect the gateway from tokens and IdPs.
 
     `max_token_bytes`: longer bearer tokens are refused before parsing. `fetch_timeout_seconds` and
@@ -140,8 +141,6 @@ class OidcSettings(BaseModel):
     expiry of `cache_ttl_seconds`), so a flood of unknown kids costs at most one download per
     interval.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     issuers: tuple[OidcIssuerSettings, ...] = ()
     max_token_bytes: int = Field(DEFAULT_MAX_TOKEN_BYTES, ge=1024, le=1024 * 1024)
@@ -244,20 +243,25 @@ class OidcAuthenticator:
         self._settings = settings
         self._session = session
         self._owns_session = session is None
+        bounds = FetchBounds(
+            timeout=settings.fetch_timeout_seconds,
+            max_bytes=settings.max_document_bytes,
+            min_interval=settings.refresh_min_interval_seconds,
+            ttl=settings.cache_ttl_seconds,
+        )
         self._issuers = {
             issuer.issuer: _Issuer(
                 issuer,
                 IssuerKeys(
                     self._get_session,
-                    issuer=issuer.issuer,
-                    discovery_url=issuer.discovery_url,
-                    jwks_uri=issuer.jwks_uri,
-                    algorithms=frozenset(issuer.algorithms),
-                    allow_http=issuer.unsafe_allow_http,
-                    timeout=settings.fetch_timeout_seconds,
-                    max_bytes=settings.max_document_bytes,
-                    min_interval=settings.refresh_min_interval_seconds,
-                    ttl=settings.cache_ttl_seconds,
+                    KeySource(
+                        issuer=issuer.issuer,
+                        discovery_url=issuer.discovery_url,
+                        jwks_uri=issuer.jwks_uri,
+                        algorithms=frozenset(issuer.algorithms),
+                        allow_http=issuer.unsafe_allow_http,
+                    ),
+                    bounds,
                 ),
             )
             for issuer in settings.issuers

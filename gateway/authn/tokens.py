@@ -46,12 +46,13 @@ import jwt
 import orjson
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
 from gateway.authn.token_cache import DEFAULT_MAX_BYTES as DEFAULT_VERIFIED_CACHE_BYTES
 from gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
+from gateway.config.base import FrozenSettings
 
 log = logging.getLogger("cedarberg.authn.tokens")
 
@@ -64,10 +65,8 @@ _MAX_ATTRIBUTES = 16
 _MAX_CLAIM_STRING = 1024
 
 
-class TokenSettings(BaseModel):
+class TokenSettings(FrozenSettings):
     """The gateway's own access tokens (issued at /v1/oauth/tokens)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     issuer: str = Field("cedarberg", min_length=1, description="`iss` of issued tokens.")
     audience: str = Field("cedarberg", min_length=1, description="`aud` of issued tokens.")

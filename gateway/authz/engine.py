@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import cedarpy
 import orjson
@@ -93,19 +93,27 @@ class ReloadOutcome(StrEnum):
     REFUSED = "refused"
 
 
+class CacheBounds(TypedDict, total=False):
+    """The bounds of a PolicyEngine's caches, passed as keywords (0 entries: that cache is off)."""
+
+    entity_cache_size: int  # parsed entity sets kept
+    decision_cache_size: int  # decisions kept
+    entity_cache_bytes: int
+    decision_cache_bytes: int
+    cache_entry_bytes: int  # the largest entry either cache keeps
+
+
 class PolicyEngine:
     """Holds the active policy set of one directory and decides requests with it. Thread-safe."""
 
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        entity_cache_size: int = DEFAULT_ENTITY_CACHE_SIZE,
-        decision_cache_size: int = DEFAULT_DECISION_CACHE_SIZE,
-        entity_cache_bytes: int = DEFAULT_ENTITY_CACHE_BYTES,
-        decision_cache_bytes: int = DEFAULT_DECISION_CACHE_BYTES,
-        cache_entry_bytes: int = DEFAULT_CACHE_ENTRY_BYTES,
-    ) -> None:
+    def __init__(self, directory: Path, **bounds: Unpack[CacheBounds]) -> None:
+        """An engine for the policies in `directory` (loaded by `load`), its caches bounded by
+        `bounds` (each absent bound takes its DEFAULT_*)."""
+        entity_cache_size = bounds.get("entity_cache_size", DEFAULT_ENTITY_CACHE_SIZE)
+        decision_cache_size = bounds.get("decision_cache_size", DEFAULT_DECISION_CACHE_SIZE)
+        entity_cache_bytes = bounds.get("entity_cache_bytes", DEFAULT_ENTITY_CACHE_BYTES)
+        decision_cache_bytes = bounds.get("decision_cache_bytes", DEFAULT_DECISION_CACHE_BYTES)
+        cache_entry_bytes = bounds.get("cache_entry_bytes", DEFAULT_CACHE_ENTRY_BYTES)
         self._directory = Path(directory)
         self._active: CompiledPolicySet | None = None
         self._last_error: RefusedPolicySet | None = None

@@ -220,18 +220,23 @@ class Resource:
         return f"Resource({self.uid})"
 
 
+@dataclass(frozen=True, slots=True)
+class _Carried:
+    """What a resource carries for the gateway beside its Cedar entity: where it is, the grants
+    it inherits and the tags (properties) policies may read."""
+
+    warehouse: str | None = None
+    namespace: tuple[str, ...] = ()
+    name: str | None = None
+    grants: Grants = Grants()
+    tags: Mapping[str, str] | None = None
+
+
 def _resource(
-    kind: EntityType,
-    id_: str,
-    *,
-    attrs: JsonDict,
-    parent: Resource | None,
-    warehouse: str | None = None,
-    namespace: tuple[str, ...] = (),
-    name: str | None = None,
-    grants: Grants = Grants(),
-    tags: Mapping[str, str] | None = None,
+    kind: EntityType, id_: str, attrs: JsonDict, parent: Resource | None, carried: _Carried = _Carried()
 ) -> Resource:
+    warehouse, namespace, name = carried.warehouse, carried.namespace, carried.name
+    grants, tags = carried.grants, carried.tags
     uid = EntityUid.of(kind, id_)
     entity: JsonDict = {
         "uid": uid.to_json(),
@@ -262,16 +267,14 @@ def catalog_resource() -> Resource:
     """The root of everything: the target of admin actions (API keys, policies)."""
     global _CATALOG  # noqa: PLW0603 - an immutable value built once
     if _CATALOG is None:
-        _CATALOG = _resource(EntityType.CATALOG, CATALOG_ID, attrs={}, parent=None)
+        _CATALOG = _resource(EntityType.CATALOG, CATALOG_ID, {}, None)
     return _CATALOG
 
 
 def api_key_resource(key_id: str, owner: str) -> Resource:
     """An API key; `owner` is the (namespaced, `key:<name>`) id of the principal the key
     authenticates as."""
-    return _resource(
-        EntityType.API_KEY, key_id, attrs={"owner": owner}, parent=catalog_resource(), name=key_id
-    )
+    return _resource(EntityType.API_KEY, key_id, {"owner": owner}, catalog_resource(), _Carried(name=key_id))
 
 
 def warehouse_resource(warehouse: str, properties: Mapping[str, str] | None = None) -> Resource:
@@ -281,11 +284,9 @@ def warehouse_resource(warehouse: str, properties: Mapping[str, str] | None = No
     return _resource(
         EntityType.WAREHOUSE,
         encode_name(warehouse),
-        attrs={"warehouse": warehouse, **grants.to_attrs()},
-        parent=catalog_resource(),
-        warehouse=warehouse,
-        grants=grants,
-        tags=props,
+        {"warehouse": warehouse, **grants.to_attrs()},
+        catalog_resource(),
+        _Carried(warehouse=warehouse, grants=grants, tags=props),
     )
 
 
@@ -299,17 +300,14 @@ def child_namespace(parent: Resource, level: str, properties: Mapping[str, str] 
     return _resource(
         EntityType.NAMESPACE,
         namespace_id(parent.warehouse, levels),
-        attrs={
+        {
             "warehouse": parent.warehouse,
             "namespace": ".".join(levels),
             "depth": len(levels),
             **grants.to_attrs(),
         },
-        parent=parent,
-        warehouse=parent.warehouse,
-        namespace=levels,
-        grants=grants,
-        tags={**parent.tags, **props},
+        parent,
+        _Carried(warehouse=parent.warehouse, namespace=levels, grants=grants, tags={**parent.tags, **props}),
     )
 
 
@@ -339,18 +337,14 @@ def _child_object(kind: EntityType, namespace: Resource, name: str) -> Resource:
     return _resource(
         kind,
         object_id(namespace.warehouse, namespace.namespace, name),
-        attrs={
+        {
             "warehouse": namespace.warehouse,
             "namespace": ".".join(namespace.namespace),
             "name": name,
             **namespace.grants.to_attrs(),
         },
-        parent=namespace,
-        warehouse=namespace.warehouse,
-        namespace=namespace.namespace,
-        name=name,
-        grants=namespace.grants,
-        tags=namespace.tags,
+        namespace,
+        _Carried(namespace.warehouse, namespace.namespace, name, namespace.grants, namespace.tags),
     )
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.config.base import FrozenSettings
 
 # The bundled policies: `policies/` at the root of the source tree (next to `gateway/`).
 BUNDLED_POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 
-class AuthzSettings(BaseModel):
+class AuthzSettings(FrozenSettings):
     """Where the Cedar policies live and how they are reloaded."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     policy_dir: Path = Field(
         BUNDLED_POLICY_DIR,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES
 from catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
+from gateway.config.base import FrozenSettings
 
 
-class CacheSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class ReadCacheSettings(FrozenSettings):
+    """The read-path caches (`[cache]`); the data key cache is `kms.settings.CacheSettings`."""
 
     registry_ttl_seconds: float = Field(
         DEFAULT_TTL_SECONDS,

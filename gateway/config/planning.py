@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from catalog.planning.limits import PlanningLimits
+from gateway.config.base import FrozenSettings
 
 _DEFAULTS = PlanningLimits()
 
 
-class PlanningSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class PlanningSettings(FrozenSettings):
     max_sync_manifests: int = Field(
         _DEFAULTS.max_sync_manifests,
         ge=0,

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -31,7 +29,8 @@ from gateway.authn.api_keys import ApiKeySettings
 from gateway.authn.oidc import OidcSettings
 from gateway.authn.tokens import TokenSettings
 from gateway.authz.settings import AuthzSettings
-from gateway.config.caches import CacheSettings
+from gateway.config.base import FrozenSettings
+from gateway.config.caches import ReadCacheSettings
 from gateway.config.planning import PlanningSettings
 from gateway.ratelimit import RateLimitSettings
 from gateway.storage.settings import S3Settings, VendingSettings
@@ -46,9 +45,7 @@ class SettingsError(Exception):
     """Configuration that cannot be used; the message names the offending setting."""
 
 
-class WarehouseSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class WarehouseSettings(FrozenSettings):
     location: str = Field(description="Root of the warehouse: an absolute path, file:// or s3:// URI.")
     seal_metadata_files: bool = Field(
         True,
@@ -91,20 +88,16 @@ class WarehouseSettings(BaseModel):
         return self
 
 
-class AnonymousSettings(BaseModel):
+class AnonymousSettings(FrozenSettings):
     """An explicit principal for requests without credentials. Off unless configured: for local
     development and tests of catalog behaviour only; Cedar still decides what it may do."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     principal: str = Field(description="Principal id given to unauthenticated requests.")
     groups: tuple[str, ...] = Field((), description="Groups of that principal.")
 
 
-class Settings(BaseModel):
+class Settings(FrozenSettings):
     """Everything the gateway can be told. Frozen: built once at start-up."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8181, ge=1, le=65535, description="TCP port to listen on.")
@@ -190,7 +183,7 @@ class Settings(BaseModel):
     tokens: TokenSettings = Field(default_factory=TokenSettings, description="Gateway-issued access tokens.")
     oidc: OidcSettings = Field(default_factory=OidcSettings, description="Trusted OIDC issuers.")
     kms: KmsSettings = Field(default_factory=KmsSettings, description="Envelope encryption keys.")
-    cache: CacheSettings = Field(default_factory=CacheSettings, description="Read-path caches.")
+    cache: ReadCacheSettings = Field(default_factory=ReadCacheSettings, description="Read-path caches.")
     planning: PlanningSettings = Field(
         default_factory=PlanningSettings, description="Server-side scan planning."
     )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from gateway.config.base import FrozenSettings
 
 DEFAULT_REGION = "us-east-1"
 
@@ -26,11 +28,9 @@ def _http_url(value: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-class S3Settings(BaseModel):
+class S3Settings(FrozenSettings):
     """How the gateway reaches an s3:// warehouse. Without keys, the AWS default credential chain
     (environment, instance profile) of the gateway process is used."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     endpoint: str | None = Field(
         None, description="URL of an S3-compatible server (MinIO, Ceph...); unset: AWS S3 of `region`."
@@ -59,10 +59,8 @@ class S3Settings(BaseModel):
         return self
 
 
-class VendingSettings(BaseModel):
+class VendingSettings(FrozenSettings):
     """Credential vending: the role assumed for engines' short-lived, table-scoped credentials."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     role_arn: str = Field(
         pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]{1,512}$",

@@ -21,6 +21,10 @@ from gateway.ratelimit import RateLimitUnavailableError, RetryAfter
 
 log = logging.getLogger("cedarberg.request")
 
+# One class for "authenticated, visible, and not allowed" (403), raised by the catalog and the
+# gateway alike and mapped once below; named here too for the gateway modules that raise it.
+ForbiddenError = catalog_errors.ForbiddenError
+
 
 class RateLimitedError(Exception):
     """Over a rate limit: 429 with Retry-After."""
@@ -28,10 +32,6 @@ class RateLimitedError(Exception):
     def __init__(self, retry: RetryAfter) -> None:
         super().__init__("Too many requests; slow down")
         self.retry = retry
-
-
-class ForbiddenError(Exception):
-    """Authenticated, visible, and not allowed: 403."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,6 @@ ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     RateLimitUnavailableError: ErrorMapping(
         503, _UNAVAILABLE, "rate limiting is unavailable", log_failure=False
     ),
-    ForbiddenError: ErrorMapping(403, "ForbiddenException"),
 }
 
 # aiohttp's own HTTP errors (routing, body size, methods) in the same vocabulary.

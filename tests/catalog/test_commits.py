@@ -115,7 +115,8 @@ class Kind:
                 row = await tx.get_object(WAREHOUSE, NAMESPACE.key, identifier.name)
             current = await table_changes.open_table(ctx, row)
             table = req.parse(req.CommitTableRequest, self._request(properties, uuid))
-            change = await table_changes.plan_change(ctx, warehouse, identifier, current, {}, table)
+            basis = table_changes.Basis(current, {})
+            change = await table_changes.plan_change(ctx, warehouse, identifier, basis, table)
             return [] if change is None else [change]
 
         async def plan_view() -> list[commits.PlannedChange[Any]]:
@@ -183,10 +184,7 @@ async def test_a_lost_race_is_planned_again_on_the_newer_metadata_and_lands(
     body = await commits.commit(
         ctx,
         ctx.warehouse(None),
-        [kind.identifier()],
-        plan,
-        lambda changes: commits.commit_response(changes[0]),
-        None,
+        commits.CommitJob([kind.identifier()], plan, lambda changes: commits.commit_response(changes[0])),
         racing_gate,
     )
 
@@ -227,10 +225,7 @@ async def test_a_requirement_that_a_race_broke_fails_the_commit_and_leaves_nothi
         await commits.commit(
             ctx,
             ctx.warehouse(None),
-            [kind.identifier()],
-            plan,
-            lambda changes: commits.commit_response(changes[0]),
-            None,
+            commits.CommitJob([kind.identifier()], plan, lambda changes: commits.commit_response(changes[0])),
             racing_gate,
         )
 

@@ -16,7 +16,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.statistics import StatisticsFile
 
 from catalog.context import Warehouse
-from catalog.dropped import purge_files
+from catalog.dropped import Purged, purge_files
 from catalog.errors import ForbiddenError
 from catalog.planning.confined import ConfinedFileIO
 
@@ -67,11 +67,9 @@ def test_purge_deletes_only_under_the_roots_and_survives_a_crafted_manifest_list
     with caplog.at_level(logging.WARNING):
         purge_files(
             warehouse,
-            f"file://{table}",
+            Purged(f"file://{table}", [f"file://{table}"], (metadata, f"file://{metadata_file}")),
             set(),
-            (metadata, f"file://{metadata_file}"),
             [],
-            [f"file://{table}"],
         )
     assert not table.exists()
     assert neighbour.read_bytes() == b"x"

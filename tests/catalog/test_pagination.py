@@ -8,7 +8,7 @@ import pytest
 from catalog import page_tokens
 from catalog.errors import InvalidRequestError
 from catalog.page_tokens import Listing
-from catalog.pagination import PageRequest, fetch_page
+from catalog.pagination import PageRequest, Scope, fetch_page
 
 KEY = os.urandom(32)
 LISTING = Listing("default", "namespaces", "", '["api-key","user","ana"]')
@@ -103,14 +103,16 @@ async def test_fetch_page_walks_all_items_once() -> None:
     seen: list[str] = []
     request = PageRequest(None, 10, "me")
     while True:
-        page = await fetch_page(request, fetch, _key, "default", "namespaces")
+        page = await fetch_page(request, fetch, _key, Scope("default", "namespaces"))
         seen += page.items
         if page.next_token is None:
             break
         request = PageRequest(page.next_token, 10, "me")
     assert seen == items
     # The second page's token does not resume another caller's listing.
-    first = await fetch_page(PageRequest(None, 10, "me"), fetch, _key, "default", "namespaces")
+    first = await fetch_page(PageRequest(None, 10, "me"), fetch, _key, Scope("default", "namespaces"))
     assert first.next_token is not None
     with pytest.raises(InvalidRequestError):
-        await fetch_page(PageRequest(first.next_token, 10, "you"), fetch, _key, "default", "namespaces")
+        await fetch_page(
+            PageRequest(first.next_token, 10, "you"), fetch, _key, Scope("default", "namespaces")
+        )
