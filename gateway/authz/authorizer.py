@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from gateway.authn.principal import Principal
 from gateway.authz.context import RequestContext
@@ -151,15 +151,20 @@ def filter_visible(
     return [r for i, r in enumerate(resources) if i not in hidden]
 
 
+class OtherSubjects(TypedDict, total=False):
+    """What some operations decide on beside their resource (see `plan_checks`)."""
+
+    target: Resource | None  # a rename's destination
+    tables: Sequence[Resource]  # a transaction's tables
+
+
 def authorize(
     engine: PolicyEngine,
     principal: Principal,
     operation: str,
     context: RequestContext,
     resource: Resource | None = None,
-    *,
-    target: Resource | None = None,
-    tables: Sequence[Resource] = (),
+    **others: Unpack[OtherSubjects],
 ) -> Verdict:
     """Decide `operation` for `principal`.
 
@@ -168,9 +173,7 @@ def authorize(
     Public operations are allowed with no decision. Raises only for arguments that do not fit the
     operation (`plan_checks`).
     """
-    return decide_checks(
-        engine, principal, operation, plan_checks(operation, context, resource, target=target, tables=tables)
-    )
+    return decide_checks(engine, principal, operation, plan_checks(operation, context, resource, **others))
 
 
 def decide_checks(

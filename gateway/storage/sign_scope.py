@@ -105,18 +105,20 @@ def _key(raw: str) -> str | None:
     return key if _canonical(key) else None
 
 
-# Temporary: gateway/web/routes/signing.py (rewritten on a parallel branch) calls this with the
-# request's parts; the lead passes them as one value when merging and drops this exception.
-def classify(  # noqa: PLR0913, PLR0917
-    endpoint: Endpoint,
-    scope: S3Scope,
-    method: str,
-    uri: str,
-    headers: Mapping[str, Sequence[str]],
-    body: str | None,
-) -> SignVerdict:
-    """Whether to sign `method uri` for a table at `scope`, and whether it writes."""
-    method = method.upper()
+@dataclass(frozen=True, slots=True)
+class S3Request:
+    """The request an engine asks to have signed (the spec's RemoteSignRequest, as far as the
+    scope checks go)."""
+
+    method: str
+    uri: str
+    headers: Mapping[str, Sequence[str]]
+    body: str | None = None
+
+
+def classify(endpoint: Endpoint, scope: S3Scope, request: S3Request) -> SignVerdict:
+    """Whether to sign `request` for a table at `scope`, and whether it writes."""
+    method, uri, headers, body = request.method.upper(), request.uri, request.headers, request.body
     if method not in READ_METHODS | WRITE_METHODS:
         return refuse(f"method {method} is never signed")
     parts = urlsplit(uri)

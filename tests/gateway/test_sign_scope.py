@@ -9,7 +9,7 @@ import pytest
 
 from catalog.errors import InvalidRequestError
 from gateway.storage.s3_scope import S3Scope, session_policy
-from gateway.storage.sign_scope import Endpoint, classify
+from gateway.storage.sign_scope import Endpoint, S3Request, classify
 
 MINIO = Endpoint("http", "minio:9000", "eu-west-1")
 AWS = Endpoint("https", None, "eu-west-1")
@@ -18,7 +18,7 @@ TABLE = S3Scope.of("s3://lake/wh/sales/t1")
 
 def verdict(endpoint: Endpoint, method: str, uri: str, body: str | None = None, **headers: str) -> str:
     found = classify(
-        endpoint, TABLE, method, uri, {k.replace("_", "-"): [v] for k, v in headers.items()}, body
+        endpoint, TABLE, S3Request(method, uri, {k.replace("_", "-"): [v] for k, v in headers.items()}, body)
     )
     return found.refused or ("write" if found.write else "read")
 
@@ -104,9 +104,9 @@ def test_copies_and_multi_object_deletes_must_stay_inside() -> None:
     assert "not XML" in verdict(MINIO, "POST", delete, "<Delete>")
     assert "only with its body" in verdict(MINIO, "POST", delete)
     # The checked body's own hash is what gets signed; other requests sign what the engine declares.
-    checked = classify(MINIO, TABLE, "POST", delete, {}, inside)
+    checked = classify(MINIO, TABLE, S3Request("POST", delete, {}, inside))
     assert checked.payload_sha256 == hashlib.sha256(inside.encode()).hexdigest()
-    assert classify(MINIO, TABLE, "PUT", target, {}, None).payload_sha256 is None
+    assert classify(MINIO, TABLE, S3Request("PUT", target, {})).payload_sha256 is None
 
 
 def test_session_policy_confines_to_the_prefix() -> None:

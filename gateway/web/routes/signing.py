@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from catalog import requests as req
 from catalog.errors import InvalidRequestError
 from gateway.storage.s3_scope import S3Scope
-from gateway.storage.sign_scope import classify
+from gateway.storage.sign_scope import S3Request, classify
 from gateway.web import http, verdicts
 from gateway.web.errors import ForbiddenError
 from gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
@@ -51,7 +51,7 @@ async def sign_request(request: web.Request) -> web.Response:
     _etag, loaded = await svc.tables.load(http.prefix(request), identifier, "refs", None)
     metadata = orjson.loads(loaded or b"{}")["metadata"]
     scope = S3Scope.of(metadata["location"])
-    verdict = classify(warehouse.endpoint, scope, sign.method, sign.uri, sign.headers, sign.body)
+    verdict = classify(warehouse.endpoint, scope, S3Request(sign.method, sign.uri, sign.headers, sign.body))
     table = await table_resource(request, identifier, fresh=verdict.write)
     if verdict.refused is not None:
         _refuse(request, str(table), sign, verdict.refused)
