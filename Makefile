@@ -51,7 +51,7 @@ demo-clean:
 	rm -rf $(DEMO_DIR)
 
 clean: demo-clean
-	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info src/*.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

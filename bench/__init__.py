@@ -1,6 +1,6 @@
 """Cedarberg benchmark suite: ``make bench`` (or ``python -m bench.suite``); see bench/README.md.
 
-The suite starts real ``python -m gateway.cli serve`` processes through the test harness in
+The suite starts real ``python -m cedarberg.gateway.cli serve`` processes through the test harness in
 ``tests/support``; it must not use the harness's fork server (a forked child would share the
 harness's imports and memory). Its switch, ``CEDARBERG_TEST_FORKSERVER=0``, is read once when
 ``tests.support.forkserver`` is imported; the variable must not stay set, because ``cedarberg``

@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kms.envelope import Binding, open_sealed, seal
-from kms.keyring import KeyRing
-from kms.settings import KmsSettings
+from cedarberg.kms.envelope import Binding, open_sealed, seal
+from cedarberg.kms.keyring import KeyRing
+from cedarberg.kms.settings import KmsSettings
 
 
 def per_call_us(label: str, iterations: int, call: object) -> None:

@@ -37,14 +37,14 @@ from typing import Generic, TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import confinement, documents, fileio, locations, registration
-from catalog.context import CatalogContext, Warehouse
-from catalog.effects import Effect, EffectGate
-from catalog.errors import CommitFailedError, CommitStateUnknownError
-from catalog.idempotency import Body, Recorder
-from catalog.identifiers import Identifier
-from catalog.sealing import ObjectKey, SealTarget
-from catalog.store.sql import ObjectRow
+from cedarberg.catalog import confinement, documents, fileio, locations, registration
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.effects import Effect, EffectGate
+from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError
+from cedarberg.catalog.idempotency import Body, Recorder
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.sealing import ObjectKey, SealTarget
+from cedarberg.catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from catalog import roots
-from catalog.context import CatalogContext, Warehouse
-from catalog.errors import CatalogError, ForbiddenError, LocationNotAllowedError
-from catalog.identifiers import Namespace
-from catalog.store import roots as rows
-from catalog.store.sql import ObjectRow, StoreTx
+from cedarberg.catalog import roots
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.errors import CatalogError, ForbiddenError, LocationNotAllowedError
+from cedarberg.catalog.identifiers import Namespace
+from cedarberg.catalog.store import roots as rows
+from cedarberg.catalog.store.sql import ObjectRow, StoreTx
 
 log = logging.getLogger(__name__)
 TABLE = "table"  # the kinds of catalog.objects (not imported: catalog.objects imports this module)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from catalog.commit_locks import CommitLocks
-from catalog.errors import NoSuchWarehouseError
-from catalog.idempotency import Idempotency
-from catalog.load_results import LoadResultCache
-from catalog.sealing import KeyPurpose, Sealer
-from catalog.store.sql import Store
+from cedarberg.catalog.commit_locks import CommitLocks
+from cedarberg.catalog.errors import NoSuchWarehouseError
+from cedarberg.catalog.idempotency import Idempotency
+from cedarberg.catalog.load_results import LoadResultCache
+from cedarberg.catalog.sealing import KeyPurpose, Sealer
+from cedarberg.catalog.store.sql import Store
 
 
 @dataclass(frozen=True, slots=True)

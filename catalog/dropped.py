@@ -25,16 +25,16 @@ from typing import Any
 import orjson
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from catalog import confinement, documents, fileio, locations, roots
-from catalog.context import CatalogContext, Warehouse
-from catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
-from catalog.idempotency import Body, Recorder
-from catalog.identifiers import Identifier, Namespace
-from catalog.namespaces import require_namespace
-from catalog.objects import TABLE, require_object
-from catalog.pagination import PageRequest, Scope, fetch_page
-from catalog.purge_failures import PurgeBackoff, describe_failure
-from catalog.store.sql import DroppedRow
+from cedarberg.catalog import confinement, documents, fileio, locations, roots
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
+from cedarberg.catalog.idempotency import Body, Recorder
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.namespaces import require_namespace
+from cedarberg.catalog.objects import TABLE, require_object
+from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.purge_failures import PurgeBackoff, describe_failure
+from cedarberg.catalog.store.sql import DroppedRow
 
 log = logging.getLogger(__name__)
 

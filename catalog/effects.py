@@ -32,7 +32,7 @@ from typing import TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog.identifiers import Identifier
+from cedarberg.catalog.identifiers import Identifier
 
 
 @dataclass(frozen=True, slots=True)

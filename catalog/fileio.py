@@ -19,9 +19,9 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from catalog import locations
-from catalog import roots as roots_
-from catalog.errors import InvalidRequestError, StorageUnavailableError
+from cedarberg.catalog import locations
+from cedarberg.catalog import roots as roots_
+from cedarberg.catalog.errors import InvalidRequestError, StorageUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from catalog import errors
-from catalog.sealing import KeyPurpose, ObjectKey, Sealer
-from catalog.store.sql import DuplicateKeyError, IdempotencyRecord, Store, StoreTx
+from cedarberg.catalog import errors
+from cedarberg.catalog.sealing import KeyPurpose, ObjectKey, Sealer
+from cedarberg.catalog.store.sql import DuplicateKeyError, IdempotencyRecord, Store, StoreTx
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 

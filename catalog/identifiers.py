@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from catalog.errors import InvalidRequestError
+from cedarberg.catalog.errors import InvalidRequestError
 
 SEPARATOR = "\x1f"
 MAX_LEVEL_LENGTH = 255

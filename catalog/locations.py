@@ -11,7 +11,7 @@ import posixpath
 import re
 from urllib.parse import quote, urlsplit
 
-from catalog.errors import InvalidRequestError, LocationNotAllowedError
+from cedarberg.catalog.errors import InvalidRequestError, LocationNotAllowedError
 
 SUPPORTED_SCHEMES = frozenset({"file", "s3", "s3a", "s3n", "gs", "abfs", "abfss"})
 # s3a/s3n are Hadoop's spellings of the same object store paths as s3.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from catalog.store.sql import Store
+from cedarberg.catalog.store.sql import Store
 
 SWEEP_BATCH = 1000
 

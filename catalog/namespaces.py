@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from catalog import confinement, documents, locations
-from catalog.context import CatalogContext, Warehouse
-from catalog.errors import NoSuchNamespaceError, UnprocessableError
-from catalog.idempotency import Body, Recorder
-from catalog.identifiers import Namespace
-from catalog.pagination import PageRequest, Scope, fetch_page
-from catalog.store.cache import RegistryKey
-from catalog.store.sql import Store, StoreTx
+from cedarberg.catalog import confinement, documents, locations
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.errors import NoSuchNamespaceError, UnprocessableError
+from cedarberg.catalog.idempotency import Body, Recorder
+from cedarberg.catalog.identifiers import Namespace
+from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store.cache import RegistryKey
+from cedarberg.catalog.store.sql import Store, StoreTx
 
 LOCATION_PROPERTY = "location"
 

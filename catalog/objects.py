@@ -8,22 +8,22 @@ from dataclasses import dataclass
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import documents, effects
-from catalog.context import CatalogContext, Warehouse
-from catalog.effects import EffectGate
-from catalog.errors import (
+from cedarberg.catalog import documents, effects
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.effects import EffectGate
+from cedarberg.catalog.errors import (
     AlreadyExistsError,
     CommitFailedError,
     NoSuchTableError,
     NoSuchViewError,
     NotFoundError,
 )
-from catalog.idempotency import Recorder
-from catalog.identifiers import Identifier, Namespace
-from catalog.namespaces import read_namespace, require_namespace
-from catalog.pagination import PageRequest, Scope, fetch_page
-from catalog.store.cache import RegistryKey
-from catalog.store.sql import ObjectRow, Store, StoreTx
+from cedarberg.catalog.idempotency import Recorder
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.namespaces import read_namespace, require_namespace
+from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store.cache import RegistryKey
+from cedarberg.catalog.store.sql import ObjectRow, Store, StoreTx
 
 TABLE = "table"
 VIEW = "view"

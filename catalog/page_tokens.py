@@ -25,7 +25,7 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from catalog.errors import InvalidRequestError
+from cedarberg.catalog.errors import InvalidRequestError
 
 _VERSION = 1
 _NONCE_BYTES = 12

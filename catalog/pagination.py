@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from catalog import page_tokens
-from catalog.errors import InvalidRequestError
-from catalog.page_tokens import Listing
+from cedarberg.catalog import page_tokens
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.page_tokens import Listing
 
 KeySource = Callable[[], Awaitable[bytes]]
 

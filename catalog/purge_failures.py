@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from catalog.errors import CatalogError
+from cedarberg.catalog.errors import CatalogError
 
 # Longest recorded error message; the rest is in the gateway log.
 MAX_ERROR_CHARS = 300

@@ -16,13 +16,13 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from catalog import fileio, locations
-from catalog.commits import new_row
-from catalog.context import CatalogContext, Warehouse
-from catalog.dropped import PARKING_DIR
-from catalog.errors import AlreadyExistsError, CatalogError, KeyServiceUnavailableError
-from catalog.identifiers import Identifier, Namespace
-from catalog.sealing import ObjectKey, OpenedFile, SealTarget
+from cedarberg.catalog import fileio, locations
+from cedarberg.catalog.commits import new_row
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.dropped import PARKING_DIR
+from cedarberg.catalog.errors import AlreadyExistsError, CatalogError, KeyServiceUnavailableError
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.sealing import ObjectKey, OpenedFile, SealTarget
 
 log = logging.getLogger(__name__)
 

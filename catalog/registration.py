@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from catalog import locations, roots
-from catalog.context import Warehouse
-from catalog.dropped import PARKING_DIR
-from catalog.errors import AlreadyExistsError, LocationNotAllowedError
-from catalog.store import roots as rows
-from catalog.store.sql import StoreTx
+from cedarberg.catalog import locations, roots
+from cedarberg.catalog.context import Warehouse
+from cedarberg.catalog.dropped import PARKING_DIR
+from cedarberg.catalog.errors import AlreadyExistsError, LocationNotAllowedError
+from cedarberg.catalog.store import roots as rows
+from cedarberg.catalog.store.sql import StoreTx
 
 
 def check_file(warehouse: Warehouse, metadata_location: str) -> str:

@@ -16,9 +16,9 @@ from pyiceberg.table.sorting import SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.view.metadata import ViewVersion
 
-from catalog import wire
-from catalog.errors import InvalidRequestError
-from catalog.identifiers import Identifier
+from cedarberg.catalog import wire
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.identifiers import Identifier
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 
 from pyiceberg.table.metadata import TableMetadata
 
-from catalog import locations
-from catalog.errors import InvalidRequestError, LocationNotAllowedError
-from catalog.identifiers import Namespace
+from cedarberg.catalog import locations
+from cedarberg.catalog.errors import InvalidRequestError, LocationNotAllowedError
+from cedarberg.catalog.identifiers import Namespace
 
 # Properties that point engines at other places to write. The last two are older spellings that
 # Java's location providers still honour when the first is unset.

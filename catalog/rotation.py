@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from catalog.context import CatalogContext
-from catalog.sealing import object_context
-from catalog.store.sql import KeyRef
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.sealing import object_context
+from cedarberg.catalog.store.sql import KeyRef
 
 
 @dataclass(frozen=True, slots=True)

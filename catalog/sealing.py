@@ -30,15 +30,15 @@ import orjson
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from catalog import fileio
-from catalog.errors import IntegrityCheckError, InvalidRequestError, KeyServiceUnavailableError
-from catalog.identifiers import Identifier
-from catalog.store.sql import ObjectRow, Store
-from kms import envelope
-from kms.envelope import Binding
-from kms.errors import KmsError, SealIntegrityError
-from kms.keyring import KeyRing
-from kms.keys import WrappedKey
+from cedarberg.catalog import fileio
+from cedarberg.catalog.errors import IntegrityCheckError, InvalidRequestError, KeyServiceUnavailableError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.store.sql import ObjectRow, Store
+from cedarberg.kms import envelope
+from cedarberg.kms.envelope import Binding
+from cedarberg.kms.errors import KmsError, SealIntegrityError
+from cedarberg.kms.keyring import KeyRing
+from cedarberg.kms.keys import WrappedKey
 
 T = TypeVar("T")
 REGISTRY_KEY = "registry"

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from catalog import confinement, documents, effects, fileio, roots, table_metadata
-from catalog.commits import CommitJob, NewFile, PlannedChange, default_location
-from catalog.context import CatalogContext, Warehouse
-from catalog.errors import NoSuchTableError
-from catalog.identifiers import Identifier
-from catalog.objects import TABLE
-from catalog.requests import CommitTableRequest
-from catalog.sealing import ObjectKey
-from catalog.store.sql import ObjectRow
+from cedarberg.catalog import confinement, documents, effects, fileio, roots, table_metadata
+from cedarberg.catalog.commits import CommitJob, NewFile, PlannedChange, default_location
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.errors import NoSuchTableError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.objects import TABLE
+from cedarberg.catalog.requests import CommitTableRequest
+from cedarberg.catalog.sealing import ObjectKey
+from cedarberg.catalog.store.sql import ObjectRow
 
 TableChange = PlannedChange[TableMetadata]
 TableJob = CommitJob[TableMetadata]

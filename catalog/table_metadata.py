@@ -37,8 +37,8 @@ from pyiceberg.table.update import (
     update_table_metadata,
 )
 
-from catalog.errors import CommitFailedError, InvalidRequestError
-from catalog.requests import CreateTableRequest
+from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
+from cedarberg.catalog.requests import CreateTableRequest
 
 V3 = 3
 

@@ -8,7 +8,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from catalog import (
+from cedarberg.catalog import (
     confinement,
     documents,
     effects,
@@ -19,22 +19,42 @@ from catalog import (
     table_changes,
     table_metadata,
 )
-from catalog.commits import commit, commit_response, default_location, new_row
-from catalog.context import CatalogContext
-from catalog.dropped import Purged, purge_files, soft_drop
-from catalog.effects import EffectGate
-from catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
-from catalog.idempotency import Body, Recorder
-from catalog.identifiers import Identifier, Namespace
-from catalog.namespaces import require_namespace
-from catalog.objects import TABLE, Move, list_objects, load_object, read_object, rename_object, require_object
-from catalog.pagination import PageRequest
-from catalog.planning import mode as planning_mode
-from catalog.requests import CommitTableRequest, CreateTableRequest, MetricsReport, RegisterTableRequest
-from catalog.sealing import SealTarget
-from catalog.store import roots as confinement_rows
-from catalog.store.sql import ObjectRow
-from catalog.table_changes import Basis, TableChange, TableJob, open_table, parse_metadata, plan_change
+from cedarberg.catalog.commits import commit, commit_response, default_location, new_row
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
+from cedarberg.catalog.effects import EffectGate
+from cedarberg.catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
+from cedarberg.catalog.idempotency import Body, Recorder
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.namespaces import require_namespace
+from cedarberg.catalog.objects import (
+    TABLE,
+    Move,
+    list_objects,
+    load_object,
+    read_object,
+    rename_object,
+    require_object,
+)
+from cedarberg.catalog.pagination import PageRequest
+from cedarberg.catalog.planning import mode as planning_mode
+from cedarberg.catalog.requests import (
+    CommitTableRequest,
+    CreateTableRequest,
+    MetricsReport,
+    RegisterTableRequest,
+)
+from cedarberg.catalog.sealing import SealTarget
+from cedarberg.catalog.store import roots as confinement_rows
+from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.table_changes import (
+    Basis,
+    TableChange,
+    TableJob,
+    open_table,
+    parse_metadata,
+    plan_change,
+)
 
 log = logging.getLogger(__name__)
 

@@ -9,15 +9,24 @@ import uuid
 
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import confinement, documents, effects, fileio, locations, registration, roots, view_metadata
-from catalog.commits import NewFile, PlannedChange, default_location
-from catalog.context import CatalogContext, Warehouse
-from catalog.errors import AlreadyExistsError, InvalidRequestError
-from catalog.identifiers import Identifier
-from catalog.namespaces import require_namespace
-from catalog.objects import VIEW, require_object
-from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from catalog.store.sql import ObjectRow
+from cedarberg.catalog import (
+    confinement,
+    documents,
+    effects,
+    fileio,
+    locations,
+    registration,
+    roots,
+    view_metadata,
+)
+from cedarberg.catalog.commits import NewFile, PlannedChange, default_location
+from cedarberg.catalog.context import CatalogContext, Warehouse
+from cedarberg.catalog.errors import AlreadyExistsError, InvalidRequestError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.namespaces import require_namespace
+from cedarberg.catalog.objects import VIEW, require_object
+from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
+from cedarberg.catalog.store.sql import ObjectRow
 
 ViewChange = PlannedChange[ViewMetadata]
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
-from catalog.errors import CommitFailedError, InvalidRequestError
-from catalog.requests import (
+from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
+from cedarberg.catalog.requests import (
     AddViewSchema,
     AddViewVersion,
     AssertViewUUID,

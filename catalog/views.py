@@ -9,18 +9,18 @@ from collections.abc import Awaitable, Callable
 
 from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import confinement, view_changes
-from catalog.commits import CommitJob, commit, commit_response
-from catalog.context import CatalogContext
-from catalog.dropped import soft_drop
-from catalog.effects import EffectGate
-from catalog.errors import NoSuchViewError
-from catalog.idempotency import Body, Recorder
-from catalog.identifiers import Identifier, Namespace
-from catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
-from catalog.pagination import PageRequest
-from catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from catalog.view_changes import ViewChange
+from cedarberg.catalog import confinement, view_changes
+from cedarberg.catalog.commits import CommitJob, commit, commit_response
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.dropped import soft_drop
+from cedarberg.catalog.effects import EffectGate
+from cedarberg.catalog.errors import NoSuchViewError
+from cedarberg.catalog.idempotency import Body, Recorder
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
+from cedarberg.catalog.pagination import PageRequest
+from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
+from cedarberg.catalog.view_changes import ViewChange
 
 ViewJob = CommitJob[ViewMetadata]
 

@@ -58,7 +58,7 @@ from typing import IO, Any, Final
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.authn.principal import Principal
+from cedarberg.gateway.authn.principal import Principal
 
 __all__ = [
     "AuditEvent",

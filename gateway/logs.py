@@ -23,7 +23,7 @@ from typing import Literal
 
 import orjson
 
-from gateway.audit import SecretScrubbingFilter
+from cedarberg.gateway.audit import SecretScrubbingFilter
 
 _REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _PRINCIPAL: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal", default=None)

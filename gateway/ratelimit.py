@@ -61,7 +61,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.errors import StorageError
 from pydantic import Field, field_validator
 
-from gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.base import FrozenSettings
 
 __all__ = [
     "OperationClass",

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from gateway.authz import entities
-from gateway.authz.entities import Resource
-from gateway.byte_lru import ByteBoundedLru
+from cedarberg.gateway.authz import entities
+from cedarberg.gateway.authz.entities import Resource
+from cedarberg.gateway.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_ENTRIES = 8192
 DEFAULT_MAX_BYTES = 32 * 1024**2

@@ -38,7 +38,7 @@ from typing import Literal
 from cryptography import x509
 from pydantic import Field, SecretStr, model_validator
 
-from gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.base import FrozenSettings
 
 __all__ = [
     "PlainHttpRefusedError",

@@ -27,8 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kms.keys import Context, WrappedKey, context_bytes
-from kms.settings import CacheSettings
+from cedarberg.kms.keys import Context, WrappedKey, context_bytes
+from cedarberg.kms.settings import CacheSettings
 
 # (kek_uri, kek_version, wrapped ciphertext, context_bytes(context))
 CacheKey = tuple[str, str, bytes, bytes]

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from kms.errors import MalformedEnvelopeError, SealIntegrityError
-from kms.keys import (
+from cedarberg.kms.errors import MalformedEnvelopeError, SealIntegrityError
+from cedarberg.kms.keys import (
     DATA_KEY_BYTES,
     MAX_KEK_URI_BYTES,
     MAX_KEK_VERSION_BYTES,

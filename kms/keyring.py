@@ -51,12 +51,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from kms import registry
-from kms.cache import CacheKey, DataKeyCache, cache_key
-from kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
-from kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey
-from kms.provider import KeyProvider
-from kms.settings import KmsSettings
+from cedarberg.kms import registry
+from cedarberg.kms.cache import CacheKey, DataKeyCache, cache_key
+from cedarberg.kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
+from cedarberg.kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey
+from cedarberg.kms.provider import KeyProvider
+from cedarberg.kms.settings import KmsSettings
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kms.keys import Context, DataKey, WrappedKey
+from cedarberg.kms.keys import Context, DataKey, WrappedKey
 
 
 class KeyProvider(Protocol):

@@ -11,17 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from kms.errors import UnknownProviderError
-from kms.provider import KeyProvider
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import UnknownProviderError
+from cedarberg.kms.provider import KeyProvider
+from cedarberg.kms.settings import KmsSettings
 
 # scheme -> (module, extra that installs its SDK)
 PROVIDERS: dict[str, tuple[str, str | None]] = {
-    "local": ("kms.providers.local", None),
-    "aws-kms": ("kms.providers.aws_kms", "aws"),
-    "vault-transit": ("kms.providers.vault_transit", None),
-    "gcp-kms": ("kms.providers.gcp_kms", "gcp"),
-    "azure-kv": ("kms.providers.azure_kv", "azure"),
+    "local": ("cedarberg.kms.providers.local", None),
+    "aws-kms": ("cedarberg.kms.providers.aws_kms", "aws"),
+    "vault-transit": ("cedarberg.kms.providers.vault_transit", None),
+    "gcp-kms": ("cedarberg.kms.providers.gcp_kms", "gcp"),
+    "azure-kv": ("cedarberg.kms.providers.azure_kv", "azure"),
 }
 
 ProviderFactory = Callable[[str, KmsSettings, Path], KeyProvider]

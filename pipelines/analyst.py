@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipelines.report import Report, StageFailedError
-from pipelines.spark import iceberg_error
-from pipelines.tables import GOLD_COLUMNS, Tables, snapshot_ids
+from cedarberg.pipelines.report import Report, StageFailedError
+from cedarberg.pipelines.spark import iceberg_error
+from cedarberg.pipelines.tables import GOLD_COLUMNS, Tables, snapshot_ids
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines.config import ANALYST_KEY_VARIABLE, SERVICE_KEY_VARIABLE, ConfigError, PipelineConfig
-from pipelines.generate import generate
+from cedarberg.pipelines.config import ANALYST_KEY_VARIABLE, SERVICE_KEY_VARIABLE, ConfigError, PipelineConfig
+from cedarberg.pipelines.generate import generate
 
 __all__ = ["main"]
 
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, OSError) as err:
         print(f"cedarberg-pipeline: {err}", file=sys.stderr)
         return 2
-    from pipelines.run import run_pipeline
+    from cedarberg.pipelines.run import run_pipeline
 
     return 0 if run_pipeline(config).ok else 1
 

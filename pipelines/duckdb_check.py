@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.config import ApiKey, PipelineConfig
-from pipelines.report import Report, StageFailedError
-from pipelines.tables import GOLD_COLUMNS, Tables
+from cedarberg.pipelines.config import ApiKey, PipelineConfig
+from cedarberg.pipelines.report import Report, StageFailedError
+from cedarberg.pipelines.tables import GOLD_COLUMNS, Tables
 
 if TYPE_CHECKING:
     import duckdb
 
-    from pipelines.analyst import AnalystFindings
+    from cedarberg.pipelines.analyst import AnalystFindings
 
 __all__ = ["DuckdbFindings", "check_duckdb", "read_with_duckdb"]
 
@@ -85,7 +85,7 @@ def connect(config: PipelineConfig, key: ApiKey) -> duckdb.DuckDBPyConnection:
 def read_with_duckdb(config: PipelineConfig, tables: Tables, report: Report) -> DuckdbFindings:
     import duckdb
 
-    from pipelines.analyst import ANALYST
+    from cedarberg.pipelines.analyst import ANALYST
 
     found = DuckdbFindings()
     con = connect(config, config.analyst_key)

@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from pipelines import stages
-from pipelines.analyst import AnalystFindings, run_analyst
-from pipelines.config import PipelineConfig
-from pipelines.duckdb_check import DuckdbFindings, check_duckdb
-from pipelines.generate import Manifest, generate
-from pipelines.report import Decision, Report, StageResult, TableStats
-from pipelines.spark import base_session, principal_session
-from pipelines.tables import Tables, scalar, snapshot_ids
+from cedarberg.pipelines import stages
+from cedarberg.pipelines.analyst import AnalystFindings, run_analyst
+from cedarberg.pipelines.config import PipelineConfig
+from cedarberg.pipelines.duckdb_check import DuckdbFindings, check_duckdb
+from cedarberg.pipelines.generate import Manifest, generate
+from cedarberg.pipelines.report import Decision, Report, StageResult, TableStats
+from cedarberg.pipelines.spark import base_session, principal_session
+from cedarberg.pipelines.tables import Tables, scalar, snapshot_ids
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

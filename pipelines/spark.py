@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.config import ApiKey, PipelineConfig
+from cedarberg.pipelines.config import ApiKey, PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

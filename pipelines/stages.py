@@ -25,14 +25,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from pipelines.generate import BASE_COLUMNS, COLUMN_TYPES, Manifest
-from pipelines.report import Report, StageFailedError
-from pipelines.tables import Tables, last_summary, scalar, snapshot_ids
+from cedarberg.pipelines.generate import BASE_COLUMNS, COLUMN_TYPES, Manifest
+from cedarberg.pipelines.report import Report, StageFailedError
+from cedarberg.pipelines.tables import Tables, last_summary, scalar, snapshot_ids
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from pipelines.config import PipelineConfig
+    from cedarberg.pipelines.config import PipelineConfig
 
 __all__ = ["SERVICE", "ingest", "maintain", "refine", "serve"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipelines.config import PipelineConfig
+from cedarberg.pipelines.config import PipelineConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -22,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "catalog", "kms")
+# The installed namespace (issue 16): gateway/x.py is the module `cedarberg.gateway.x`. The graph
+# names modules by their place in the source tree, so imports are read without this prefix.
+NAMESPACE = "cedarberg."
 
 # The layers, top first: a module may import its own layer and the layers below it, never one
 # above. A module belongs to the layer of its longest matching prefix. aiohttp.web sits in the web
@@ -93,6 +96,11 @@ class Import:
     deferred: bool
 
 
+def local_name(module: str) -> str:
+    """`module` as the graph names it: ``cedarberg.gateway.web`` is ``gateway.web``."""
+    return module.removeprefix(NAMESPACE)
+
+
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -147,9 +155,9 @@ def read_imports(root: Path, packages: Iterable[str] = PACKAGES) -> tuple[set[st
             if isinstance(node, ast.Import | ast.ImportFrom) and node.lineno in typing_only:
                 continue
             if isinstance(node, ast.Import):
-                found.extend(Import(module, a.name, node.lineno, deferred) for a in node.names)
+                found.extend(Import(module, local_name(a.name), node.lineno, deferred) for a in node.names)
             elif isinstance(node, ast.ImportFrom):
-                base = _resolve(module, is_package, node)
+                base = local_name(_resolve(module, is_package, node))
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
                     internal = base.split(".")[0] in packages

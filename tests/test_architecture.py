@@ -21,9 +21,9 @@ def _imports(package: str) -> dict[str, set[str]]:
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
+                names.update(graph.local_name(alias.name) for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module:
-                names.add(node.module)
+                names.add(graph.local_name(node.module))
         found[str(path.relative_to(ROOT))] = names
     return found
 
@@ -44,8 +44,8 @@ def test_kms_never_imports_catalog() -> None:
 
 
 def test_middleware_order_is_one_constant() -> None:
-    from gateway.web import middlewares as pipeline
-    from gateway.web.middlewares import MIDDLEWARES, request_id_and_errors
+    from cedarberg.gateway.web import middlewares as pipeline
+    from cedarberg.gateway.web.middlewares import MIDDLEWARES, request_id_and_errors
 
     assert (
         request_id_and_errors,
@@ -63,10 +63,10 @@ def test_only_gateway_authz_imports_cedarpy() -> None:
 
 
 def test_every_registered_route_is_in_the_authorization_table() -> None:
-    from gateway.authz.operations import OPERATIONS
-    from gateway.config.settings import Settings
-    from gateway.web.app import create_app
-    from gateway.web.keys import ROUTE_TABLE
+    from cedarberg.gateway.authz.operations import OPERATIONS
+    from cedarberg.gateway.config.settings import Settings
+    from cedarberg.gateway.web.app import create_app
+    from cedarberg.gateway.web.keys import ROUTE_TABLE
 
     app = create_app(Settings())
     registered = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
@@ -76,7 +76,7 @@ def test_every_registered_route_is_in_the_authorization_table() -> None:
 
 
 def test_endpoints_advertise_exactly_the_registered_operations() -> None:
-    from gateway.web.app import ALL_ROUTES
+    from cedarberg.gateway.web.app import ALL_ROUTES
 
     advertised = {route.endpoint for route in ALL_ROUTES if route.advertised}
     assert "POST /v1/{prefix}/transactions/commit" in advertised
@@ -137,3 +137,20 @@ def test_the_graph_sees_deferred_imports_and_cycles(tmp_path: Path) -> None:
     found = graph.package(tmp_path, "gateway")
     assert graph.cycles(found.graph) == [["gateway.a", "gateway.b"]]
     assert [(i.source, i.target) for i in graph.upward(found.imports)] == [("gateway.low", "aiohttp.web")]
+
+
+def test_the_product_is_imported_only_through_the_cedarberg_namespace() -> None:
+    """`gateway.x` and `cedarberg.gateway.x` would be two copies of one module (two registries of
+    app keys, two error tables): the source tree imports only the installed names."""
+    bare = {"gateway", "catalog", "kms", "pipelines"}
+    for top in ("gateway", "catalog", "kms", "pipelines", "tests", "scripts", "bench"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                found = [n for n in names if n.split(".")[0] in bare]
+                assert not found, f"{path.relative_to(ROOT)}:{node.lineno} imports {found}"

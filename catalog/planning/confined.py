@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.table import FileScanTask
 
-from catalog import roots
-from catalog.errors import ForbiddenError
+from cedarberg.catalog import roots
+from cedarberg.catalog.errors import ForbiddenError
 
 OUTSIDE = "the table's metadata names a file outside its locations; it is not read or planned"
 

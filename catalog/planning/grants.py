@@ -19,7 +19,7 @@ from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, Or
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.schema import Schema
 
-from catalog.errors import ForbiddenError, InvalidRequestError
+from cedarberg.catalog.errors import ForbiddenError, InvalidRequestError
 
 _MAX_NAMED_IN_MESSAGE = 10
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import orjson
 from pyiceberg.table import FileScanTask
 
-from catalog.errors import IntegrityCheckError
-from catalog.planning.serialize import TaskEncoder
-from catalog.sealing import ObjectKey
-from kms import envelope
-from kms.errors import SealIntegrityError
+from cedarberg.catalog.errors import IntegrityCheckError
+from cedarberg.catalog.planning.serialize import TaskEncoder
+from cedarberg.catalog.sealing import ObjectKey
+from cedarberg.kms import envelope
+from cedarberg.kms.errors import SealIntegrityError
 
 _KIND = "scan-plan"
 _ID_BYTES = 24  # 192 bits: plan ids and page tokens cannot be guessed

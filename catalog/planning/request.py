@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, SerializableBooleanExpression
 
-from catalog.errors import InvalidRequestError
-from catalog.requests import parse
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.requests import parse
 
 M = TypeVar("M", bound=BaseModel)
 

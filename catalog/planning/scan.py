@@ -20,10 +20,21 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot, is_parent_ancestor_of
 from pyiceberg.types import IcebergType, ListType, MapType, StructType
 
-from catalog.errors import ForbiddenError, InvalidRequestError, StorageUnavailableError, UnprocessableError
-from catalog.planning.grants import ScanGrant, effective_row_filter, full_name, referenced_fields, restrict
-from catalog.planning.request import PlanScanRequest
-from catalog.planning.serialize import TaskEncoder
+from cedarberg.catalog.errors import (
+    ForbiddenError,
+    InvalidRequestError,
+    StorageUnavailableError,
+    UnprocessableError,
+)
+from cedarberg.catalog.planning.grants import (
+    ScanGrant,
+    effective_row_filter,
+    full_name,
+    referenced_fields,
+    restrict,
+)
+from cedarberg.catalog.planning.request import PlanScanRequest
+from cedarberg.catalog.planning.serialize import TaskEncoder
 
 
 class PlanStopped(StorageUnavailableError):

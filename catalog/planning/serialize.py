@@ -12,7 +12,7 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 
-from catalog.planning.values import bound_to_json, to_json
+from cedarberg.catalog.planning.values import bound_to_json, to_json
 
 _CONTENT = {
     DataFileContent.DATA: "data",

@@ -26,27 +26,27 @@ from dataclasses import dataclass
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 
-from catalog import confinement, errors, fileio
-from catalog.context import CatalogContext
-from catalog.errors import (
+from cedarberg.catalog import confinement, errors, fileio
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.errors import (
     BusyError,
     CatalogError,
     NoSuchPlanIdError,
     NoSuchPlanTaskError,
     StorageUnavailableError,
 )
-from catalog.identifiers import Identifier
-from catalog.objects import TABLE, read_object
-from catalog.planning import confined, pages
-from catalog.planning.grants import ScanGrant
-from catalog.planning.limits import PlanningLimits
-from catalog.planning.request import PlanScanRequest
-from catalog.planning.scan import Guard, PlanStopped, Scan, plan_files, prepare
-from catalog.planning.slots import Slots
-from catalog.sealing import ObjectKey
-from catalog.store import plans as rows
-from catalog.store.sql import ObjectRow
-from catalog.table_changes import parse_metadata
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.objects import TABLE, read_object
+from cedarberg.catalog.planning import confined, pages
+from cedarberg.catalog.planning.grants import ScanGrant
+from cedarberg.catalog.planning.limits import PlanningLimits
+from cedarberg.catalog.planning.request import PlanScanRequest
+from cedarberg.catalog.planning.scan import Guard, PlanStopped, Scan, plan_files, prepare
+from cedarberg.catalog.planning.slots import Slots
+from cedarberg.catalog.sealing import ObjectKey
+from cedarberg.catalog.store import plans as rows
+from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.table_changes import parse_metadata
 
 log = logging.getLogger(__name__)
 _SWEEP_ROUNDS = 20  # batches per sweep: bounded work, the next sweep goes on

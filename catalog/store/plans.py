@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, insert, select, update
 
-from catalog.store.schema import scan_plan_pages, scan_plans
-from catalog.store.sql import StoreTx
+from cedarberg.catalog.store.schema import scan_plan_pages, scan_plans
+from cedarberg.catalog.store.sql import StoreTx
 
 SUBMITTED = "submitted"
 COMPLETED = "completed"

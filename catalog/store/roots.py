@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import orjson
 from sqlalchemy import and_, delete, insert, or_, select, text
 
-from catalog.roots import ancestors
-from catalog.store.schema import catalog_objects, dropped_objects, namespaces, object_roots
-from catalog.store.sql import ObjectRow, StoreTx
+from cedarberg.catalog.roots import ancestors
+from cedarberg.catalog.store.schema import catalog_objects, dropped_objects, namespaces, object_roots
+from cedarberg.catalog.store.sql import ObjectRow, StoreTx
 
 NAMESPACE = "namespace"
 # Serialises changes of roots across PostgreSQL transactions (check, then insert, must not

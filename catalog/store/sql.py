@@ -25,15 +25,15 @@ from sqlalchemy import Connection, and_, delete, event, func, insert, select, te
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from catalog.errors import (
+from cedarberg.catalog.errors import (
     AlreadyExistsError,
     CommitStateUnknownError,
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     StorageUnavailableError,
 )
-from catalog.store.cache import RegistryCache, Touched
-from catalog.store.schema import (
+from cedarberg.catalog.store.cache import RegistryCache, Touched
+from cedarberg.catalog.store.schema import (
     catalog_objects,
     dropped_objects,
     idempotency_records,
@@ -41,7 +41,7 @@ from catalog.store.schema import (
     namespaces,
     registry_keys,
 )
-from kms.keys import WrappedKey
+from cedarberg.kms.keys import WrappedKey
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -63,13 +63,25 @@ from datetime import UTC, datetime
 
 from pydantic import Field
 
-from catalog.errors import StorageUnavailableError
-from gateway.authn.errors import AuthenticationError
-from gateway.authn.key_format import MalformedKeyError, ParsedKey, generate_key, parse_api_key, parse_parts
-from gateway.authn.key_guards import DEFAULT_CACHE_BYTES, CacheEntry, Lockout, SecretHasher, VerifiedCache
-from gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
-from gateway.config.base import FrozenSettings
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.key_format import (
+    MalformedKeyError,
+    ParsedKey,
+    generate_key,
+    parse_api_key,
+    parse_parts,
+)
+from cedarberg.gateway.authn.key_guards import (
+    DEFAULT_CACHE_BYTES,
+    CacheEntry,
+    Lockout,
+    SecretHasher,
+    VerifiedCache,
+)
+from cedarberg.gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
+from cedarberg.gateway.config.base import FrozenSettings
 
 log = logging.getLogger("cedarberg.authn.api_keys")
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from gateway.authn.principal import Principal, principal_bytes
-from gateway.byte_lru import ByteBoundedLru
+from cedarberg.gateway.authn.principal import Principal, principal_bytes
+from cedarberg.gateway.byte_lru import ByteBoundedLru
 
 DEFAULT_CACHE_BYTES = 16 * 1024**2
 MAX_ENTRY_BYTES = 64 * 1024

@@ -44,9 +44,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from catalog.errors import StorageUnavailableError
-from catalog.store.sql import prepare_sqlite, run_migrations
-from gateway.authn.principal import PrincipalKind, key_principal_id
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.catalog.store.sql import prepare_sqlite, run_migrations
+from cedarberg.gateway.authn.principal import PrincipalKind, key_principal_id
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_gateway"

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote_plus
 
-from gateway.authn.errors import AuthenticationError
-from gateway.authn.principal import Principal
-from gateway.authn.tokens import TokenIssuer
+from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authn.tokens import TokenIssuer
 
 log = logging.getLogger("cedarberg.authn.oauth")
 

@@ -35,8 +35,8 @@ import aiohttp
 import jwt
 from pydantic import Field, field_validator, model_validator
 
-from gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from gateway.authn.jwks import (
+from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.jwks import (
     ASYMMETRIC_ALGORITHMS,
     FetchBounds,
     IssuerKeys,
@@ -47,8 +47,8 @@ from gateway.authn.jwks import (
     short_repr,
     url_allowed,
 )
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, oidc_principal_id
-from gateway.config.base import FrozenSettings
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, oidc_principal_id
+from cedarberg.gateway.config.base import FrozenSettings
 
 DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
 MAX_PRINCIPAL_ID_LENGTH = 512

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gateway.byte_lru import estimate
+from cedarberg.gateway.byte_lru import estimate
 
 KEY_NAMESPACE = "key:"
 OIDC_NAMESPACE = "oidc:"

@@ -23,8 +23,8 @@ import time
 
 import orjson
 
-from gateway.authn.principal import Principal, principal_bytes
-from gateway.byte_lru import ByteBoundedLru
+from cedarberg.gateway.authn.principal import Principal, principal_bytes
+from cedarberg.gateway.byte_lru import ByteBoundedLru
 
 DEFAULT_MAX_ENTRIES = 10_000
 DEFAULT_MAX_BYTES = 16 * 1024**2

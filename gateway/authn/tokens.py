@@ -48,11 +48,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import Field
 
-from gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
-from gateway.authn.token_cache import DEFAULT_MAX_BYTES as DEFAULT_VERIFIED_CACHE_BYTES
-from gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
-from gateway.config.base import FrozenSettings
+from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.token_cache import DEFAULT_MAX_BYTES as DEFAULT_VERIFIED_CACHE_BYTES
+from cedarberg.gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
+from cedarberg.gateway.config.base import FrozenSettings
 
 log = logging.getLogger("cedarberg.authn.tokens")
 

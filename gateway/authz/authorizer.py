@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
-from gateway.authn.principal import Principal
-from gateway.authz.context import RequestContext
-from gateway.authz.entities import (
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.entities import (
     EntityType,
     Resource,
 )
-from gateway.authz.errors import ResourceError, UnknownOperationError
-from gateway.authz.operations import (
+from cedarberg.gateway.authz.errors import ResourceError, UnknownOperationError
+from cedarberg.gateway.authz.operations import (
     CREATE_ACTIONS,
     EFFECT_CHECKS,
     VISIBILITY_ACTIONS,
@@ -41,7 +41,7 @@ from gateway.authz.operations import (
 )
 
 if TYPE_CHECKING:  # annotations only: the engine is passed in, so deciding imports no Cedar
-    from gateway.authz.engine import Decision, PolicyEngine
+    from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 
 _SCOPE_KINDS: dict[Scope, frozenset[EntityType]] = {
     Scope.CATALOG: frozenset({EntityType.CATALOG}),

@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz import naming
-from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.authz.engine import Decision, PolicyEngine
-from gateway.authz.entities import EntityType, Resource, parse_path
-from gateway.authz.errors import PolicyLoadError, ResourceError
-from gateway.authz.fixtures import run_fixtures
-from gateway.authz.naming import ResourceName, StatedGrants
-from gateway.authz.operations import OPERATIONS, Scope
-from gateway.authz.restrictions import describe
-from gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz import naming
+from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
+from cedarberg.gateway.authz.engine import Decision, PolicyEngine
+from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
+from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError
+from cedarberg.gateway.authz.fixtures import run_fixtures
+from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
+from cedarberg.gateway.authz.operations import OPERATIONS, Scope
+from cedarberg.gateway.authz.restrictions import describe
+from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
 
 COMMAND = "policies"
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.effects import Effect
-from catalog.errors import InvalidRequestError
-from gateway.authn.principal import Principal
+from cedarberg.catalog.effects import Effect
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.gateway.authn.principal import Principal
 
 JsonDict = dict[str, Any]
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import cedarpy
 import orjson
 
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.authz.entities import (
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
+from cedarberg.gateway.authz.entities import (
     EntityUid,
     Resource,
     api_key_resource,
@@ -27,9 +27,9 @@ from gateway.authz.entities import (
     table_resource,
     warehouse_resource,
 )
-from gateway.authz.errors import PolicyProblem
-from gateway.authz.loader import SCHEMA_FILE
-from gateway.authz.operations import OPERATIONS, Scope
+from cedarberg.gateway.authz.errors import PolicyProblem
+from cedarberg.gateway.authz.loader import SCHEMA_FILE
+from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 
 _SAMPLE_PROPERTIES = {
     "cedarberg.readers": "r",

@@ -37,21 +37,21 @@ from typing import Any, TypedDict, Unpack
 import cedarpy
 import orjson
 
-from gateway.authn.principal import Principal
-from gateway.authz.context import RequestContext
-from gateway.authz.contract import contract_problems
-from gateway.authz.entities import (
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.contract import contract_problems
+from cedarberg.gateway.authz.entities import (
     EntityUid,
     Resource,
     principal_entities,
     principal_uid,
 )
-from gateway.authz.errors import PolicyLoadError, PolicyProblem
-from gateway.authz.loader import CompiledPolicySet, compile_sources, read_directory
-from gateway.authz.restrictions import ScanRule, rules_of
-from gateway.byte_lru import ByteBoundedLru
+from cedarberg.gateway.authz.errors import PolicyLoadError, PolicyProblem
+from cedarberg.gateway.authz.loader import CompiledPolicySet, compile_sources, read_directory
+from cedarberg.gateway.authz.restrictions import ScanRule, rules_of
+from cedarberg.gateway.byte_lru import ByteBoundedLru
 
-log = logging.getLogger("gateway.authz")
+log = logging.getLogger("cedarberg.gateway.authz")
 
 DEFAULT_ENTITY_CACHE_SIZE = 4096
 DEFAULT_ENTITY_CACHE_BYTES = 64 * 1024**2

@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 
-from gateway.authn.principal import Principal, PrincipalKind
-from gateway.authz.errors import ResourceError
+from cedarberg.gateway.authn.principal import Principal, PrincipalKind
+from cedarberg.gateway.authz.errors import ResourceError
 
 CEDAR_NAMESPACE = "Cedarberg"
 CATALOG_ID = "cedarberg"

@@ -24,9 +24,9 @@ from typing import Any
 
 import orjson
 
-from gateway.authz.engine import Decision, PolicyEngine
-from gateway.authz.entities import ACTION_TYPE, EntityUid
-from gateway.authz.errors import ResourceError
+from cedarberg.gateway.authz.engine import Decision, PolicyEngine
+from cedarberg.gateway.authz.entities import ACTION_TYPE, EntityUid
+from cedarberg.gateway.authz.errors import ResourceError
 
 FIXTURE_DIR = "tests"
 EXPECTATIONS = ("ALLOW", "DENY")

@@ -26,8 +26,8 @@ from typing import Any
 import cedarpy
 import orjson
 
-from gateway.authz.errors import PolicyLoadError, PolicyProblem
-from gateway.authz.restrictions import ScanRule, parse_restriction
+from cedarberg.gateway.authz.errors import PolicyLoadError, PolicyProblem
+from cedarberg.gateway.authz.restrictions import ScanRule, parse_restriction
 
 SCHEMA_FILE = "schema.cedarschema"
 POLICY_SUFFIX = ".cedar"

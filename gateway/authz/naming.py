@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.authz import entities
-from gateway.authz.entities import EntityType, Resource
-from gateway.authz.errors import ResourceError
+from cedarberg.gateway.authz import entities
+from cedarberg.gateway.authz.entities import EntityType, Resource
+from cedarberg.gateway.authz.errors import ResourceError
 
 
 @dataclass(frozen=True, slots=True)

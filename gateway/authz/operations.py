@@ -28,9 +28,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from catalog import requests as req
-from gateway.authz.entities import EntityType
-from gateway.authz.errors import UnknownOperationError
+from cedarberg.catalog import requests as req
+from cedarberg.gateway.authz.entities import EntityType
+from cedarberg.gateway.authz.errors import UnknownOperationError
 
 
 class ActionGroup(StrEnum):

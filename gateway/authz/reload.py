@@ -19,10 +19,10 @@ import logging
 from pathlib import Path
 from types import TracebackType
 
-from gateway.authz.engine import PolicyEngine, ReloadOutcome
-from gateway.authz.loader import POLICY_SUFFIX, SCHEMA_FILE
+from cedarberg.gateway.authz.engine import PolicyEngine, ReloadOutcome
+from cedarberg.gateway.authz.loader import POLICY_SUFFIX, SCHEMA_FILE
 
-log = logging.getLogger("gateway.authz")
+log = logging.getLogger("cedarberg.gateway.authz")
 
 Fingerprint = tuple[tuple[str, int, int, int], ...]
 

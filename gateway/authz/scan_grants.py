@@ -8,9 +8,9 @@ enforces the grants (`catalog.planning.grants`).
 
 from __future__ import annotations
 
-from catalog.planning.grants import ScanGrant
-from gateway.authz.authorizer import Verdict
-from gateway.authz.engine import PolicyEngine
+from cedarberg.catalog.planning.grants import ScanGrant
+from cedarberg.gateway.authz.authorizer import Verdict
+from cedarberg.gateway.authz.engine import PolicyEngine
 
 
 def scan_grants(policies: PolicyEngine, verdict: Verdict | None) -> tuple[ScanGrant, ...]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.base import FrozenSettings
 
 # The bundled policies: `policies/` at the root of the source tree (next to `gateway/`).
 BUNDLED_POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"

@@ -1,7 +1,7 @@
-"""``python -m gateway.cli``: the `cedarberg` command."""
+"""``python -m cedarberg.gateway.cli``: the `cedarberg` command."""
 
 import sys
 
-from gateway.cli.main import main
+from cedarberg.gateway.cli.main import main
 
 sys.exit(main())

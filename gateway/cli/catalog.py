@@ -25,15 +25,15 @@ from typing import Any, TextIO
 
 import orjson
 
-from catalog.context import CatalogContext
-from catalog.dropped import list_dropped, undrop
-from catalog.errors import CatalogError
-from catalog.pagination import PageRequest
-from catalog.rebuild import rebuild
-from catalog.rotation import rotate
-from gateway.config.settings import Settings, SettingsError, load_settings
-from gateway.web.app import close_catalog, open_catalog
-from kms.errors import KmsError
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.dropped import list_dropped, undrop
+from cedarberg.catalog.errors import CatalogError
+from cedarberg.catalog.pagination import PageRequest
+from cedarberg.catalog.rebuild import rebuild
+from cedarberg.catalog.rotation import rotate
+from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
+from cedarberg.gateway.web.app import close_catalog, open_catalog
+from cedarberg.kms.errors import KmsError
 
 PROG = "cedarberg"
 
@@ -111,7 +111,7 @@ async def _kms_rotate(ctx: CatalogContext, out: TextIO) -> int:
 
 
 def _new_local_version(settings: Settings, out: TextIO, err: TextIO) -> int:
-    from kms.providers.local import add_key_version, key_file_for
+    from cedarberg.kms.providers.local import add_key_version, key_file_for
 
     if not settings.kms.kek.startswith("local://"):
         print(f"{PROG} kms new-local-version: the KEK is not a local:// key", file=err)

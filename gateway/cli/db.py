@@ -16,9 +16,9 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-from catalog.errors import CatalogError
-from gateway.cli.catalog import offline_options, offline_settings
-from gateway.serve.migrate import schema_states, upgrade
+from cedarberg.catalog.errors import CatalogError
+from cedarberg.gateway.cli.catalog import offline_options, offline_settings
+from cedarberg.gateway.serve.migrate import schema_states, upgrade
 
 PROG = "cedarberg"
 EXIT_BEHIND = 3

@@ -33,16 +33,16 @@ from typing import TextIO
 
 import orjson
 
-from catalog.errors import StorageUnavailableError
-from gateway.authn.api_keys import (
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.gateway.authn.api_keys import (
     ApiKeyAuthenticator,
     InvalidApiKeyRequestError,
     NoSuchApiKeyError,
 )
-from gateway.authn.key_format import is_key_id
-from gateway.authn.key_store import ApiKeyRecord, open_key_store
-from gateway.authn.principal import PrincipalKind
-from gateway.config.settings import Settings, SettingsError, load_settings
+from cedarberg.gateway.authn.key_format import is_key_id
+from cedarberg.gateway.authn.key_store import ApiKeyRecord, open_key_store
+from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
 
 COMMAND = "keys"
 PROG = "cedarberg"

@@ -7,15 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from gateway.authz.cli import add_policy_commands, run_policy_command
-from gateway.cli.catalog import add_catalog_commands, run_catalog_command
-from gateway.cli.db import add_db_commands, run_db_command
-from gateway.cli.keys import add_keys_commands, run_keys_command
-from gateway.config import reference as config_reference
-from gateway.config.settings import SettingsError, load_settings
-from gateway.logs import configure_logging
-from gateway.serve.fatal import report_fatal
-from gateway.serve.server import serve
+from cedarberg.gateway.authz.cli import add_policy_commands, run_policy_command
+from cedarberg.gateway.cli.catalog import add_catalog_commands, run_catalog_command
+from cedarberg.gateway.cli.db import add_db_commands, run_db_command
+from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
+from cedarberg.gateway.config import reference as config_reference
+from cedarberg.gateway.config.settings import SettingsError, load_settings
+from cedarberg.gateway.logs import configure_logging
+from cedarberg.gateway.serve.fatal import report_fatal
+from cedarberg.gateway.serve.server import serve
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES
-from catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
-from gateway.config.base import FrozenSettings
+from cedarberg.catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES
+from cedarberg.catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
+from cedarberg.gateway.config.base import FrozenSettings
 
 
 class ReadCacheSettings(FrozenSettings):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from catalog.planning.limits import PlanningLimits
-from gateway.config.base import FrozenSettings
+from cedarberg.catalog.planning.limits import PlanningLimits
+from cedarberg.gateway.config.base import FrozenSettings
 
 _DEFAULTS = PlanningLimits()
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from gateway.config.settings import ENV_PREFIX, Settings, WarehouseSettings
+from cedarberg.gateway.config.settings import ENV_PREFIX, Settings, WarehouseSettings
 
 HEADER = """# Configuration reference
 

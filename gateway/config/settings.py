@@ -22,20 +22,20 @@ from pydantic import (
     model_validator,
 )
 
-from catalog import locations
-from catalog.errors import InvalidRequestError
-from gateway.audit import AuditSettings
-from gateway.authn.api_keys import ApiKeySettings
-from gateway.authn.oidc import OidcSettings
-from gateway.authn.tokens import TokenSettings
-from gateway.authz.settings import AuthzSettings
-from gateway.config.base import FrozenSettings
-from gateway.config.caches import ReadCacheSettings
-from gateway.config.planning import PlanningSettings
-from gateway.ratelimit import RateLimitSettings
-from gateway.storage.settings import S3Settings, VendingSettings
-from gateway.tls import TlsSettings
-from kms.settings import KmsSettings
+from cedarberg.catalog import locations
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.gateway.audit import AuditSettings
+from cedarberg.gateway.authn.api_keys import ApiKeySettings
+from cedarberg.gateway.authn.oidc import OidcSettings
+from cedarberg.gateway.authn.tokens import TokenSettings
+from cedarberg.gateway.authz.settings import AuthzSettings
+from cedarberg.gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.caches import ReadCacheSettings
+from cedarberg.gateway.config.planning import PlanningSettings
+from cedarberg.gateway.ratelimit import RateLimitSettings
+from cedarberg.gateway.storage.settings import S3Settings, VendingSettings
+from cedarberg.gateway.tls import TlsSettings
+from cedarberg.kms.settings import KmsSettings
 
 ENV_PREFIX = "CEDARBERG_"
 RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})

@@ -6,7 +6,7 @@ The gateway's tables have their own version table so that these migrations and t
 
 from alembic import context
 
-from gateway.authn.key_store import VERSION_TABLE, metadata
+from cedarberg.gateway.authn.key_store import VERSION_TABLE, metadata
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sys
 
-from catalog.errors import CatalogError
-from gateway.authn.tokens import TokenKeyError
-from gateway.authz.errors import PolicyLoadError
-from gateway.config.settings import Settings
-from gateway.tls import PlainHttpRefusedError, TlsConfigError
-from kms.errors import KmsError
+from cedarberg.catalog.errors import CatalogError
+from cedarberg.gateway.authn.tokens import TokenKeyError
+from cedarberg.gateway.authz.errors import PolicyLoadError
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.tls import PlainHttpRefusedError, TlsConfigError
+from cedarberg.kms.errors import KmsError
 
 # Errors that mean "this configuration cannot serve": reported in one line, exit status 1.
 _FATAL = (CatalogError, KmsError, TlsConfigError, PlainHttpRefusedError, PolicyLoadError, TokenKeyError)

@@ -19,12 +19,12 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from catalog.errors import CatalogError, StorageUnavailableError
-from catalog.store.sql import MIGRATIONS as CATALOG_MIGRATIONS
-from catalog.store.sql import Store
-from gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
-from gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
-from gateway.authn.key_store import open_key_store
+from cedarberg.catalog.errors import CatalogError, StorageUnavailableError
+from cedarberg.catalog.store.sql import MIGRATIONS as CATALOG_MIGRATIONS
+from cedarberg.catalog.store.sql import Store
+from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
+from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
+from cedarberg.gateway.authn.key_store import open_key_store
 
 
 class SchemaOutdatedError(CatalogError):

@@ -16,13 +16,13 @@ import logging
 import ssl
 from pathlib import Path
 
-from gateway.authn.tokens import TokenIssuer
-from gateway.authz.engine import PolicyEngine
-from gateway.config.settings import Settings
-from gateway.serve.migrate import ensure_current, upgrade
-from gateway.serve.worker import run_worker
-from gateway.tls import check_plain_http_allowed, server_ssl_context
-from kms.keyring import KeyRing
+from cedarberg.gateway.authn.tokens import TokenIssuer
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.serve.migrate import ensure_current, upgrade
+from cedarberg.gateway.serve.worker import run_worker
+from cedarberg.gateway.tls import check_plain_http_allowed, server_ssl_context
+from cedarberg.kms.keyring import KeyRing
 
 log = logging.getLogger("cedarberg")
 
@@ -79,6 +79,6 @@ def serve(settings: Settings) -> int:
             settings.workers,
         )
     # Imported here: only a multi-process server needs it.
-    from gateway.serve.supervisor import Supervisor
+    from cedarberg.gateway.serve.supervisor import Supervisor
 
     return Supervisor(settings, ssl_context, run_worker).run()

@@ -36,9 +36,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.config.settings import Settings
-from gateway.metrics import MULTIPROC_ENV
-from gateway.serve.fatal import report_fatal
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.metrics import MULTIPROC_ENV
+from cedarberg.gateway.serve.fatal import report_fatal
 
 log = logging.getLogger("cedarberg.supervisor")
 

@@ -13,8 +13,8 @@ import ssl
 
 from aiohttp import web
 
-from gateway.config.settings import Settings
-from gateway.web.app import create_app
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.web.app import create_app
 
 log = logging.getLogger("cedarberg")
 

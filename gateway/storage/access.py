@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.config.settings import Settings
-from gateway.storage.settings import S3Settings
-from gateway.storage.sign_scope import Endpoint
-from gateway.storage.signing import RequestSigner, endpoint_of
-from gateway.storage.vending import CredentialVendor
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.storage.settings import S3Settings
+from cedarberg.gateway.storage.sign_scope import Endpoint
+from cedarberg.gateway.storage.signing import RequestSigner, endpoint_of
+from cedarberg.gateway.storage.vending import CredentialVendor
 
 
 @dataclass(frozen=True, slots=True)

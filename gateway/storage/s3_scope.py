@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from catalog import locations
-from catalog.errors import InvalidRequestError
+from cedarberg.catalog import locations
+from cedarberg.catalog.errors import InvalidRequestError
 
 _POLICY_SPECIAL = frozenset("*?$")
 READ_ACTIONS = ("s3:GetObject", "s3:GetObjectVersion")

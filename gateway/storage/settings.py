@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.base import FrozenSettings
 
 DEFAULT_REGION = "us-east-1"
 

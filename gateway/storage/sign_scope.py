@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.etree import ElementTree
 
-from gateway.storage.s3_scope import S3Scope
+from cedarberg.gateway.storage.s3_scope import S3Scope
 
 READ_METHODS = frozenset({"GET", "HEAD"})
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})

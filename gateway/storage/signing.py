@@ -16,9 +16,9 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from catalog.errors import InvalidRequestError
-from gateway.storage.settings import DEFAULT_REGION, S3Settings
-from gateway.storage.sign_scope import Endpoint
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.gateway.storage.settings import DEFAULT_REGION, S3Settings
+from cedarberg.gateway.storage.sign_scope import Endpoint
 
 # Headers the signature sets itself: whatever the engine sent for them is dropped.
 _SIGNATURE_HEADERS = ("Authorization", "X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-SHA256")

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.errors import StorageUnavailableError
-from gateway.storage.s3_scope import S3Scope, session_policy
-from gateway.storage.settings import S3Settings, VendingSettings, engine_properties
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.gateway.storage.s3_scope import S3Scope, session_policy
+from cedarberg.gateway.storage.settings import S3Settings, VendingSettings, engine_properties
 
 log = logging.getLogger(__name__)
 

@@ -12,22 +12,22 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from catalog import confinement, fileio, metrics_reports
-from catalog.context import CatalogContext, Limits, Warehouse
-from catalog.dropped import purge_due
-from catalog.idempotency import Idempotency
-from catalog.load_results import LoadResultCache
-from catalog.planning.service import PlanService
-from catalog.purge_failures import PurgeBackoff
-from catalog.sealing import Sealer
-from catalog.store.cache import RegistryCache
-from catalog.store.sql import Store
-from gateway.authz.operations import check_route_table
-from gateway.config.settings import Settings
-from gateway.metrics import Metrics
-from gateway.storage.access import StorageAccess
-from gateway.storage.settings import fileio_properties
-from gateway.web.keys import (
+from cedarberg.catalog import confinement, fileio, metrics_reports
+from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
+from cedarberg.catalog.dropped import purge_due
+from cedarberg.catalog.idempotency import Idempotency
+from cedarberg.catalog.load_results import LoadResultCache
+from cedarberg.catalog.planning.service import PlanService
+from cedarberg.catalog.purge_failures import PurgeBackoff
+from cedarberg.catalog.sealing import Sealer
+from cedarberg.catalog.store.cache import RegistryCache
+from cedarberg.catalog.store.sql import Store
+from cedarberg.gateway.authz.operations import check_route_table
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.metrics import Metrics
+from cedarberg.gateway.storage.access import StorageAccess
+from cedarberg.gateway.storage.settings import fileio_properties
+from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
     ENDPOINTS,
     LIFECYCLE,
@@ -38,12 +38,22 @@ from gateway.web.keys import (
     STORAGE,
     Lifecycle,
 )
-from gateway.web.middlewares import MIDDLEWARES
-from gateway.web.route import Route
-from gateway.web.routes import admin, config, namespaces, oauth, ops, planning, recovery, tables, views
-from gateway.web.security import Security
-from gateway.web.services import Services
-from kms.keyring import KeyRing
+from cedarberg.gateway.web.middlewares import MIDDLEWARES
+from cedarberg.gateway.web.route import Route
+from cedarberg.gateway.web.routes import (
+    admin,
+    config,
+    namespaces,
+    oauth,
+    ops,
+    planning,
+    recovery,
+    tables,
+    views,
+)
+from cedarberg.gateway.web.security import Security
+from cedarberg.gateway.web.services import Services
+from cedarberg.kms.keyring import KeyRing
 
 log = logging.getLogger("cedarberg")
 

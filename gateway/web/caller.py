@@ -9,8 +9,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from gateway.authn.principal import Principal
-from gateway.web.keys import PRINCIPAL
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.web.keys import PRINCIPAL
 
 
 def binding(principal: Principal) -> str:

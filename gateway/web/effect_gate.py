@@ -16,14 +16,14 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from catalog.effects import Effect, EffectGate
-from catalog.objects import VIEW
-from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Check, effect_checks
-from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.web import http, resources, verdicts
-from gateway.web.errors import ForbiddenError
-from gateway.web.keys import PRINCIPAL, route_of, services
+from cedarberg.catalog.effects import Effect, EffectGate
+from cedarberg.catalog.objects import VIEW
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.authorizer import Check, effect_checks
+from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
+from cedarberg.gateway.web import http, resources, verdicts
+from cedarberg.gateway.web.errors import ForbiddenError
+from cedarberg.gateway.web.keys import PRINCIPAL, route_of, services
 
 
 def effect_gate(request: web.Request) -> EffectGate:

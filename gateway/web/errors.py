@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from catalog import errors as catalog_errors
-from gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from gateway.ratelimit import RateLimitUnavailableError, RetryAfter
+from cedarberg.catalog import errors as catalog_errors
+from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.ratelimit import RateLimitUnavailableError, RetryAfter
 
 log = logging.getLogger("cedarberg.request")
 

@@ -16,17 +16,17 @@ from typing import Any
 
 from aiohttp import web
 
-from catalog import confinement, roots
-from catalog.errors import ForbiddenError
-from catalog.identifiers import Identifier
-from catalog.objects import TABLE
-from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Check, Verdict
-from gateway.authz.context import RequestContext
-from gateway.authz.engine import Decision
-from gateway.authz.entities import Resource
-from gateway.web import resources, verdicts
-from gateway.web.keys import PRINCIPAL, VERDICT, route_of, security, services
+from cedarberg.catalog import confinement, roots
+from cedarberg.catalog.errors import ForbiddenError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.objects import TABLE
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.authorizer import Check, Verdict
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.engine import Decision
+from cedarberg.gateway.authz.entities import Resource
+from cedarberg.gateway.web import resources, verdicts
+from cedarberg.gateway.web.keys import PRINCIPAL, VERDICT, route_of, security, services
 
 WRITE_ACTION = "writeTableData"
 RESTRICTED = (

@@ -8,10 +8,10 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
-from catalog import requests
-from catalog.errors import DocumentTooLargeError, InvalidRequestError
-from catalog.identifiers import Identifier, Namespace
-from gateway.web.keys import PARSED_BODY
+from cedarberg.catalog import requests
+from cedarberg.catalog.errors import DocumentTooLargeError, InvalidRequestError
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.gateway.web.keys import PARSED_BODY
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)

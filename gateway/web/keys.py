@@ -18,13 +18,13 @@ from aiohttp import web
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from gateway.authn.principal import Principal
-    from gateway.authz.authorizer import Verdict
-    from gateway.metrics import Metrics
-    from gateway.storage.access import StorageAccess
-    from gateway.web.route import Route
-    from gateway.web.security import Security
-    from gateway.web.services import Services
+    from cedarberg.gateway.authn.principal import Principal
+    from cedarberg.gateway.authz.authorizer import Verdict
+    from cedarberg.gateway.metrics import Metrics
+    from cedarberg.gateway.storage.access import StorageAccess
+    from cedarberg.gateway.web.route import Route
+    from cedarberg.gateway.web.security import Security
+    from cedarberg.gateway.web.services import Services
 
 
 @dataclass(slots=True)

@@ -22,26 +22,26 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from catalog.errors import (
+from cedarberg.catalog.errors import (
     NoSuchNamespaceError,
     NoSuchTableError,
     NoSuchViewError,
     NoSuchWarehouseError,
     NotFoundError,
 )
-from gateway.audit import AuditEvent, EventKind, Outcome
-from gateway.authn.errors import AuthenticationError
-from gateway.authn.principal import Principal
-from gateway.authz.authorizer import filter_visible, plan_checks
-from gateway.authz.context import RequestContext
-from gateway.authz.entities import EntityType
-from gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
-from gateway.logs import bind_principal, bind_request
-from gateway.ratelimit import OperationClass, RetryAfter
-from gateway.tls import peer_subject
-from gateway.web import errors, http, resources, verdicts
-from gateway.web.errors import ForbiddenError, RateLimitedError
-from gateway.web.keys import (
+from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
+from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.entities import EntityType
+from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
+from cedarberg.gateway.logs import bind_principal, bind_request
+from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
+from cedarberg.gateway.tls import peer_subject
+from cedarberg.gateway.web import errors, http, resources, verdicts
+from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
+from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
     PRINCIPAL,
     REQUEST_ID,
@@ -52,7 +52,7 @@ from gateway.web.keys import (
     security,
     services,
 )
-from gateway.web.route import Handler
+from cedarberg.gateway.web.route import Handler
 
 access_log = logging.getLogger("cedarberg.access")
 

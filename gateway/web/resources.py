@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pydantic import BaseModel
 
-from catalog import requests as req
-from catalog.identifiers import SEPARATOR, Identifier, Namespace
-from catalog.namespaces import read_many
-from gateway.authn.api_keys import ApiKeyError
-from gateway.authz import naming
-from gateway.authz.context import ChangeSummary
-from gateway.authz.entities import EntityType, Resource
-from gateway.authz.naming import ResourceName
-from gateway.authz.operations import ActionGroup, OperationSpec, Scope, Source
-from gateway.web import http
+from cedarberg.catalog import requests as req
+from cedarberg.catalog.identifiers import SEPARATOR, Identifier, Namespace
+from cedarberg.catalog.namespaces import read_many
+from cedarberg.gateway.authn.api_keys import ApiKeyError
+from cedarberg.gateway.authz import naming
+from cedarberg.gateway.authz.context import ChangeSummary
+from cedarberg.gateway.authz.entities import EntityType, Resource
+from cedarberg.gateway.authz.naming import ResourceName
+from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, Scope, Source
+from cedarberg.gateway.web import http
 
 if TYPE_CHECKING:  # annotations only: the security and services are passed in
-    from gateway.web.security import Security
-    from gateway.web.services import Services
+    from cedarberg.gateway.web.security import Security
+    from cedarberg.gateway.web.services import Services
 
 # Reads may be decided on grants up to `cache.registry_ttl_seconds` old (when changed by another
 # process); everything else on the database's.

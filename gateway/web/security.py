@@ -13,20 +13,20 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.audit import AuditLog
-from gateway.authn.api_keys import ApiKeyAuthenticator
-from gateway.authn.errors import AuthenticationError
-from gateway.authn.key_format import MalformedKeyError, parse_api_key
-from gateway.authn.key_store import KeyStore
-from gateway.authn.oauth import Admission, TokenEndpoint
-from gateway.authn.oidc import OidcAuthenticator
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
-from gateway.authn.token_cache import VerifiedTokenCache
-from gateway.authn.tokens import TokenIssuer
-from gateway.authz.engine import PolicyEngine
-from gateway.authz.reload import PolicyWatcher
-from gateway.config.settings import Settings
-from gateway.ratelimit import OperationClass, RateLimiter
+from cedarberg.gateway.audit import AuditLog
+from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
+from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
+from cedarberg.gateway.authn.key_store import KeyStore
+from cedarberg.gateway.authn.oauth import Admission, TokenEndpoint
+from cedarberg.gateway.authn.oidc import OidcAuthenticator
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
+from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
+from cedarberg.gateway.authn.tokens import TokenIssuer
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.authz.reload import PolicyWatcher
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.ratelimit import OperationClass, RateLimiter
 
 log = logging.getLogger("cedarberg.security")
 

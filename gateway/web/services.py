@@ -6,18 +6,18 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from catalog.context import CatalogContext
-from catalog.idempotency import Mutation
-from catalog.namespaces import NamespaceService
-from catalog.pagination import PageRequest
-from catalog.planning.service import PlanService
-from catalog.tables import TableService
-from catalog.views import ViewService
-from gateway.config.settings import Settings
-from gateway.resource_memo import ResourceMemo
-from gateway.web import http
-from gateway.web.caller import caller_of
-from gateway.web.keys import services
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.idempotency import Mutation
+from cedarberg.catalog.namespaces import NamespaceService
+from cedarberg.catalog.pagination import PageRequest
+from cedarberg.catalog.planning.service import PlanService
+from cedarberg.catalog.tables import TableService
+from cedarberg.catalog.views import ViewService
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.resource_memo import ResourceMemo
+from cedarberg.gateway.web import http
+from cedarberg.gateway.web.caller import caller_of
+from cedarberg.gateway.web.keys import services
 
 
 @dataclass(frozen=True, slots=True)

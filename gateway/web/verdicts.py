@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from gateway.audit import AuditEvent, EventKind
-from gateway.audit import Decision as AuditDecision
-from gateway.authn.principal import Principal
-from gateway.authz.authorizer import Check, Verdict, decide_checks
-from gateway.web.keys import PRINCIPAL, metrics, request_id_of, security
+from cedarberg.gateway.audit import AuditEvent, EventKind
+from cedarberg.gateway.audit import Decision as AuditDecision
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.authorizer import Check, Verdict, decide_checks
+from cedarberg.gateway.web.keys import PRINCIPAL, metrics, request_id_of, security
 
 
 def decide(request: web.Request, operation: str, checks: Sequence[Check]) -> Verdict:

@@ -22,9 +22,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
-from kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
-from kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
+from cedarberg.kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey
+from cedarberg.kms.settings import KmsSettings
 
 SCHEME = "aws-kms://"
 

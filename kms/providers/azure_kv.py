@@ -44,9 +44,9 @@ from azure.keyvault.keys.aio import KeyClient
 from azure.keyvault.keys.crypto import KeyWrapAlgorithm
 from azure.keyvault.keys.crypto.aio import CryptographyClient
 
-from kms.errors import KmsError, KmsRefusedError, KmsUnavailableError, UnsupportedContextError
-from kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import KmsError, KmsRefusedError, KmsUnavailableError, UnsupportedContextError
+from cedarberg.kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey
+from cedarberg.kms.settings import KmsSettings
 
 SCHEME = "azure-kv://"
 _URI = re.compile(

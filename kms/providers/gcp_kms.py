@@ -27,9 +27,9 @@ from google.api_core import retry_async
 from google.auth import exceptions as auth_exceptions
 from google.cloud import kms_v1
 
-from kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
-from kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey, context_bytes
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
+from cedarberg.kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey, context_bytes
+from cedarberg.kms.settings import KmsSettings
 
 SCHEME = "gcp-kms://"
 _NAME = re.compile(r"^projects/[^/\s]+/locations/[^/\s]+/keyRings/[^/\s]+/cryptoKeys/[^/\s]+$")

@@ -43,9 +43,9 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from kms.errors import KmsRefusedError
-from kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey, context_bytes
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import KmsRefusedError
+from cedarberg.kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey, context_bytes
+from cedarberg.kms.settings import KmsSettings
 
 SCHEME = "local"
 FILE_FORMAT = 1

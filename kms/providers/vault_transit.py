@@ -28,9 +28,9 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import orjson
 
-from kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
-from kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey, context_bytes
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import KmsError, KmsRefusedError, KmsUnavailableError
+from cedarberg.kms.keys import DATA_KEY_BYTES, Context, DataKey, WrappedKey, context_bytes
+from cedarberg.kms.settings import KmsSettings
 
 SCHEME = "vault-transit"
 DEFAULT_PORT = 8200

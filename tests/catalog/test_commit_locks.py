@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from catalog.commit_locks import CommitLocks
+from cedarberg.catalog.commit_locks import CommitLocks
 
 A, B = ("w", "ns", "a"), ("w", "ns", "b")
 

@@ -18,19 +18,19 @@ from typing import Any
 import orjson
 import pytest
 
-from catalog import commits, table_changes, view_changes
-from catalog import requests as req
-from catalog.commit_locks import CommitLocks
-from catalog.context import CatalogContext, Limits
-from catalog.effects import Effect
-from catalog.errors import CommitFailedError, CommitStateUnknownError, ForbiddenError
-from catalog.idempotency import Body
-from catalog.identifiers import Identifier, Namespace
-from catalog.namespaces import NamespaceService
-from catalog.objects import TABLE, VIEW
-from catalog.store.sql import ObjectRow
-from catalog.tables import TableService
-from catalog.views import ViewService
+from cedarberg.catalog import commits, table_changes, view_changes
+from cedarberg.catalog import requests as req
+from cedarberg.catalog.commit_locks import CommitLocks
+from cedarberg.catalog.context import CatalogContext, Limits
+from cedarberg.catalog.effects import Effect
+from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError, ForbiddenError
+from cedarberg.catalog.idempotency import Body
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.namespaces import NamespaceService
+from cedarberg.catalog.objects import TABLE, VIEW
+from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.tables import TableService
+from cedarberg.catalog.views import ViewService
 from tests.support.catalogs import WAREHOUSE, UnconfirmedStore, catalog_context
 
 NAMESPACE = Namespace.of(["ns"])

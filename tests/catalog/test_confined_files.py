@@ -15,10 +15,10 @@ from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.statistics import StatisticsFile
 
-from catalog.context import Warehouse
-from catalog.dropped import Purged, purge_files
-from catalog.errors import ForbiddenError
-from catalog.planning.confined import ConfinedFileIO
+from cedarberg.catalog.context import Warehouse
+from cedarberg.catalog.dropped import Purged, purge_files
+from cedarberg.catalog.errors import ForbiddenError
+from cedarberg.catalog.planning.confined import ConfinedFileIO
 
 
 def _metadata(location: str, manifest_lists: list[str], stats: list[str]) -> TableMetadata:

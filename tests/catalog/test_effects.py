@@ -14,9 +14,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewVersion
 
-from catalog import effects, table_metadata, view_metadata
-from catalog import requests as req
-from catalog.identifiers import Identifier
+from cedarberg.catalog import effects, table_metadata, view_metadata
+from cedarberg.catalog import requests as req
+from cedarberg.catalog.identifiers import Identifier
 
 T = Identifier.of(["sales"], "orders")
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from catalog.errors import InvalidRequestError
-from catalog.identifiers import SEPARATOR, Identifier, Namespace
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.identifiers import SEPARATOR, Identifier, Namespace
 
 
 def test_namespace_round_trips_through_its_key() -> None:

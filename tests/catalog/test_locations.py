@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from catalog import locations
-from catalog.errors import InvalidRequestError, LocationNotAllowedError
+from cedarberg.catalog import locations
+from cedarberg.catalog.errors import InvalidRequestError, LocationNotAllowedError
 
 
 @pytest.mark.parametrize(

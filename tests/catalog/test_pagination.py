@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from catalog import page_tokens
-from catalog.errors import InvalidRequestError
-from catalog.page_tokens import Listing
-from catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog import page_tokens
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.page_tokens import Listing
+from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 
 KEY = os.urandom(32)
 LISTING = Listing("default", "namespaces", "", '["api-key","user","ana"]')

@@ -16,16 +16,16 @@ import orjson
 import pytest
 from sqlalchemy import create_engine, text
 
-from catalog.context import CatalogContext, Limits, Warehouse
-from catalog.dropped import list_dropped, purge_due
-from catalog.errors import KeyServiceUnavailableError
-from catalog.idempotency import Idempotency
-from catalog.pagination import PageRequest
-from catalog.purge_failures import MAX_ERROR_CHARS, PurgeBackoff, describe_failure
-from catalog.sealing import Sealer
-from catalog.store.sql import DroppedRow, ObjectRow, Store
-from kms.keyring import KeyRing
-from kms.settings import KmsSettings
+from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
+from cedarberg.catalog.dropped import list_dropped, purge_due
+from cedarberg.catalog.errors import KeyServiceUnavailableError
+from cedarberg.catalog.idempotency import Idempotency
+from cedarberg.catalog.pagination import PageRequest
+from cedarberg.catalog.purge_failures import MAX_ERROR_CHARS, PurgeBackoff, describe_failure
+from cedarberg.catalog.sealing import Sealer
+from cedarberg.catalog.store.sql import DroppedRow, ObjectRow, Store
+from cedarberg.kms.keyring import KeyRing
+from cedarberg.kms.settings import KmsSettings
 from tests.support.migrations import upgrade
 
 WAREHOUSE = "w"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from catalog.load_results import LoadResultCache
-from catalog.store.cache import RegistryCache, RegistryKey, Touched
-from catalog.store.sql import Store
+from cedarberg.catalog.load_results import LoadResultCache
+from cedarberg.catalog.store.cache import RegistryCache, RegistryKey, Touched
+from cedarberg.catalog.store.sql import Store
 
 
 def test_entries_expire_after_the_ttl() -> None:

@@ -8,9 +8,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
-from catalog import roots
-from catalog.errors import LocationNotAllowedError
-from catalog.identifiers import Namespace
+from cedarberg.catalog import roots
+from cedarberg.catalog.errors import LocationNotAllowedError
+from cedarberg.catalog.identifiers import Namespace
 
 WAREHOUSE = "file:///w"
 NS_DIR = "file:///w/sales"

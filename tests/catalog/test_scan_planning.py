@@ -39,14 +39,14 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from catalog.errors import ForbiddenError, InvalidRequestError
-from catalog.planning import pages
-from catalog.planning.grants import UNRESTRICTED, ScanGrant
-from catalog.planning.request import PlanScanRequest
-from catalog.planning.request import parse_request as parse
-from catalog.planning.scan import Guard, Scan, TooManyFilesError, plan_files, prepare
-from catalog.planning.slots import Slots
-from catalog.planning.values import to_json
+from cedarberg.catalog.errors import ForbiddenError, InvalidRequestError
+from cedarberg.catalog.planning import pages
+from cedarberg.catalog.planning.grants import UNRESTRICTED, ScanGrant
+from cedarberg.catalog.planning.request import PlanScanRequest
+from cedarberg.catalog.planning.request import parse_request as parse
+from cedarberg.catalog.planning.scan import Guard, Scan, TooManyFilesError, plan_files, prepare
+from cedarberg.catalog.planning.slots import Slots
+from cedarberg.catalog.planning.values import to_json
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from catalog.context import CatalogContext
-from catalog.errors import IntegrityCheckError
-from catalog.identifiers import Identifier
-from catalog.objects import TABLE
-from catalog.sealing import SealTarget
-from catalog.store.sql import ObjectRow
+from cedarberg.catalog.context import CatalogContext
+from cedarberg.catalog.errors import IntegrityCheckError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.objects import TABLE
+from cedarberg.catalog.sealing import SealTarget
+from cedarberg.catalog.store.sql import ObjectRow
 from tests.support.catalogs import WAREHOUSE, catalog_context
 
 LOCATION = "file:///w/sales/t/metadata/00001-0b7e.metadata.json"

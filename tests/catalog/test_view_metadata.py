@@ -7,9 +7,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyiceberg.view.metadata import SQLViewRepresentation, ViewRepresentation, ViewVersion
 
-from catalog import requests as req
-from catalog import view_metadata
-from catalog.errors import CommitFailedError, InvalidRequestError
+from cedarberg.catalog import requests as req
+from cedarberg.catalog import view_metadata
+from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config.settings import Settings, load_settings
+from cedarberg.gateway.config.settings import Settings, load_settings
 from tests.support.gateway import REPO_ROOT
 
 DEPLOY = REPO_ROOT / "deploy"

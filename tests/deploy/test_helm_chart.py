@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config.settings import load_settings
+from cedarberg.gateway.config.settings import load_settings
 from tests.support.gateway import REPO_ROOT
 
 CHART = REPO_ROOT / "deploy" / "helm" / "cedarberg"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import requests
 
-from catalog.locations import normalize
+from cedarberg.catalog.locations import normalize
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
 from tests.support.tls import TestPki

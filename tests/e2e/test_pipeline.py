@@ -40,9 +40,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from pipelines.config import ApiKey, PipelineConfig
-from pipelines.generate import load_manifest
-from pipelines.run import PipelineResult, run_pipeline
+from cedarberg.pipelines.config import ApiKey, PipelineConfig
+from cedarberg.pipelines.generate import load_manifest
+from cedarberg.pipelines.run import PipelineResult, run_pipeline
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 
 if TYPE_CHECKING:

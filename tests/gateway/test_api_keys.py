@@ -21,17 +21,17 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from catalog.errors import StorageUnavailableError
-from catalog.store.sql import Store
-from gateway.authn.api_keys import (
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.catalog.store.sql import Store
+from cedarberg.gateway.authn.api_keys import (
     ApiKeyAuthenticator,
     ApiKeyRevokedError,
     ApiKeySettings,
     InvalidApiKeyRequestError,
     NoSuchApiKeyError,
 )
-from gateway.authn.errors import GENERIC_MESSAGE, AuthenticationError
-from gateway.authn.key_format import (
+from cedarberg.gateway.authn.errors import GENERIC_MESSAGE, AuthenticationError
+from cedarberg.gateway.authn.key_format import (
     KEY_LENGTH,
     MalformedKeyError,
     generate_key,
@@ -40,9 +40,9 @@ from gateway.authn.key_format import (
     parse_api_key,
     parse_parts,
 )
-from gateway.authn.key_guards import CacheEntry, Lockout, VerifiedCache
-from gateway.authn.key_store import KeyStore, open_key_store
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.key_guards import CacheEntry, Lockout, VerifiedCache
+from cedarberg.gateway.authn.key_store import KeyStore, open_key_store
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from tests.support.ports import free_port
 
 

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from gateway.audit import (
+from cedarberg.gateway.audit import (
     REDACTED,
     AuditEvent,
     AuditLog,
@@ -30,7 +30,7 @@ from gateway.audit import (
     scrub,
     scrub_text,
 )
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 
 FIELDS = [
     "time",

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog.effects import Effect
-from catalog.errors import InvalidRequestError
-from catalog.identifiers import Identifier
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz.authorizer import (
+from cedarberg.catalog.effects import Effect
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz.authorizer import (
     Verdict,
     authorize,
     decide_checks,
@@ -25,7 +25,7 @@ from gateway.authz.authorizer import (
     is_visible,
     plan_checks,
 )
-from gateway.authz.cli import (
+from cedarberg.gateway.authz.cli import (
     ContextSpec,
     ExplainQuery,
     PrincipalSpec,
@@ -34,9 +34,9 @@ from gateway.authz.cli import (
     run_fixture_tests,
     validate,
 )
-from gateway.authz.context import MAX_CONTEXT_ITEMS, ChangeSummary, RequestContext
-from gateway.authz.engine import PolicyEngine, ReloadOutcome
-from gateway.authz.entities import (
+from cedarberg.gateway.authz.context import MAX_CONTEXT_ITEMS, ChangeSummary, RequestContext
+from cedarberg.gateway.authz.engine import PolicyEngine, ReloadOutcome
+from cedarberg.gateway.authz.entities import (
     EntityType,
     Resource,
     api_key_resource,
@@ -49,10 +49,10 @@ from gateway.authz.entities import (
     table_resource,
     warehouse_resource,
 )
-from gateway.authz.errors import PolicyLoadError, ResourceError, UnknownOperationError
-from gateway.authz.operations import OPERATIONS, ActionGroup, Scope, check_route_table
-from gateway.authz.reload import PolicyWatcher
-from gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError, UnknownOperationError
+from cedarberg.gateway.authz.operations import OPERATIONS, ActionGroup, Scope, check_route_table
+from cedarberg.gateway.authz.reload import PolicyWatcher
+from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
 
 SALES = {"cedarberg.writers": "etl", "cedarberg.readers": "analysts"}
 
@@ -402,7 +402,7 @@ def test_context_values_are_bounded() -> None:
 
 
 def test_every_registered_route_has_an_entry() -> None:
-    from gateway.web.app import ALL_ROUTES
+    from cedarberg.gateway.web.app import ALL_ROUTES
 
     check_route_table(route.operation for route in ALL_ROUTES)
     with pytest.raises(UnknownOperationError, match="frobnicate"):
@@ -566,7 +566,7 @@ def test_reload_outcomes_and_one_log_line_per_refused_content(
     assert eng.reload() is ReloadOutcome.LOADED
     assert eng.version != first
     extra.write_text("forbid (principal, action resource);\n")
-    with caplog.at_level(logging.ERROR, logger="gateway.authz"):
+    with caplog.at_level(logging.ERROR, logger="cedarberg.gateway.authz"):
         assert eng.reload() is ReloadOutcome.REFUSED
         assert eng.reload() is ReloadOutcome.REFUSED
     assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1

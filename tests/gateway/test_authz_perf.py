@@ -10,15 +10,15 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz.authorizer import authorize, filter_visible
-from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.authz.engine import PolicyEngine
-from gateway.authz.entities import (
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz.authorizer import authorize, filter_visible
+from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.authz.entities import (
     child_table,
     namespace_resource,
 )
-from gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
 
 N = 500
 

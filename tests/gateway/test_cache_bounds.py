@@ -15,14 +15,14 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from gateway.authn.key_guards import CacheEntry, VerifiedCache
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authn.token_cache import VerifiedTokenCache
-from gateway.authz import entities
-from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.authz.engine import PolicyEngine
-from gateway.byte_lru import ENTRY_OVERHEAD, ByteBoundedLru, estimate
-from gateway.resource_memo import ResourceMemo
+from cedarberg.gateway.authn.key_guards import CacheEntry, VerifiedCache
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
+from cedarberg.gateway.authz import entities
+from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.byte_lru import ENTRY_OVERHEAD, ByteBoundedLru, estimate
+from cedarberg.gateway.resource_memo import ResourceMemo
 from tests.support.gateway import REPO_ROOT
 
 MIB = 1024**2

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.authn.api_keys import ApiKeyAuthenticator
-from gateway.authn.errors import AuthenticationError
-from gateway.authn.key_format import parse_api_key
-from gateway.authn.key_store import open_key_store
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.cli.keys import add_keys_commands, run_keys_command
+from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
+from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.key_format import parse_api_key
+from cedarberg.gateway.authn.key_store import open_key_store
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
 
 KEY_LINE = re.compile(r"cbk_[a-z2-7]{16}_[A-Za-z0-9_-]{43}\n")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def _cli(
     *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "keys", *argv],
+        [sys.executable, "-m", "cedarberg.gateway.cli", "keys", *argv],
         capture_output=True,
         text=True,
         env=env if env is not None else _clean_env(),

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from catalog.requests import MAX_REPORT_BYTES, MAX_REPORT_DEPTH, MAX_REPORT_VALUES
+from cedarberg.catalog.requests import MAX_REPORT_BYTES, MAX_REPORT_DEPTH, MAX_REPORT_VALUES
 from tests.gateway.test_bad_input import assert_error
 from tests.support.gateway import GatewayProcess
 

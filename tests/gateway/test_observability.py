@@ -20,7 +20,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.authn.key_format import generate_key
+from cedarberg.gateway.authn.key_format import generate_key
 from tests.support.gateway import GatewayProcess
 from tests.support.kms_servers import OpenBaoServer
 from tests.support.postgres import PostgresServer

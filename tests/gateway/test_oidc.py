@@ -28,9 +28,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from pydantic import ValidationError
 
-from gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from gateway.authn.oidc import OidcAuthenticator, OidcIssuerSettings, OidcSettings, peek_issuer
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.oidc import OidcAuthenticator, OidcIssuerSettings, OidcSettings, peek_issuer
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from tests.support.idp import Oauth2MockServer, OidcProviderMock, ensure_oauth2_mock_server
 from tests.support.ports import free_port
 

@@ -12,7 +12,7 @@ from limits import parse
 from limits.aio.strategies import MovingWindowRateLimiter
 from pydantic import ValidationError
 
-from gateway.ratelimit import (
+from cedarberg.gateway.ratelimit import (
     LocalMovingWindowStorage,
     OperationClass,
     RateLimiter,

@@ -9,12 +9,12 @@ from pathlib import Path
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authn.token_cache import VerifiedTokenCache
-from gateway.authz import entities
-from gateway.authz.context import RequestContext
-from gateway.authz.engine import PolicyEngine
-from gateway.resource_memo import ResourceMemo
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
+from cedarberg.gateway.authz import entities
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.resource_memo import ResourceMemo
 from tests.support.gateway import REPO_ROOT
 
 ANALYST = Principal("ann", PrincipalKind.USER, frozenset({"analysts"}), AuthMethod.API_KEY)

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz.cli import ExplainQuery, PrincipalSpec, ResourceSpec, explain
-from gateway.authz.context import RequestContext
-from gateway.authz.engine import PolicyEngine
-from gateway.authz.entities import namespace_resource, table_resource
-from gateway.authz.errors import PolicyLoadError
-from gateway.authz.restrictions import UNRESTRICTED, ScanRule, rules_of
-from gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz.cli import ExplainQuery, PrincipalSpec, ResourceSpec, explain
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.authz.entities import namespace_resource, table_resource
+from cedarberg.gateway.authz.errors import PolicyLoadError
+from cedarberg.gateway.authz.restrictions import UNRESTRICTED, ScanRule, rules_of
+from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
 
 ORDERS = 'Cedarberg::Table::"default/sales/orders"'
 PLAN_ACTIONS = (

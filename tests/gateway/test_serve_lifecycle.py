@@ -28,8 +28,8 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
-from gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
+from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
+from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
 from tests.support.gateway import REPO_ROOT, GatewayProcess
 
 POLICIES = REPO_ROOT / "policies"
@@ -143,7 +143,7 @@ def test_a_killed_supervisor_takes_its_workers_with_it(tmp_path: Path) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
+        [sys.executable, "-m", "cedarberg.gateway.cli", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

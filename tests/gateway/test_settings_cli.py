@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.settings import SettingsError, load_settings
+from cedarberg.gateway.config.settings import SettingsError, load_settings
 
 
 def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_store_url_secret_is_not_in_repr() -> None:
 
 def test_cli_exits_nonzero_with_one_clear_line(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path), "--port", "0"],
+        [sys.executable, "-m", "cedarberg.gateway.cli", "serve", "--data-dir", str(tmp_path), "--port", "0"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -70,7 +70,7 @@ def test_cli_reports_unreadable_config(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("port = = 1")
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(bad)],
+        [sys.executable, "-m", "cedarberg.gateway.cli", "serve", "--config", str(bad)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -82,7 +82,7 @@ def test_cli_reports_unreadable_config(tmp_path: Path) -> None:
 
 
 def test_configuration_reference_is_current() -> None:
-    from gateway.config.reference import render
+    from cedarberg.gateway.config.reference import render
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert docs.read_text() == render(), "run: cedarberg config-reference > docs/configuration.md"
@@ -102,7 +102,16 @@ def test_serve_refuses_a_local_key_file_others_can_read(tmp_path: Path) -> None:
     key_file.write_text('{"format": 1, "current": "1", "versions": {"1": "' + "A" * 43 + '="}}')
     key_file.chmod(0o644)
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path), "--port", "18999"],
+        [
+            sys.executable,
+            "-m",
+            "cedarberg.gateway.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--port",
+            "18999",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,9 +7,9 @@ import hashlib
 
 import pytest
 
-from catalog.errors import InvalidRequestError
-from gateway.storage.s3_scope import S3Scope, session_policy
-from gateway.storage.sign_scope import Endpoint, S3Request, classify
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.gateway.storage.s3_scope import S3Scope, session_policy
+from cedarberg.gateway.storage.sign_scope import Endpoint, S3Request, classify
 
 MINIO = Endpoint("http", "minio:9000", "eu-west-1")
 AWS = Endpoint("https", None, "eu-west-1")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config.settings import SettingsError, load_settings
-from gateway.storage.settings import fileio_properties
+from cedarberg.gateway.config.settings import SettingsError, load_settings
+from cedarberg.gateway.storage.settings import fileio_properties
 
 BASE = "CEDARBERG_WAREHOUSES__LAKE__"
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.serialization import pkcs12
 from pydantic import ValidationError
 
-from gateway.tls import (
+from cedarberg.gateway.tls import (
     TLS12_CIPHERS,
     PlainHttpRefusedError,
     TlsConfigError,

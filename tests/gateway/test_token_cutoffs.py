@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from gateway.authn.api_keys import ApiKeyAuthenticator, ApiKeySettings
-from gateway.authn.errors import AuthenticationError
-from gateway.authn.key_format import parse_api_key
-from gateway.authn.key_store import KeyStore, open_key_store
-from gateway.authn.oauth import (
+from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, ApiKeySettings
+from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.key_format import parse_api_key
+from cedarberg.gateway.authn.key_store import KeyStore, open_key_store
+from cedarberg.gateway.authn.oauth import (
     ACCESS_TOKEN_TYPE,
     GRANT_TOKEN_EXCHANGE,
     OAuthError,
     TokenEndpoint,
     TokenResponse,
 )
-from gateway.authn.principal import PrincipalKind
-from gateway.authn.tokens import TokenIssuer, TokenSettings
+from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.authn.tokens import TokenIssuer, TokenSettings
 
 
 @pytest.fixture

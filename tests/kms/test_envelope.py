@@ -12,9 +12,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kms.envelope import MAGIC, Binding, is_sealed, open_sealed, read_header, seal
-from kms.errors import MalformedEnvelopeError, SealIntegrityError
-from kms.keys import MAX_WRAPPED_KEY_BYTES, WrappedKey
+from cedarberg.kms.envelope import MAGIC, Binding, is_sealed, open_sealed, read_header, seal
+from cedarberg.kms.errors import MalformedEnvelopeError, SealIntegrityError
+from cedarberg.kms.keys import MAX_WRAPPED_KEY_BYTES, WrappedKey
 
 
 def _text(max_bytes: int, max_size: int | None = None) -> st.SearchStrategy[str]:

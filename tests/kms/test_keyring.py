@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kms.errors import KmsRefusedError, KmsUnavailableError, UnknownProviderError
-from kms.keyring import KeyRing
-from kms.keys import Context, DataKey, WrappedKey
-from kms.providers.local import LocalKeyProvider, add_key_version, open_provider
-from kms.settings import CacheSettings, KmsSettings
+from cedarberg.kms.errors import KmsRefusedError, KmsUnavailableError, UnknownProviderError
+from cedarberg.kms.keyring import KeyRing
+from cedarberg.kms.keys import Context, DataKey, WrappedKey
+from cedarberg.kms.providers.local import LocalKeyProvider, add_key_version, open_provider
+from cedarberg.kms.settings import CacheSettings, KmsSettings
 
 URI = "local://default"
 CONTEXT = {"warehouse": "wh", "kind": "table", "object": "0b1c2d3e-0000-4000-8000-000000000001"}

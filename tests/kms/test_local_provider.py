@@ -11,10 +11,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from kms.errors import KmsRefusedError
-from kms.keys import WrappedKey
-from kms.providers.local import LocalKeyProvider, add_key_version, open_provider
-from kms.settings import KmsSettings
+from cedarberg.kms.errors import KmsRefusedError
+from cedarberg.kms.keys import WrappedKey
+from cedarberg.kms.providers.local import LocalKeyProvider, add_key_version, open_provider
+from cedarberg.kms.settings import KmsSettings
 
 URI = "local://default"
 CONTEXT = {"warehouse": "wh", "kind": "table", "object": "0b1c2d3e-0000-4000-8000-000000000001"}

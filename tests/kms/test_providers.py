@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from kms import registry
-from kms.errors import KmsError, KmsRefusedError, KmsUnavailableError, UnsupportedContextError
-from kms.keys import Context, WrappedKey
-from kms.provider import KeyProvider
-from kms.settings import KmsSettings
+from cedarberg.kms import registry
+from cedarberg.kms.errors import KmsError, KmsRefusedError, KmsUnavailableError, UnsupportedContextError
+from cedarberg.kms.keys import Context, WrappedKey
+from cedarberg.kms.provider import KeyProvider
+from cedarberg.kms.settings import KmsSettings
 from tests.support.kms_servers import (
     AzureKeyVaultFake,
     GcpKmsFake,
@@ -98,7 +98,7 @@ REMOTE = ["vault", "aws", "gcp", "azure-rsa", "azure-oct"]
 
 
 def _local_target(tmp_path: Path) -> Target:
-    from kms.providers import local
+    from cedarberg.kms.providers import local
 
     uri = "local://contract"
     key_dir = tmp_path / "keys"
@@ -137,7 +137,7 @@ async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 def _contract_kinds() -> list[str]:
     try:
-        import kms.providers.local  # noqa: F401
+        import cedarberg.kms.providers.local  # noqa: F401
     except ImportError:
         return REMOTE
     return ["local", *REMOTE]
@@ -388,7 +388,7 @@ async def test_gcp_checksum_mismatch_is_treated_as_transient(target: Target) -> 
 
 
 def test_gcp_crc32c_matches_the_reference() -> None:
-    from kms.providers.gcp_kms import crc32c
+    from cedarberg.kms.providers.gcp_kms import crc32c
 
     assert crc32c(b"123456789") == 0xE3069283 == crc32c_reference(b"123456789")
     blob = os.urandom(300)
@@ -416,7 +416,7 @@ async def test_the_azure_fake_reproduces_the_sdks_local_wrap_hazard(azure: Azure
     from azure.keyvault.keys.crypto import KeyWrapAlgorithm
     from azure.keyvault.keys.crypto.aio import CryptographyClient
 
-    from kms.providers.azure_kv import StaticTokenCredential
+    from cedarberg.kms.providers.azure_kv import StaticTokenCredential
 
     version = azure.latest_version(azure.OCT_KEY)
     key_id = f"https://127.0.0.1:{azure.port}/keys/{azure.OCT_KEY}/{version}"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli import main
-from pipelines.config import ApiKey, ConfigError, PipelineConfig
+from cedarberg.pipelines.cli import main
+from cedarberg.pipelines.config import ApiKey, ConfigError, PipelineConfig
 
 KEY = "cbk_" + "a" * 16 + "_" + "S3cr3t" * 7 + "x"
 

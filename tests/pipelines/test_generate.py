@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
-from pipelines.generate import BASE_COLUMNS, COLUMNS, generate, load_manifest
+from cedarberg.pipelines.generate import BASE_COLUMNS, COLUMNS, generate, load_manifest
 
 
 def _records(directory: Path) -> list[dict[str, str]]:

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from catalog.context import CatalogContext, Limits, Warehouse
-from catalog.errors import CommitStateUnknownError
-from catalog.idempotency import Idempotency
-from catalog.sealing import Sealer
-from catalog.store.sql import Store, StoreTx
-from kms.keyring import KeyRing
-from kms.settings import KmsSettings
+from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
+from cedarberg.catalog.errors import CommitStateUnknownError
+from cedarberg.catalog.idempotency import Idempotency
+from cedarberg.catalog.sealing import Sealer
+from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.kms.keyring import KeyRing
+from cedarberg.kms.settings import KmsSettings
 
 WAREHOUSE = "w"
 

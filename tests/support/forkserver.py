@@ -3,7 +3,7 @@
 A gateway process spends about three seconds importing pyiceberg, SQLAlchemy, aiohttp and cedarpy
 before it serves; the behaviour suites start a fresh gateway for nearly every test. The fork
 server imports all of that once (in its own process, before any thread or event loop exists) and
-forks a child per gateway, which runs exactly what ``python -m gateway.cli ...`` runs:
+forks a child per gateway, which runs exactly what ``python -m cedarberg.gateway.cli ...`` runs:
 ``gateway.cli.main(argv)`` with the environment, working directory and log file the test asked
 for. The child is a real, separate gateway process on a loopback port; only the imports are
 shared. ``CEDARBERG_TEST_FORKSERVER=0`` turns this off (plain ``subprocess.Popen``).
@@ -136,7 +136,7 @@ def fork_server() -> ForkServer | None:
 
 
 def _child(spec: dict[str, Any]) -> None:
-    """In the forked child: become `python -m gateway.cli <argv>`. Never returns."""
+    """In the forked child: become `python -m cedarberg.gateway.cli <argv>`. Never returns."""
     code = 1
     try:
         os.setsid()
@@ -153,9 +153,9 @@ def _child(spec: dict[str, Any]) -> None:
         import random
 
         random.seed()  # not the fork server's state
-        from gateway import cli
+        from cedarberg.gateway import cli
 
-        sys.argv = ["gateway.cli", *spec["argv"]]
+        sys.argv = ["cedarberg.gateway.cli", *spec["argv"]]
         code = cli.main(spec["argv"])
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
@@ -171,10 +171,10 @@ def _child(spec: dict[str, Any]) -> None:
 
 def _serve(path: str) -> None:
     # Everything a gateway imports, imported once, before any thread or event loop exists.
-    import gateway.cli
-    import gateway.web.app
+    import cedarberg.gateway.cli
+    import cedarberg.gateway.web.app
 
-    del gateway
+    del cedarberg
     exit_codes: dict[int, int] = {}
     live: set[int] = set()
 

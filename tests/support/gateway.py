@@ -1,4 +1,4 @@
-"""Run the real gateway (``python -m gateway.cli serve``) as a child process.
+"""Run the real gateway (``python -m cedarberg.gateway.cli serve``) as a child process.
 
 The process listens on a free loopback port; its stdout and stderr go to a log file beside the
 data directory, so a failing test can show what the server said (``log_text()``).
@@ -172,7 +172,7 @@ class GatewayProcess:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``cedarberg ARGS --config .. --data-dir ..`` against this gateway's store, offline."""
-        argv = [sys.executable, "-m", "gateway.cli", *args, "--data-dir", str(self.data_dir)]
+        argv = [sys.executable, "-m", "cedarberg.gateway.cli", *args, "--data-dir", str(self.data_dir)]
         if self.config is not None:
             argv += ["--config", str(self.config_path)]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT)
@@ -181,7 +181,7 @@ class GatewayProcess:
 
     def command(self) -> list[str]:
         argv = [
-            sys.executable, "-m", "gateway.cli", "serve",
+            sys.executable, "-m", "cedarberg.gateway.cli", "serve",
             "--host", self.host, "--port", str(self.port), "--data-dir", str(self.data_dir),
         ]  # fmt: skip
         if self.store_url:

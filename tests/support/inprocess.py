@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.authn.api_keys import ApiKeyAuthenticator
-from gateway.authn.key_store import open_key_store
-from gateway.authn.principal import PrincipalKind
-from gateway.config.settings import Settings
-from gateway.serve.server import prepare
+from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
+from cedarberg.gateway.authn.key_store import open_key_store
+from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.serve.server import prepare
 from tests.support.gateway import TEST_DEFAULTS
 
 _AUDIT_FILE = "audit.jsonl"

@@ -9,7 +9,7 @@
         gw.catalog("w", credential=gw.credential(key))              # pyiceberg over TLS
         gw.token(key)                # a gateway JWT from POST /v1/oauth/tokens
 
-The admin key is bootstrapped offline with ``python -m gateway.cli keys create`` before the
+The admin key is bootstrapped offline with ``python -m cedarberg.gateway.cli keys create`` before the
 server starts (as an operator would), and the readiness probe authenticates with it. Spark can
 only trust a CA fixed when its JVM starts, so tests that use the shared ``spark`` fixture pass
 ``pki=session_pki``.
@@ -73,7 +73,7 @@ def keys_create(
     """Run ``cedarberg keys create`` offline against a gateway's store; returns the printed key
     (and fails unless the key is the only thing printed)."""
     argv = [
-        sys.executable, "-m", "gateway.cli", "keys", "create",
+        sys.executable, "-m", "cedarberg.gateway.cli", "keys", "create",
         "--principal", principal, "--data-dir", str(data_dir),
     ]  # fmt: skip
     if config_path is not None:

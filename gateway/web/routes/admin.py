@@ -31,14 +31,14 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from catalog.errors import (
+from cedarberg.catalog.errors import (
     ConflictError,
     InvalidRequestError,
     NoSuchWarehouseError,
     NotFoundError,
 )
-from catalog.identifiers import Identifier, Namespace
-from gateway.authn.api_keys import (
+from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.gateway.authn.api_keys import (
     MAX_DESCRIPTION_LENGTH,
     MAX_GROUPS,
     MAX_NAME_LENGTH,
@@ -46,18 +46,18 @@ from gateway.authn.api_keys import (
     InvalidApiKeyRequestError,
     NoSuchApiKeyError,
 )
-from gateway.authn.key_format import is_key_id
-from gateway.authn.key_store import ApiKeyRecord
-from gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from gateway.authz import naming
-from gateway.authz.context import ChangeSummary, RequestContext
-from gateway.authz.entities import EntityType, Resource
-from gateway.authz.naming import GrantSource, ResourceName, StatedGrants
-from gateway.authz.operations import OPERATIONS, Scope
-from gateway.authz.restrictions import describe
-from gateway.web import resources
-from gateway.web.keys import security, services
-from gateway.web.route import Route
+from cedarberg.gateway.authn.key_format import is_key_id
+from cedarberg.gateway.authn.key_store import ApiKeyRecord
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz import naming
+from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
+from cedarberg.gateway.authz.entities import EntityType, Resource
+from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
+from cedarberg.gateway.authz.operations import OPERATIONS, Scope
+from cedarberg.gateway.authz.restrictions import describe
+from cedarberg.gateway.web import resources
+from cedarberg.gateway.web.keys import security, services
+from cedarberg.gateway.web.route import Route
 
 ADMIN = "/admin/v1"
 API_KEYS = f"{ADMIN}/api-keys"

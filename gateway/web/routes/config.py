@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from catalog import documents, locations
-from catalog.errors import InvalidRequestError, NoSuchWarehouseError
-from gateway.web import http
-from gateway.web.keys import ENDPOINTS, services
-from gateway.web.route import Route
+from cedarberg.catalog import documents, locations
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchWarehouseError
+from cedarberg.gateway.web import http
+from cedarberg.gateway.web.keys import ENDPOINTS, services
+from cedarberg.gateway.web.route import Route
 
 
 def _resolve_warehouse(request: web.Request) -> str:

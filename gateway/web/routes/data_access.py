@@ -14,15 +14,15 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
-from catalog.errors import ForbiddenError, InvalidRequestError
-from catalog.identifiers import Identifier
-from gateway.audit import AuditEvent, EventKind, Outcome
-from gateway.storage.access import WarehouseStorage
-from gateway.storage.s3_scope import S3Scope
-from gateway.storage.settings import engine_properties
-from gateway.web import http
-from gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
-from gateway.web.keys import PRINCIPAL, request_id_of, security, services, storage
+from cedarberg.catalog.errors import ForbiddenError, InvalidRequestError
+from cedarberg.catalog.identifiers import Identifier
+from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
+from cedarberg.gateway.storage.access import WarehouseStorage
+from cedarberg.gateway.storage.s3_scope import S3Scope
+from cedarberg.gateway.storage.settings import engine_properties
+from cedarberg.gateway.web import http
+from cedarberg.gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
+from cedarberg.gateway.web.keys import PRINCIPAL, request_id_of, security, services, storage
 
 DELEGATION_HEADER = "X-Iceberg-Access-Delegation"
 VENDED = "vended-credentials"

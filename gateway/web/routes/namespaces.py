@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from catalog import requests as req
-from catalog.identifiers import Namespace
-from gateway.web import http
-from gateway.web.keys import services
-from gateway.web.route import Route
-from gateway.web.services import mutate
+from cedarberg.catalog import requests as req
+from cedarberg.catalog.identifiers import Namespace
+from cedarberg.gateway.web import http
+from cedarberg.gateway.web.keys import services
+from cedarberg.gateway.web.route import Route
+from cedarberg.gateway.web.services import mutate
 
 NS = "/v1/{prefix}/namespaces"
 

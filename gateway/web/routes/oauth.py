@@ -28,9 +28,9 @@ from urllib.parse import parse_qsl
 import orjson
 from aiohttp import hdrs, web
 
-from gateway.authn.oauth import INVALID_CLIENT, OAuthError, TokenResponse
-from gateway.web.keys import metrics, security
-from gateway.web.route import Route
+from cedarberg.gateway.authn.oauth import INVALID_CLIENT, OAuthError, TokenResponse
+from cedarberg.gateway.web.keys import metrics, security
+from cedarberg.gateway.web.route import Route
 
 TOKENS = "/v1/oauth/tokens"
 JWKS = "/v1/oauth/jwks"

@@ -17,10 +17,10 @@ from collections.abc import Awaitable
 import orjson
 from aiohttp import web
 
-from gateway.metrics import CONTENT_TYPE
-from gateway.web.errors import error_body
-from gateway.web.keys import LIFECYCLE, metrics, security, services
-from gateway.web.route import Route
+from cedarberg.gateway.metrics import CONTENT_TYPE
+from cedarberg.gateway.web.errors import error_body
+from cedarberg.gateway.web.keys import LIFECYCLE, metrics, security, services
+from cedarberg.gateway.web.route import Route
 
 CHECK_TIMEOUT_SECONDS = 2.0
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from catalog.planning.grants import ScanGrant
-from catalog.planning.request import FetchScanTasksRequest, PlanScanRequest, parse_request
-from catalog.planning.service import PlanAnswer
-from gateway.authn.principal import Principal
-from gateway.authz.scan_grants import scan_grants
-from gateway.web import errors, http
-from gateway.web.keys import PRINCIPAL, VERDICT, security, services
-from gateway.web.route import Route
-from gateway.web.routes.tables import TABLE
+from cedarberg.catalog.planning.grants import ScanGrant
+from cedarberg.catalog.planning.request import FetchScanTasksRequest, PlanScanRequest, parse_request
+from cedarberg.catalog.planning.service import PlanAnswer
+from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.scan_grants import scan_grants
+from cedarberg.gateway.web import errors, http
+from cedarberg.gateway.web.keys import PRINCIPAL, VERDICT, security, services
+from cedarberg.gateway.web.route import Route
+from cedarberg.gateway.web.routes.tables import TABLE
 
 
 def _owner(request: web.Request) -> str:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from catalog import documents
-from catalog.dropped import list_dropped, undrop
-from gateway.web import http
-from gateway.web.keys import services
-from gateway.web.route import Route
-from gateway.web.services import mutate
+from cedarberg.catalog import documents
+from cedarberg.catalog.dropped import list_dropped, undrop
+from cedarberg.gateway.web import http
+from cedarberg.gateway.web.keys import services
+from cedarberg.gateway.web.route import Route
+from cedarberg.gateway.web.services import mutate
 
 ADMIN = "/admin/v1"
 DROPPED = ADMIN + "/warehouses/{warehouse}/dropped"

@@ -14,14 +14,14 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from catalog import requests as req
-from catalog.errors import InvalidRequestError
-from gateway.storage.s3_scope import S3Scope
-from gateway.storage.sign_scope import S3Request, classify
-from gateway.web import http, verdicts
-from gateway.web.errors import ForbiddenError
-from gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
-from gateway.web.keys import services, storage
+from cedarberg.catalog import requests as req
+from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.gateway.storage.s3_scope import S3Scope
+from cedarberg.gateway.storage.sign_scope import S3Request, classify
+from cedarberg.gateway.web import http, verdicts
+from cedarberg.gateway.web.errors import ForbiddenError
+from cedarberg.gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
+from cedarberg.gateway.web.keys import services, storage
 
 
 class RemoteSignRequest(BaseModel):

@@ -23,10 +23,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from gateway.config.settings import Settings
-from gateway.web.app import create_app
-from gateway.web.keys import ROUTE_TABLE, SECURITY
-from gateway.web.route import Route
+from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.web.app import create_app
+from cedarberg.gateway.web.keys import ROUTE_TABLE, SECURITY
+from cedarberg.gateway.web.route import Route
 from tests.support.inprocess import Template, audit_records, inprocess_settings, prepare_template
 
 SCHEMA: dict[str, Any] = {

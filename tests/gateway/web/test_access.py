@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.web.keys import LIFECYCLE
+from cedarberg.gateway.web.keys import LIFECYCLE
 from tests.gateway.web.conftest import SCHEMA, InProcessGateway, MakeGateway, bearer
 
 UNKNOWN_KEY = "cbk_aaaaaaaaaaaaaaaa_" + "A" * 43

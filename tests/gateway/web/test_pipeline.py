@@ -13,12 +13,12 @@ import orjson
 import pytest
 from aiohttp import web
 
-from catalog import requests as req
-from gateway.authn.principal import AuthMethod, PrincipalKind
-from gateway.web import middlewares
-from gateway.web.keys import METRICS, PARSED_BODY, PRINCIPAL, REQUEST_ID, ROUTE, VERDICT, route_of
-from gateway.web.middlewares import MIDDLEWARES, REQUEST_ID_HEADER
-from gateway.web.route import Route
+from cedarberg.catalog import requests as req
+from cedarberg.gateway.authn.principal import AuthMethod, PrincipalKind
+from cedarberg.gateway.web import middlewares
+from cedarberg.gateway.web.keys import METRICS, PARSED_BODY, PRINCIPAL, REQUEST_ID, ROUTE, VERDICT, route_of
+from cedarberg.gateway.web.middlewares import MIDDLEWARES, REQUEST_ID_HEADER
+from cedarberg.gateway.web.route import Route
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway
 
 _GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
