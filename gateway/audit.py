@@ -64,7 +64,7 @@ __all__ = [
     "AuditEvent",
     "AuditLog",
     "AuditSettings",
-    "Decision",
+    "Ruling",
     "EventKind",
     "Outcome",
     "SecretScrubbingFilter",
@@ -78,7 +78,9 @@ MAX_STRING: Final = 2048
 _MAX_DEPTH: Final = 8
 
 
-class Decision(StrEnum):
+class Ruling(StrEnum):
+    """What a decision ruled, as recorded (the decision itself is `gateway.authz.engine.Decision`)."""
+
     ALLOW = "allow"
     DENY = "deny"
 
@@ -109,7 +111,7 @@ class AuditEvent:
     principal: Principal | None
     action: str
     resource: str
-    decision: Decision | str = Decision.ALLOW
+    decision: Ruling | str = Ruling.ALLOW
     policy_ids: Iterable[str] = ()
     policy_version: str | None = None
     outcome: Outcome | str | None = None
@@ -337,7 +339,7 @@ class AuditLog:
             "client_address": None if client_address is None else _scrub_repeated(client_address, True),
             "action": _scrub_short(event.action),
             "resource": _scrub_short(event.resource),
-            "decision": Decision(event.decision).value,
+            "decision": Ruling(event.decision).value,
             "policy_ids": [_scrub_short(policy_id) for policy_id in event.policy_ids],
             "policy_version": _scrub_short(event.policy_version),
             "outcome": None if event.outcome is None else Outcome(event.outcome).value,

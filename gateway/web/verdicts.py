@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from cedarberg.gateway.audit import AuditEvent, EventKind
-from cedarberg.gateway.audit import Decision as AuditDecision
+from cedarberg.gateway.audit import AuditEvent, EventKind, Ruling
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.authorizer import Check, Verdict, decide_checks
 from cedarberg.gateway.web.keys import PRINCIPAL, metrics, request_id_of, security
@@ -36,7 +35,7 @@ def decide(request: web.Request, operation: str, checks: Sequence[Check]) -> Ver
                 principal=principal,
                 action=check.action,
                 resource=str(check.resource),
-                decision=AuditDecision.ALLOW if decision.allowed else AuditDecision.DENY,
+                decision=Ruling.ALLOW if decision.allowed else Ruling.DENY,
                 policy_ids=decision.policy_ids,
                 policy_version=decision.version,
                 client_address=request.remote,
@@ -56,7 +55,7 @@ def refuse(request: web.Request, action: str, resource: str, detail: Mapping[str
             principal=request[PRINCIPAL],
             action=action,
             resource=resource,
-            decision=AuditDecision.DENY,
+            decision=Ruling.DENY,
             policy_version=sec.policies.version,
             client_address=request.remote,
             detail=detail,
