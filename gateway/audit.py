@@ -56,14 +56,13 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.config.audit import AuditSettings
 
 __all__ = [
     "AuditEvent",
     "AuditLog",
-    "AuditSettings",
     "Ruling",
     "EventKind",
     "Outcome",
@@ -118,26 +117,6 @@ class AuditEvent:
     status: int | None = None
     client_address: str | None = None
     detail: Mapping[str, Any] | str | None = None
-
-
-class AuditSettings(BaseModel):
-    """Where audit records go."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    destination: str = Field(
-        "stdout", min_length=1, description='"stdout", or the path of a file that JSON lines are appended to.'
-    )
-    queue_size: int = Field(
-        10_000, ge=1, le=1_000_000, description="Records that may wait for the writer before recording waits."
-    )
-
-    @field_validator("destination")
-    @classmethod
-    def _destination(cls, value: str) -> str:
-        if value != "stdout" and not Path(value).is_absolute():
-            raise ValueError('audit destination must be "stdout" or an absolute file path')
-        return value
 
 
 # -- the scrubber ------------------------------------------------------------------------------

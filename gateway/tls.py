@@ -3,8 +3,7 @@ the rule for when plain HTTP is allowed.
 
 Public API::
 
-    TlsSettings(cert_file=..., key_file=..., client_ca_file=None, require_client_cert=False,
-                allow_plain_http=False)
+    settings: gateway.config.tls.TlsSettings (cert_file, key_file, client_ca_file, ...)
     server_ssl_context(settings) -> ssl.SSLContext          # for aiohttp's TCPSite(ssl_context=...)
     peer_subject(transport_or_ssl_object) -> str | None     # verified client cert subject (RFC 4514)
     check_plain_http_allowed(host, settings) -> None        # raises PlainHttpRefusedError
@@ -33,17 +32,14 @@ import ipaddress
 import logging
 import ssl
 from pathlib import Path
-from typing import Literal
 
 from cryptography import x509
-from pydantic import Field, SecretStr, model_validator
 
-from cedarberg.gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.tls import TlsSettings
 
 __all__ = [
     "PlainHttpRefusedError",
     "TlsConfigError",
-    "TlsSettings",
     "check_plain_http_allowed",
     "is_loopback",
     "peer_subject",
@@ -76,41 +72,6 @@ class TlsConfigError(Exception):
 
 class PlainHttpRefusedError(Exception):
     """Plain HTTP on a non-loopback address without ``allow_plain_http``."""
-
-
-class TlsSettings(FrozenSettings):
-    """TLS of the listening socket. Without ``cert_file`` the gateway speaks plain HTTP, which
-    `check_plain_http_allowed` permits only on loopback or when ``allow_plain_http`` is set."""
-
-    cert_file: Path | None = Field(
-        None, description="PEM server certificate chain (leaf first). Setting it turns TLS on."
-    )
-    key_file: Path | None = Field(None, description="PEM private key of the server certificate.")
-    key_password: SecretStr | None = Field(None, description="Password of an encrypted key_file.")
-    client_ca_file: Path | None = Field(
-        None, description="PEM CA bundle that client certificates are verified against (mTLS)."
-    )
-    require_client_cert: bool = Field(
-        False, description="Refuse clients without a certificate that verifies (needs client_ca_file)."
-    )
-    allow_plain_http: bool = Field(
-        False, description="Serve plain HTTP on a non-loopback address (UNSAFE: credentials in clear)."
-    )
-    minimum_version: Literal["1.2", "1.3"] = Field("1.2", description="Lowest TLS version accepted.")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> TlsSettings:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("tls: cert_file and key_file go together")
-        if self.client_ca_file is not None and self.cert_file is None:
-            raise ValueError("tls: client_ca_file needs cert_file/key_file (mTLS runs over TLS)")
-        if self.require_client_cert and self.client_ca_file is None:
-            raise ValueError("tls: require_client_cert needs client_ca_file")
-        return self
-
-    @property
-    def enabled(self) -> bool:
-        return self.cert_file is not None
 
 
 def server_ssl_context(settings: TlsSettings) -> ssl.SSLContext:

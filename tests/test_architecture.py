@@ -154,3 +154,21 @@ def test_the_product_is_imported_only_through_the_cedarberg_namespace() -> None:
                     continue
                 found = [n for n in names if n.split(".")[0] in bare]
                 assert not found, f"{path.relative_to(ROOT)}:{node.lineno} imports {found}"
+
+
+def test_every_gateway_settings_model_lives_in_config_and_imports_no_owner() -> None:
+    """Issue 16: `gateway/config/` is the one home of settings. A settings model elsewhere in
+    gateway/ would be a second home; a config module importing the module that uses its settings
+    would tie the layers back together (only the principal's kinds sit below config)."""
+    for path in (ROOT / "gateway").rglob("*.py"):
+        if path.is_relative_to(ROOT / "gateway" / "config"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                assert "FrozenSettings" not in bases, f"{path.relative_to(ROOT)}: {node.name}"
+    for imp in graph.package(ROOT, "gateway").imports:
+        if imp.source.startswith("gateway.config") and imp.target.startswith("gateway."):
+            assert imp.target.startswith(("gateway.config", "gateway.authn.principal")), (
+                f"{imp.source}:{imp.line} imports {imp.target}"
+            )

@@ -61,8 +61,6 @@ import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from pydantic import Field
-
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.key_format import (
@@ -73,7 +71,6 @@ from cedarberg.gateway.authn.key_format import (
     parse_parts,
 )
 from cedarberg.gateway.authn.key_guards import (
-    DEFAULT_CACHE_BYTES,
     CacheEntry,
     Lockout,
     SecretHasher,
@@ -81,7 +78,7 @@ from cedarberg.gateway.authn.key_guards import (
 )
 from cedarberg.gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
-from cedarberg.gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.authn import ApiKeySettings
 
 log = logging.getLogger("cedarberg.authn.api_keys")
 
@@ -92,61 +89,6 @@ MAX_LIST_LIMIT = 1000
 _STALE_POLLS = 5  # missed feed polls after which cached verifications are no longer trusted
 _FEED_BATCH = 1000
 _FEED_STOP_SECONDS = 5.0
-
-
-class ApiKeySettings(FrozenSettings):
-    """Limits of API key verification. Defaults suit a small deployment on a few cores."""
-
-    hash_concurrency: int = Field(
-        2, ge=1, le=64, description="Argon2id hashes run at once (each uses 64 MiB and one core)."
-    )
-    cache_size: int = Field(10_000, ge=0, le=1_000_000, description="Verified keys kept in memory.")
-    cache_max_bytes: int = Field(
-        DEFAULT_CACHE_BYTES,
-        ge=0,
-        le=4 * 1024**3,
-        description="Estimated memory the verified-key cache may hold; least recently used keys "
-        "go first. 0: verify every request.",
-    )
-    cache_ttl_seconds: float = Field(
-        300.0,
-        gt=0,
-        le=86_400,
-        description="How long a verified key is trusted without re-checking the store; also the "
-        "longest a revocation or rotation in another gateway process takes to reach this one.",
-    )
-    change_poll_seconds: float = Field(
-        1.0,
-        ge=0.1,
-        le=60,
-        description="How often this process reads the key change feed (revocations and "
-        "rotations made by any gateway process); the longest such a change takes to reach it.",
-    )
-    lockout_threshold: int = Field(
-        5,
-        ge=1,
-        le=1000,
-        description="Failed verifications of one key id from one client address that lock that "
-        "address out of that key (the key keeps working from other addresses).",
-    )
-    failure_window_seconds: float = Field(
-        300.0,
-        gt=0,
-        le=86_400,
-        description="Window in which failures of one key id from one client address are counted.",
-    )
-    lockout_seconds: float = Field(
-        300.0,
-        gt=0,
-        le=86_400,
-        description="How long a locked-out (key id, client address) pair is refused without hashing.",
-    )
-    lockout_tracked_ids: int = Field(
-        10_000,
-        ge=1,
-        le=1_000_000,
-        description="(Key id, client address) pairs whose failures are tracked at once.",
-    )
 
 
 class ApiKeyError(Exception):

@@ -18,14 +18,12 @@ Errors: every failure is a `JwksError` whose message is for the log only (never 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
@@ -35,15 +33,13 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from jwt.algorithms import get_default_algorithms
 from jwt.exceptions import PyJWTError
 
+from cedarberg.gateway.config.authn import EC_ALGORITHMS, RSA_ALGORITHMS, url_allowed
+
 log = logging.getLogger("cedarberg.authn.oidc")
 
 PublicKey = RSAPublicKey | EllipticCurvePublicKey | Ed25519PublicKey | Ed448PublicKey
 
-RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
-EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 OKP_CURVES = frozenset({"Ed25519", "Ed448"})
-ASYMMETRIC_ALGORITHMS = RSA_ALGORITHMS | frozenset(EC_ALGORITHMS.values()) | {"EdDSA"}
-
 MIN_RSA_BITS = 2048
 MAX_KEYS = 100  # JWKS entries looked at; real issuers publish a handful
 _PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
@@ -60,21 +56,6 @@ class VerificationKey:
     kid: str | None
     key: PublicKey
     algorithms: frozenset[str]
-
-
-def url_allowed(url: str, *, allow_http: bool) -> bool:
-    """Whether `url` is https, or http to a loopback host, or http with `allow_http`."""
-    parts = urlsplit(url)
-    if not parts.hostname or parts.scheme not in {"https", "http"}:
-        return False
-    if parts.scheme == "https" or allow_http:
-        return True
-    if parts.hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(parts.hostname).is_loopback
-    except ValueError:
-        return False
 
 
 def key_algorithms(jwk: Mapping[str, Any]) -> frozenset[str]:

@@ -30,8 +30,8 @@ from argon2.exceptions import InvalidHashError, VerificationError
 
 from cedarberg.gateway.authn.principal import Principal, principal_bytes
 from cedarberg.gateway.byte_lru import ByteBoundedLru
+from cedarberg.gateway.config.authn import DEFAULT_CACHE_BYTES
 
-DEFAULT_CACHE_BYTES = 16 * 1024**2
 MAX_ENTRY_BYTES = 64 * 1024
 _ENTRY_BYTES = 150  # the digest, the key id and three floats
 

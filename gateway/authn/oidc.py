@@ -1,7 +1,6 @@
 """Bearer JWTs from configured OIDC issuers → `Principal`.
 
 Public API:
-    OidcIssuerSettings, OidcSettings            frozen settings (embedded in the gateway settings)
     OidcAuthenticator(settings, *, session=None)
         .issuers -> frozenset[str]
         .handles(token) -> bool                 unverified peek: is `iss` a configured issuer?
@@ -33,11 +32,9 @@ from typing import Any, Self
 
 import aiohttp
 import jwt
-from pydantic import Field, field_validator, model_validator
 
 from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from cedarberg.gateway.authn.jwks import (
-    ASYMMETRIC_ALGORITHMS,
     FetchBounds,
     IssuerKeys,
     JwksError,
@@ -45,127 +42,12 @@ from cedarberg.gateway.authn.jwks import (
     VerificationKey,
     log,
     short_repr,
-    url_allowed,
 )
-from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, oidc_principal_id
-from cedarberg.gateway.config.base import FrozenSettings
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, oidc_principal_id
+from cedarberg.gateway.config.authn import DEFAULT_MAX_TOKEN_BYTES, OidcIssuerSettings, OidcSettings
 
-DEFAULT_MAX_TOKEN_BYTES = 16 * 1024
 MAX_PRINCIPAL_ID_LENGTH = 512
 _GROUP_SEPARATORS = re.compile(r"[\s,]+")
-
-
-class OidcIssuerSettings(FrozenSettings):
-    """One trusted token issuer.
-
-    `issuer` must equal the tokens' `iss` claim (and the discovery document's `issuer`) exactly.
-    `audiences`: a token must name at least one of them in `aud` (a single string is accepted).
-    `algorithms`: the only signature algorithms accepted from this issuer; asymmetric only.
-    `discovery_url` defaults to `<issuer>/.well-known/openid-configuration`; `jwks_uri`, if set,
-    skips discovery. `principal_claim`, `groups_claim` and the values of `attribute_claims` are claim
-    names, or dotted paths into nested objects (`realm_access.roles`); a claim whose literal name
-    contains dots is found first. Groups may be a list of strings or one space/comma separated
-    string; a missing groups claim means no groups. The principal id is
-    `oidc:<alias>/<principal_prefix><subject>` (`alias` defaults to the issuer URL), so subjects of
-    two issuers, and subjects equal to an API key's principal name, stay distinct principals.
-    URLs must be https unless they point to loopback, or `unsafe_allow_http` is set.
-    """
-
-    issuer: str = Field(min_length=1)
-    audiences: tuple[str, ...] = Field(min_length=1)
-    algorithms: tuple[str, ...] = ("RS256", "ES256")
-    discovery_url: str | None = None
-    jwks_uri: str | None = None
-    principal_claim: str = Field("sub", min_length=1)
-    principal_prefix: str = ""
-    alias: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="Short name of the issuer in principal ids (`oidc:<alias>/<subject>`); "
-        "unset: the issuer URL.",
-    )
-    principal_kind: PrincipalKind = PrincipalKind.USER
-    groups_claim: str | None = "groups"
-    attribute_claims: Mapping[str, str] = Field(default_factory=dict)
-    leeway_seconds: int = Field(30, ge=0, le=300)
-    unsafe_allow_http: bool = False
-
-    @field_validator("audiences", mode="before")
-    @classmethod
-    def _one_audience_is_a_list(cls, value: object) -> object:
-        return (value,) if isinstance(value, str) else value
-
-    @field_validator("audiences")
-    @classmethod
-    def _no_empty_audience(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not all(value):
-            raise ValueError("audiences must be non-empty strings")
-        return value
-
-    @field_validator("algorithms")
-    @classmethod
-    def _asymmetric_only(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value:
-            raise ValueError("at least one algorithm is required")
-        for alg in value:
-            if alg.lower() == "none" or alg.upper().startswith("HS"):
-                raise ValueError(f"algorithm {alg!r} is never accepted for OIDC tokens")
-            if alg not in ASYMMETRIC_ALGORITHMS:
-                raise ValueError(f"unsupported algorithm {alg!r}; allowed: {sorted(ASYMMETRIC_ALGORITHMS)}")
-        return tuple(dict.fromkeys(value))
-
-    @property
-    def namespace(self) -> str:
-        """What principal ids of this issuer's tokens start with, after `oidc:`."""
-        return self.alias if self.alias is not None else self.issuer
-
-    @model_validator(mode="after")
-    def _urls_are_safe(self) -> Self:
-        for name in ("issuer", "discovery_url", "jwks_uri"):
-            url = getattr(self, name)
-            if url is not None and not url_allowed(url, allow_http=self.unsafe_allow_http):
-                raise ValueError(
-                    f"{name} {url!r} must be an https URL (http only for loopback or with unsafe_allow_http)"
-                )
-        return self
-
-
-class OidcSettings(FrozenSettings):
-    """All trusted OIDC issuers and the limits that protect the gateway from tokens and IdPs.
-
-    `max_token_bytes`: longer bearer tokens are refused before parsing. `fetch_timeout_seconds` and
-    `max_document_bytes` bound each discovery/JWKS download. Each issuer's keys are downloaded at
-    most once per `refresh_min_interval_seconds` (whatever triggers it: first use, an unknown `kid`,
-    expiry of `cache_ttl_seconds`), so a flood of unknown kids costs at most one download per
-    interval.
-    """
-
-    issuers: tuple[OidcIssuerSettings, ...] = ()
-    max_token_bytes: int = Field(DEFAULT_MAX_TOKEN_BYTES, ge=1024, le=1024 * 1024)
-    fetch_timeout_seconds: float = Field(5.0, gt=0, le=60)
-    max_document_bytes: int = Field(512 * 1024, ge=1024, le=16 * 1024 * 1024)
-    refresh_min_interval_seconds: float = Field(30.0, gt=0, le=3600)
-    cache_ttl_seconds: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
-
-    @field_validator("issuers")
-    @classmethod
-    def _issuers_unique(cls, value: tuple[OidcIssuerSettings, ...]) -> tuple[OidcIssuerSettings, ...]:
-        names = [issuer.issuer for issuer in value]
-        if len(names) != len(set(names)):
-            raise ValueError("each issuer may be configured once")
-        # `oidc:<namespace>/<subject>` must name one issuer: no namespace may equal another, or
-        # start with another followed by `/` (issuer URLs have paths), or ids could collide.
-        spaces = [issuer.namespace for issuer in value]
-        for i, one in enumerate(spaces):
-            for other in spaces[i + 1 :]:
-                if one == other or one.startswith(other + "/") or other.startswith(one + "/"):
-                    raise ValueError(
-                        f"issuer namespaces {one!r} and {other!r} overlap in principal ids; "
-                        "set distinct aliases"
-                    )
-        return value
 
 
 class _Rejected(Exception):

@@ -25,9 +25,10 @@ import orjson
 
 from cedarberg.gateway.authn.principal import Principal, principal_bytes
 from cedarberg.gateway.byte_lru import ByteBoundedLru
+from cedarberg.gateway.config.authn import DEFAULT_VERIFIED_CACHE_BYTES, DEFAULT_VERIFIED_CACHE_SIZE
 
-DEFAULT_MAX_ENTRIES = 10_000
-DEFAULT_MAX_BYTES = 16 * 1024**2
+DEFAULT_MAX_ENTRIES = DEFAULT_VERIFIED_CACHE_SIZE
+DEFAULT_MAX_BYTES = DEFAULT_VERIFIED_CACHE_BYTES
 MAX_ENTRY_BYTES = 64 * 1024
 _KEY_BYTES = 90  # a 32-byte digest and two floats
 

@@ -46,54 +46,19 @@ import jwt
 import orjson
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import Field
 
 from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
 from cedarberg.gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authn.token_cache import DEFAULT_MAX_BYTES as DEFAULT_VERIFIED_CACHE_BYTES
-from cedarberg.gateway.authn.token_cache import DEFAULT_MAX_ENTRIES as DEFAULT_VERIFIED_CACHE_SIZE
-from cedarberg.gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.authn import DEFAULT_KEY_FILE, TokenSettings
 
 log = logging.getLogger("cedarberg.authn.tokens")
 
 ALGORITHM = "EdDSA"
 # RFC 9068: marks the JWT as an access token, not an id token or any other JWT.
 TOKEN_TYPE = "at+jwt"  # noqa: S105
-DEFAULT_KEY_FILE = "token-signing-key.pem"
 _MAX_GROUPS = 64
 _MAX_ATTRIBUTES = 16
 _MAX_CLAIM_STRING = 1024
-
-
-class TokenSettings(FrozenSettings):
-    """The gateway's own access tokens (issued at /v1/oauth/tokens)."""
-
-    issuer: str = Field("cedarberg", min_length=1, description="`iss` of issued tokens.")
-    audience: str = Field("cedarberg", min_length=1, description="`aud` of issued tokens.")
-    ttl_seconds: int = Field(3600, ge=60, le=86_400, description="Lifetime of an issued token.")
-    leeway_seconds: int = Field(30, ge=0, le=300, description="Clock skew tolerated on exp/nbf/iat.")
-    key_file: Path | None = Field(
-        None,
-        description="PEM file with the Ed25519 private signing key. Unset: "
-        f"<data_dir>/{DEFAULT_KEY_FILE}, created on first start with mode 0600.",
-    )
-    max_token_bytes: int = Field(
-        4096, ge=512, le=65_536, description="Longer bearer tokens are refused unparsed."
-    )
-    verified_cache_size: int = Field(
-        DEFAULT_VERIFIED_CACHE_SIZE,
-        ge=0,
-        le=1_000_000,
-        description="Verified bearer JWTs (gateway-issued and OIDC) remembered, by SHA-256, until "
-        "they expire, so a token's signature is checked once. 0: verify every request.",
-    )
-    verified_cache_max_bytes: int = Field(
-        DEFAULT_VERIFIED_CACHE_BYTES,
-        ge=0,
-        le=4 * 1024**3,
-        description="Estimated memory the verified-token cache may hold (the principals' ids, "
-        "groups and attributes); least recently used tokens go first. 0: verify every request.",
-    )
 
 
 class TokenKeyError(Exception):

@@ -13,7 +13,6 @@ Modules, one concept each:
                 `is_visible`, `filter_visible` for listings.
 - `reload`      `PolicyWatcher`: hot reload by polling; `reload_now()` for SIGHUP.
 - `fixtures`    ALLOW/DENY request fixtures; `cli` the `cedarberg policies ...` commands.
-- `settings`    `AuthzSettings` (policy directory, reload interval, entity cache size).
 
 Only this package imports `cedarpy`.
 """

@@ -31,7 +31,7 @@ from cedarberg.gateway.authz.fixtures import run_fixtures
 from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
-from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 COMMAND = "policies"
 

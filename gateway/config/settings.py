@@ -24,17 +24,15 @@ from pydantic import (
 
 from cedarberg.catalog import locations
 from cedarberg.catalog.errors import InvalidRequestError
-from cedarberg.gateway.audit import AuditSettings
-from cedarberg.gateway.authn.api_keys import ApiKeySettings
-from cedarberg.gateway.authn.oidc import OidcSettings
-from cedarberg.gateway.authn.tokens import TokenSettings
-from cedarberg.gateway.authz.settings import AuthzSettings
+from cedarberg.gateway.config.audit import AuditSettings
+from cedarberg.gateway.config.authn import ApiKeySettings, OidcSettings, TokenSettings
+from cedarberg.gateway.config.authz import AuthzSettings
 from cedarberg.gateway.config.base import FrozenSettings
 from cedarberg.gateway.config.caches import ReadCacheSettings
 from cedarberg.gateway.config.planning import PlanningSettings
-from cedarberg.gateway.ratelimit import RateLimitSettings
-from cedarberg.gateway.storage.settings import S3Settings, VendingSettings
-from cedarberg.gateway.tls import TlsSettings
+from cedarberg.gateway.config.ratelimit import RateLimitSettings
+from cedarberg.gateway.config.storage import S3Settings, VendingSettings
+from cedarberg.gateway.config.tls import TlsSettings
 from cedarberg.kms.settings import KmsSettings
 
 ENV_PREFIX = "CEDARBERG_"

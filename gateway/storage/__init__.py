@@ -1,2 +1,3 @@
 """Object storage of S3 warehouses: the S3 scope of a table, vended credentials, remote signing,
-and their settings. Below `gateway.web`: knows nothing of requests."""
+and the FileIO/engine properties of a warehouse (its settings live in `gateway.config.storage`).
+Below `gateway.web`: knows nothing of requests."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cedarberg.gateway.config.settings import Settings
-from cedarberg.gateway.storage.settings import S3Settings
+from cedarberg.gateway.config.storage import S3Settings
 from cedarberg.gateway.storage.sign_scope import Endpoint
 from cedarberg.gateway.storage.signing import RequestSigner, endpoint_of
 from cedarberg.gateway.storage.vending import CredentialVendor

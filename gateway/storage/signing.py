@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cedarberg.catalog.errors import InvalidRequestError
-from cedarberg.gateway.storage.settings import DEFAULT_REGION, S3Settings
+from cedarberg.gateway.config.storage import DEFAULT_REGION, S3Settings
 from cedarberg.gateway.storage.sign_scope import Endpoint
 
 # Headers the signature sets itself: whatever the engine sent for them is dropped.

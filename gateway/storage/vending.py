@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.gateway.config.storage import S3Settings, VendingSettings
+from cedarberg.gateway.storage.properties import engine_properties
 from cedarberg.gateway.storage.s3_scope import S3Scope, session_policy
-from cedarberg.gateway.storage.settings import S3Settings, VendingSettings, engine_properties
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from cedarberg.gateway.authz.operations import check_route_table
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.metrics import Metrics
 from cedarberg.gateway.storage.access import StorageAccess
-from cedarberg.gateway.storage.settings import fileio_properties
+from cedarberg.gateway.storage.properties import fileio_properties
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
     ENDPOINTS,

@@ -26,7 +26,6 @@ from cedarberg.catalog.store.sql import Store
 from cedarberg.gateway.authn.api_keys import (
     ApiKeyAuthenticator,
     ApiKeyRevokedError,
-    ApiKeySettings,
     InvalidApiKeyRequestError,
     NoSuchApiKeyError,
 )
@@ -43,6 +42,7 @@ from cedarberg.gateway.authn.key_format import (
 from cedarberg.gateway.authn.key_guards import CacheEntry, Lockout, VerifiedCache
 from cedarberg.gateway.authn.key_store import KeyStore, open_key_store
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.config.authn import ApiKeySettings
 from tests.support.ports import free_port
 
 

@@ -22,7 +22,6 @@ from cedarberg.gateway.audit import (
     REDACTED,
     AuditEvent,
     AuditLog,
-    AuditSettings,
     EventKind,
     Outcome,
     Ruling,
@@ -31,6 +30,7 @@ from cedarberg.gateway.audit import (
     scrub_text,
 )
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.config.audit import AuditSettings
 
 FIELDS = [
     "time",

@@ -52,7 +52,7 @@ from cedarberg.gateway.authz.entities import (
 from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError, UnknownOperationError
 from cedarberg.gateway.authz.operations import OPERATIONS, ActionGroup, Scope, check_route_table
 from cedarberg.gateway.authz.reload import PolicyWatcher
-from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 SALES = {"cedarberg.writers": "etl", "cedarberg.readers": "analysts"}
 

@@ -18,7 +18,7 @@ from cedarberg.gateway.authz.entities import (
     child_table,
     namespace_resource,
 )
-from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 N = 500
 

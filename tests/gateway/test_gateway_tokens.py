@@ -25,13 +25,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, ApiKeySettings
+from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.errors import GENERIC_MESSAGE, AuthenticationError, CredentialExpiredError
 from cedarberg.gateway.authn.key_format import new_key_id, new_secret, parse_api_key
 from cedarberg.gateway.authn.key_store import KeyStore, open_key_store
 from cedarberg.gateway.authn.oauth import ACCESS_TOKEN_TYPE, OAuthError, TokenEndpoint, TokenResponse
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authn.tokens import DEFAULT_KEY_FILE, TokenIssuer, TokenKeyError, TokenSettings
+from cedarberg.gateway.authn.tokens import TokenIssuer, TokenKeyError
+from cedarberg.gateway.config.authn import DEFAULT_KEY_FILE, ApiKeySettings, TokenSettings
 
 ALICE = Principal(
     id="key:alice",

@@ -29,8 +29,9 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from pydantic import ValidationError
 
 from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from cedarberg.gateway.authn.oidc import OidcAuthenticator, OidcIssuerSettings, OidcSettings, peek_issuer
+from cedarberg.gateway.authn.oidc import OidcAuthenticator, peek_issuer
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.config.authn import OidcIssuerSettings, OidcSettings
 from tests.support.idp import Oauth2MockServer, OidcProviderMock, ensure_oauth2_mock_server
 from tests.support.ports import free_port
 

@@ -12,14 +12,15 @@ from limits import parse
 from limits.aio.strategies import MovingWindowRateLimiter
 from pydantic import ValidationError
 
+from cedarberg.gateway.config.ratelimit import RateLimitSettings
 from cedarberg.gateway.ratelimit import (
     LocalMovingWindowStorage,
     OperationClass,
     RateLimiter,
-    RateLimitSettings,
     RateLimitUnavailableError,
     RetryAfter,
     client_key,
+    limit_for,
 )
 from tests.support import redis as redis_support
 from tests.support.ports import free_port
@@ -250,4 +251,4 @@ def test_settings_are_frozen_and_accept_redis_uris() -> None:
     with pytest.raises(ValidationError):
         settings.read = "1/second"  # type: ignore[misc]
     assert RateLimitSettings(storage_uri="redis+unix:///run/redis.sock").storage_uri.startswith("redis+unix")
-    assert settings.limit_for(OperationClass.ADMIN) == settings.admin
+    assert limit_for(settings, OperationClass.ADMIN) == settings.admin

@@ -17,7 +17,7 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import namespace_resource, table_resource
 from cedarberg.gateway.authz.errors import PolicyLoadError
 from cedarberg.gateway.authz.restrictions import UNRESTRICTED, ScanRule, rules_of
-from cedarberg.gateway.authz.settings import BUNDLED_POLICY_DIR
+from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 ORDERS = 'Cedarberg::Table::"default/sales/orders"'
 PLAN_ACTIONS = (

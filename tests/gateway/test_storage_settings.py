@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cedarberg.gateway.config.settings import SettingsError, load_settings
-from cedarberg.gateway.storage.settings import fileio_properties
+from cedarberg.gateway.storage.properties import fileio_properties
 
 BASE = "CEDARBERG_WAREHOUSES__LAKE__"
 

@@ -19,11 +19,11 @@ from aiohttp import web
 from cryptography.hazmat.primitives.serialization import pkcs12
 from pydantic import ValidationError
 
+from cedarberg.gateway.config.tls import TlsSettings
 from cedarberg.gateway.tls import (
     TLS12_CIPHERS,
     PlainHttpRefusedError,
     TlsConfigError,
-    TlsSettings,
     check_plain_http_allowed,
     is_loopback,
     peer_subject,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, ApiKeySettings
+from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.key_format import parse_api_key
 from cedarberg.gateway.authn.key_store import KeyStore, open_key_store
@@ -25,7 +25,8 @@ from cedarberg.gateway.authn.oauth import (
     TokenResponse,
 )
 from cedarberg.gateway.authn.principal import PrincipalKind
-from cedarberg.gateway.authn.tokens import TokenIssuer, TokenSettings
+from cedarberg.gateway.authn.tokens import TokenIssuer
+from cedarberg.gateway.config.authn import ApiKeySettings, TokenSettings
 
 
 @pytest.fixture

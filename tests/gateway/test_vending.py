@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
+from cedarberg.gateway.config.storage import S3Settings, VendingSettings
 from cedarberg.gateway.storage.s3_scope import S3Scope
-from cedarberg.gateway.storage.settings import S3Settings, VendingSettings
 from cedarberg.gateway.storage.vending import CredentialVendingError, CredentialVendor
 from tests.support.s3 import ROLE_ARN, MotoS3Server, moto_s3_server
 

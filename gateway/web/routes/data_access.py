@@ -18,8 +18,8 @@ from cedarberg.catalog.errors import ForbiddenError, InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier
 from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
 from cedarberg.gateway.storage.access import WarehouseStorage
+from cedarberg.gateway.storage.properties import engine_properties
 from cedarberg.gateway.storage.s3_scope import S3Scope
-from cedarberg.gateway.storage.settings import engine_properties
 from cedarberg.gateway.web import http
 from cedarberg.gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
 from cedarberg.gateway.web.keys import PRINCIPAL, request_id_of, security, services, storage

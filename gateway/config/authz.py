@@ -1,4 +1,4 @@
-"""Settings of the authorization layer (embedded by the lead in the gateway's `Settings`)."""
+"""Where the Cedar policies live and how decisions are cached (`[authz]`); `gateway.authz` uses them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pydantic import Field
 
 from cedarberg.gateway.config.base import FrozenSettings
 
-# The bundled policies: `policies/` at the root of the source tree (next to `gateway/`).
+# The bundled policies: `policies/` at the root of the source tree (next to `gateway/`); this file
+# is gateway/config/authz.py, so the root is two directories up.
 BUNDLED_POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 

@@ -1,5 +1,6 @@
 """Per-warehouse object-store settings: how the gateway reaches an S3 warehouse (`[warehouses.X.s3]`)
-and how it vends short-lived credentials for it (`[warehouses.X.vending]`).
+and how it vends short-lived credentials for it (`[warehouses.X.vending]`); `gateway.storage`
+uses them.
 
 The warehouse's own keys serve the gateway (metadata files, purge, scan planning) and remote signing;
 engines never see them. Vended credentials come from STS AssumeRole with a session policy that
@@ -83,33 +84,3 @@ class VendingSettings(FrozenSettings):
     @classmethod
     def _sts_url(cls, value: str | None) -> str | None:
         return _http_url(value)
-
-
-def fileio_properties(s3: S3Settings | None) -> dict[str, str]:
-    """pyiceberg FileIO properties for the gateway's own access to a warehouse (secrets included:
-    they stay in this process)."""
-    if s3 is None:
-        return {}
-    properties = {"s3.region": s3.region, "client.region": s3.region}
-    if s3.endpoint is not None:
-        properties["s3.endpoint"] = s3.endpoint
-        # pyarrow addresses a custom endpoint path-style unless told otherwise.
-        properties["s3.force-virtual-addressing"] = "false" if s3.path_style_access else "true"
-    if s3.access_key_id is not None and s3.secret_access_key is not None:
-        properties["s3.access-key-id"] = s3.access_key_id
-        properties["s3.secret-access-key"] = s3.secret_access_key.get_secret_value()
-    if s3.session_token is not None:
-        properties["s3.session-token"] = s3.session_token.get_secret_value()
-    return properties
-
-
-def engine_properties(s3: S3Settings | None) -> dict[str, str]:
-    """How an engine reaches the warehouse's S3 endpoint (no keys): the spellings of Java's S3FileIO,
-    pyiceberg and DuckDB (`s3.path-style-access`, `s3.force-virtual-addressing`)."""
-    region = s3.region if s3 is not None else DEFAULT_REGION
-    properties = {"s3.region": region, "client.region": region}
-    if s3 is not None and s3.endpoint is not None:
-        properties["s3.endpoint"] = s3.endpoint
-        properties["s3.path-style-access"] = "true" if s3.path_style_access else "false"
-        properties["s3.force-virtual-addressing"] = "false" if s3.path_style_access else "true"
-    return properties
