@@ -36,6 +36,11 @@ def load_result(
     return head + sep + b'"metadata":' + metadata_json + b',"config":' + orjson.dumps(config or {}) + b"}"
 
 
+def unregister_result(metadata_location: str, metadata_json: bytes) -> bytes:
+    """An UnregisterTableResult document: the last metadata location and its metadata."""
+    return b'{"metadata-location":' + orjson.dumps(metadata_location) + b',"metadata":' + metadata_json + b"}"
+
+
 @functools.lru_cache(maxsize=8192)
 def etag(metadata_location: str, variant: str) -> str:
     """A strong ETag, unique per metadata version and representation variant."""

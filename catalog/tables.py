@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 SNAPSHOT_MODES = ("all", "refs")
 
 
+class _PointerMoved(Exception):
+    """The registry row changed between reading it and deleting it."""
+
+
 def _refs_only(metadata_json: bytes) -> bytes:
     """Table metadata with only the snapshots that refs name (`snapshots=refs`)."""
     return documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
@@ -234,6 +238,53 @@ class TableService:
             self._ctx.sealer.forget(row.data_key)
             return None
         raise CommitFailedError("the table changed concurrently too many times; retry the drop")
+
+    async def unregister(
+        self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None
+    ) -> Body:
+        """Unregister a table: its row leaves the registry, its files stay where they are, and the
+        answer is the last metadata location with that metadata (an UnregisterTableResult).
+
+        In a sealing warehouse the table leaves the catalog's protection: a plain copy of the
+        current metadata is written next to the sealed file (same version number, a new UUID) and
+        its location is answered, so that any catalog or engine can register or read it. Later
+        commits through this catalog fail: the table is no longer in the registry."""
+        warehouse = self._ctx.warehouse(warehouse_name)
+        for _attempt in range(self._ctx.limits.commit_retries):
+            async with self._ctx.store.read() as tx:
+                row = await require_object(tx, warehouse.name, identifier, TABLE)
+            # Opened before anything changes: a KMS outage fails the unregister, nothing else.
+            metadata_json = await self._ctx.sealer.open_row(row)
+            location = row.metadata_location
+            written = False
+            if warehouse.seal_files:
+                metadata = parse_metadata(metadata_json)
+                version = max(fileio.parse_metadata_version(row.metadata_location), 0)
+                location = fileio.metadata_file_location(metadata.location, version)
+                await asyncio.to_thread(fileio.write_new_file, location, metadata_json)
+                written = True
+            body = documents.unregister_result(location, metadata_json)
+            ns, name = identifier.namespace.key, identifier.name
+            try:
+                async with self._ctx.store.write() as tx:
+                    if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
+                        raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
+                    await tx.delete_metrics_reports(warehouse.name, ns, name)
+                    await confinement.forget(tx, TABLE, row.uuid)
+                    if rec is not None:
+                        await rec.record(tx, body)
+            except _PointerMoved:
+                if written:
+                    await asyncio.to_thread(fileio.delete_files, [location])
+                continue  # committed or dropped concurrently: look again
+            except BaseException:
+                if written:
+                    await asyncio.to_thread(fileio.delete_files, [location])
+                raise
+            self._ctx.sealer.forget(row.data_key)
+            log.info("unregistered table %s (last metadata %s)", identifier, location)
+            return body
+        raise CommitFailedError("the table changed concurrently too many times; retry the unregister")
 
     async def register(
         self,

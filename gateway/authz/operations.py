@@ -171,6 +171,9 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("tableExists", Scope.TABLE, R),
     _op("updateTable", Scope.TABLE, W, body=req.CommitTableRequest),
     _op("dropTable", Scope.TABLE, W),
+    # Unregistering hands the table out of the catalog (and, in a sealing warehouse, out of its
+    # encryption): a manage action, which the default policies grant to admins only.
+    _op("unregisterTable", Scope.TABLE, M),
     _op("renameTable", Scope.TABLE, W, extra=Extra.RENAME_TABLE, naming=_RENAME, body=req.RenameRequest),
     _op("reportMetrics", Scope.TABLE, R, body=req.MetricsReport, max_body_bytes=req.MAX_REPORT_BYTES),
     _op(

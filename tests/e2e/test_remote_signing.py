@@ -110,6 +110,24 @@ def test_pyiceberg_reads_and_appends_through_signed_requests(lake: Lake, orders:
     reader.close()
 
 
+def test_load_answers_remote_signing_config_beside_the_signer_keys(lake: Lake, orders: str) -> None:
+    """The newer `remote-signing-config` (main-branch spec) for clients that read it; the
+    `s3.signer*` config keys still there for Iceberg 1.10 and pyiceberg."""
+    session = lake.gateway.session(lake.reader)
+    path = f"namespaces/{lake.gateway.ns_path('sales')}/tables/orders"
+    plain = session.get(lake.gateway.catalog_url(path), timeout=30).json()
+    assert "remote-signing-config" not in plain  # not asked for: no signer settings at all
+    answer = session.get(
+        lake.gateway.catalog_url(path), headers={"X-Iceberg-Access-Delegation": "remote-signing"}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["remote-signing-config"] == {"properties": {}, "headers": {}}
+    assert body["config"]["s3.remote-signing-enabled"] == "true"
+    assert body["config"]["s3.signer"] == "S3V4RestSigner"
+    assert body["config"]["s3.signer.endpoint"] == "v1/lake/namespaces/sales/tables/orders/sign"
+
+
 def test_a_signature_is_valid_for_the_s3_server(lake: Lake, orders: str) -> None:
     [key, *_] = [k for k in lake.s3.keys(orders + "/data/") if k.endswith(".parquet")]
     answer = lake.sign(lake.reader, "orders", "GET", lake.object_uri(key))

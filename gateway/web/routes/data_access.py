@@ -28,6 +28,11 @@ DELEGATION_HEADER = "X-Iceberg-Access-Delegation"
 VENDED = "vended-credentials"
 SIGNING = "remote-signing"
 SIGNER = "S3V4RestSigner"  # pyiceberg's name for the REST signer client
+# The newer form of the signer settings (`remote-signing-config` of a LoadTableResult): nothing to
+# pass through, no static headers. A client that reads it contacts the default signing endpoint,
+# the table's `.../sign` route under the catalog URI, which is where the gateway signs; the
+# `s3.signer*` config keys stay for clients that predate it (Iceberg 1.10, pyiceberg).
+REMOTE_SIGNING_CONFIG: dict[str, dict[str, Any]] = {"properties": {}, "headers": {}}
 # Answers that may carry credentials are never stored by a client or proxy.
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -78,6 +83,7 @@ async def with_storage_config(
             return body
         await require_confined(request, "signRequest", table, document["metadata"])
         config.update(signing_config(request, warehouse, identifier))
+        document["remote-signing-config"] = REMOTE_SIGNING_CONFIG
     return orjson.dumps(document)
 
 

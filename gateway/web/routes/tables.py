@@ -90,6 +90,12 @@ async def drop_table(request: web.Request) -> web.Response:
     return await mutate(request, lambda rec: svc.tables.drop(http.prefix(request), identifier, purge, rec))
 
 
+async def unregister_table(request: web.Request) -> web.Response:
+    identifier = http.table(request)
+    svc = services(request)
+    return await mutate(request, lambda rec: svc.tables.unregister(http.prefix(request), identifier, rec))
+
+
 async def register_table(request: web.Request) -> web.Response:
     namespace = http.namespace(request)
     body = http.parsed_body(request, req.RegisterTableRequest)
@@ -137,6 +143,7 @@ ROUTES = [
         register_table,
         "registerTable",
     ),
+    Route("POST", TABLE + "/unregister", unregister_table, "unregisterTable"),
     Route("POST", "/v1/{prefix}/tables/rename", rename_table, "renameTable"),
     Route(
         "POST",
