@@ -1,4 +1,4 @@
-"""One pipeline run: generate -> ingest -> refine -> serve -> maintain -> analyst -> duckdb.
+"""One pipeline run: generate -> bronze -> silver -> gold -> maintain -> analyst -> duckdb.
 
 ``run_pipeline(config)`` starts its own Spark JVM (and stops it); ``run_pipeline(config,
 spark=existing)`` reuses a running SparkSession's JVM (one SparkContext per process), deriving
@@ -73,7 +73,7 @@ def run_pipeline(
                     "credential=<key id>:<secret> via OAuth2 client credentials"
                 )
         if service is None or analyst is None or result.manifest is None:
-            for name in ("ingest", "refine", "serve", "maintain", "analyst", "duckdb"):
+            for name in ("bronze", "silver", "gold", "maintain", "analyst", "duckdb"):
                 report.skip(name)
         else:
             _run_stages(_Run(config, tables, report, result), result.manifest, service, analyst)
@@ -101,9 +101,9 @@ class _Run:
 def _run_stages(run: _Run, manifest: Manifest, service: SparkSession, analyst: SparkSession) -> None:
     config, tables, report, result = run.config, run.tables, run.report, run.result
     steps: list[tuple[str, Callable[[], object]]] = [
-        ("ingest", lambda: stages.ingest(service, config, tables, manifest, report)),
-        ("refine", lambda: stages.refine(service, tables, manifest, report)),
-        ("serve", lambda: stages.serve(service, tables, report)),
+        ("bronze", lambda: stages.ingest(service, config, tables, manifest, report)),
+        ("silver", lambda: stages.refine(service, tables, manifest, report)),
+        ("gold", lambda: stages.serve(service, tables, report)),
         ("maintain", lambda: stages.maintain(service, tables, report)),
     ]
     for name, step in steps:

@@ -1,4 +1,5 @@
-"""The service account's stages: ingest -> bronze, refine -> silver, serve -> gold, maintain.
+"""The service account's stages: ingest -> bronze, refine -> silver, serve -> gold, maintain
+(reported as stages `bronze`, `silver`, `gold` and `maintain`).
 
 Every function takes the service account's session (`pipelines.spark.principal_session`), runs
 its SQL through the gateway, prints progress through the `Report`, records each catalog request

@@ -2,8 +2,14 @@
 
     cedarberg keys create --principal alice --group admins [--group G2 ...] [--kind user|service]
                           [--expires-in-days N] [--description TEXT]
+                          [--engine-forms | --no-engine-forms] [--url URL]
                           [--data-dir D] [--store-url U] [--config F]
-        prints the new key, and only the key, as one line on stdout (a status line goes to stderr)
+        prints the new key as the first line on stdout (a status line goes to stderr); then, on a
+        terminal or with --engine-forms, the forms engines take: `credential=<id>:<secret>`
+        (Spark's `spark.sql.catalog.X.credential`, pyiceberg's `credential`) and DuckDB's
+        `CREATE SECRET`, pointed at --url (default: the gateway's own address from its settings).
+        Piped or captured without --engine-forms, stdout is the key alone, one line, as scripts
+        (`KEY=$(cedarberg keys create ...)`) expect; the secret never goes to stderr.
     cedarberg keys list [--principal NAME] [--json]       records only: never secrets or hashes
     cedarberg keys revoke KEY_ID
 
@@ -14,7 +20,8 @@ take the write lock up front (see `gateway.authn.key_store`). A revocation or ro
 running gateway process through the key change feed within `api_keys.change_poll_seconds`.
 
 Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
-arguments (one line on stderr). Nothing secret is logged or printed except the created key.
+arguments (one line on stderr). Nothing secret is logged or printed except the created key (and
+its engine forms, on stdout).
 
 Wiring (gateway/cli/main.py): `add_keys_commands(subparsers)` once, and
 `if args.command == "keys": return run_keys_command(args)`.
@@ -39,7 +46,7 @@ from cedarberg.gateway.authn.api_keys import (
     InvalidApiKeyRequestError,
     NoSuchApiKeyError,
 )
-from cedarberg.gateway.authn.key_format import is_key_id
+from cedarberg.gateway.authn.key_format import is_key_id, parse_api_key
 from cedarberg.gateway.authn.key_store import ApiKeyRecord, open_key_store
 from cedarberg.gateway.authn.principal import PrincipalKind
 from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
@@ -85,6 +92,14 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     create.add_argument("--group", action="append", default=[], help="a group of the principal (repeatable)")
     create.add_argument("--expires-in-days", type=_days, help="expire the key after N days")
     create.add_argument("--description", default="", help="a note shown in listings")
+    create.add_argument(
+        "--engine-forms",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after the key, print it as engines take it (Spark/pyiceberg credential, DuckDB secret); "
+        "default: only when stdout is a terminal",
+    )
+    create.add_argument("--url", help="gateway URL in the engine forms (default: from the settings)")
     listing = commands.add_parser("list", parents=[common], help="list keys (never secrets)")
     listing.add_argument("--principal", help="only keys of this principal")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -109,6 +124,37 @@ def _when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _gateway_url(settings: Settings) -> str:
+    scheme = "https" if settings.tls.enabled else "http"
+    host = settings.host
+    if host in {"0.0.0.0", "::", ""}:  # noqa: S104 (a listen address, not a bind)
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{settings.port}"
+
+
+def engine_forms(key_id: str, secret: str, url: str) -> list[str]:
+    """The created key as engines take it: OAuth2 client credentials (`client_id` = key id,
+    `client_secret` = key secret) for Spark, pyiceberg and DuckDB."""
+    url = url.rstrip("/")
+    return [
+        "# Spark (spark.sql.catalog.<name>.credential) and pyiceberg (credential):",
+        f"credential={key_id}:{secret}",
+        "# DuckDB:",
+        f"CREATE SECRET cedarberg (TYPE iceberg, CLIENT_ID '{key_id}', CLIENT_SECRET '{secret}', "
+        f"OAUTH2_SERVER_URI '{url}/v1/oauth/tokens');",
+        f"ATTACH 'default' AS lake (TYPE iceberg, ENDPOINT '{url}', SECRET cedarberg);",
+    ]
+
+
+def _wants_forms(args: argparse.Namespace, out: TextIO) -> bool:
+    if args.engine_forms is not None:
+        return bool(args.engine_forms)
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     expires_at = None
     if args.expires_in_days is not None:
@@ -131,6 +177,10 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
         file=err,
     )
     print(plaintext, file=out, flush=True)
+    if _wants_forms(args, out):
+        parsed = parse_api_key(plaintext)
+        url = args.url or _gateway_url(settings)
+        print("\n".join(engine_forms(parsed.key_id, parsed.secret, url)), file=out, flush=True)
     return 0
 
 

@@ -173,7 +173,7 @@ def rows_of(catalog: RestCatalog, *identifier: str) -> list[dict[str, Any]]:
 def test_every_stage_succeeded(run: Run) -> None:
     statuses = {stage.name: stage.status for stage in run.result.stages}
     assert statuses == dict.fromkeys(
-        ["generate", "spark", "ingest", "refine", "serve", "maintain", "analyst", "duckdb"], "ok"
+        ["generate", "spark", "bronze", "silver", "gold", "maintain", "analyst", "duckdb"], "ok"
     ), run.output
     assert run.result.ok
     assert "pipeline OK" in run.output

@@ -102,6 +102,63 @@ def test_create_prints_only_the_key_which_authenticates(tmp_path: Path) -> None:
     assert principal.attributes["api_key_id"] == parsed.key_id
 
 
+def test_create_prints_engine_forms_after_the_key_when_asked(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    code, out, err = _run(
+        "create", "--principal", "alice", "--data-dir", str(data_dir),
+        "--engine-forms", "--url", "https://catalog.example:8181/",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = out.splitlines()
+    # The first line is still the bare key, which authenticates.
+    assert KEY_LINE.fullmatch(lines[0] + "\n"), out
+    parsed = parse_api_key(lines[0])
+    assert asyncio.run(_authenticate(_url(data_dir), lines[0])).id == "key:alice"
+    assert f"credential={parsed.key_id}:{parsed.secret}" in lines
+    assert (
+        f"CREATE SECRET cedarberg (TYPE iceberg, CLIENT_ID '{parsed.key_id}', "
+        f"CLIENT_SECRET '{parsed.secret}', OAUTH2_SERVER_URI 'https://catalog.example:8181/v1/oauth/tokens');"
+    ) in lines
+    assert (
+        "ATTACH 'default' AS lake (TYPE iceberg, ENDPOINT 'https://catalog.example:8181', SECRET cedarberg);"
+        in lines
+    )
+    # The secret goes to stdout only.
+    assert parsed.secret not in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _run_on_terminal(*argv: str, environ: dict[str, str]) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="cedarberg")
+    add_keys_commands(parser.add_subparsers(dest="command", required=True))
+    out = _Terminal()
+    code = run_keys_command(parser.parse_args(["keys", *argv]), environ, out, io.StringIO())
+    return code, out.getvalue()
+
+
+def test_engine_forms_default_to_the_gateway_address_and_only_on_a_terminal(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    environ = {"CEDARBERG_HOST": "0.0.0.0", "CEDARBERG_PORT": "9000"}
+    # Captured (not a terminal): the key alone, as `KEY=$(cedarberg keys create ...)` expects.
+    code, out, _ = _run("create", "--principal", "bob", "--data-dir", str(data_dir), environ=environ)
+    assert code == 0
+    assert KEY_LINE.fullmatch(out), out
+
+    code, out = _run_on_terminal("create", "--principal", "bob", "--data-dir", str(data_dir), environ=environ)
+    assert code == 0
+    assert KEY_LINE.fullmatch(out.splitlines()[0] + "\n")
+    assert "OAUTH2_SERVER_URI 'http://localhost:9000/v1/oauth/tokens'" in out
+    code, out = _run_on_terminal(
+        "create", "--principal", "bob", "--data-dir", str(data_dir), "--no-engine-forms", environ=environ
+    )
+    assert code == 0
+    assert KEY_LINE.fullmatch(out), out
+
+
 def test_settings_come_from_config_env_and_flags_in_that_order(tmp_path: Path) -> None:
     config = tmp_path / "cedarberg.toml"
     from_file, from_env, from_flag = tmp_path / "file", tmp_path / "env", tmp_path / "flag"
