@@ -1,4 +1,4 @@
-# Cedarberg developer tasks. `make test` is what CI runs (through .ci/run).
+# Cedarberg developer tasks. `make test` is what CI runs (through .ci/run, which adds nothing to it).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +10,11 @@ PYTEST_ARGS ?=
 ARGS ?=
 
 .DEFAULT_GOAL := test
-.PHONY: venv test lint format bench demo demo-clean clean distclean
+.PHONY: venv test-deps test lint format bench demo demo-clean clean distclean
+
+# Prerequisites run in the order written: test-deps (which may install the interpreter's venv
+# support) before the venv.
+.NOTPARALLEL:
 
 # The stamp is newer than pyproject.toml once its dependencies are installed.
 $(STAMP): pyproject.toml
@@ -21,7 +25,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: venv
+# What the suite needs beyond .venv (Debian packages, oauth2-mock-server under tests/.node),
+# installed only when missing; see scripts/install-test-deps.sh. Only checks when all is there.
+test-deps:
+	PYTHON='$(PYTHON)' bash scripts/install-test-deps.sh
+
+test: test-deps venv
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: venv

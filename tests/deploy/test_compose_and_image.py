@@ -30,7 +30,7 @@ ENV = {"CEDARBERG_DB_PASSWORD": "db-secret-placeholder", "OPENBAO_DEV_TOKEN": "b
 def _compose(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("docker-compose")
     if binary is None:
-        pytest.fail("docker-compose not found: apt-get install docker-compose (see .ci/install-extras.sh)")
+        pytest.fail("docker-compose not found: make test installs it (scripts/install-test-deps.sh)")
     clean = {k: v for k, v in os.environ.items() if k not in ENV and not k.startswith("DOCKER_")}
     # An unreachable engine address proves the check never needs one.
     clean["DOCKER_HOST"] = "tcp://127.0.0.1:9"

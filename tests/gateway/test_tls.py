@@ -247,7 +247,7 @@ def test_truststore_loads(pki: TestPki) -> None:
 
 def _java_tool(name: str) -> str:
     path = shutil.which(name)
-    assert path, f"{name} not found: Java 17 is installed by .ci/run (needed by Spark anyway)"
+    assert path, f"{name} not found: make test installs Java 17 (scripts/install-test-deps.sh)"
     return path
 
 

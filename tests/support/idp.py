@@ -1,10 +1,11 @@
 """Real OpenID Connect identity providers on loopback for the tests.
 
 - `Oauth2MockServer`: ``oauth2-mock-server`` (npm), installed project-locally under ``tests/.node``
-  by `ensure_oauth2_mock_server` (also done by ``.ci/install-extras.sh``). `stock=True` runs the
-  package's own CLI; otherwise ``oauth2_mock_idp.mjs`` runs the same library with a hook that
-  puts the client id into ``sub`` and honours ``groups`` / ``expires_in`` form fields of a
-  client_credentials request. Its issuer is ``http://localhost:PORT``; tokens carry a ``kid``.
+  by `ensure_oauth2_mock_server` (also done by ``scripts/install-test-deps.sh``, run by
+  ``make test``). `stock=True` runs the package's own CLI; otherwise ``oauth2_mock_idp.mjs`` runs
+  the same library with a hook that puts the client id into ``sub`` and honours ``groups`` /
+  ``expires_in`` form fields of a client_credentials request. Its issuer is
+  ``http://localhost:PORT``; tokens carry a ``kid``.
 - `OidcProviderMock`: ``oidc-provider-mock`` (PyPI, the ``test`` extra). Authorization-code flow
   only; its RS256 id_token has no ``kid``; its issuer is ``http://127.0.0.1:PORT``.
 
@@ -52,7 +53,7 @@ def ensure_oauth2_mock_server() -> None:
             return
         npm = shutil.which("npm")
         if npm is None or shutil.which("node") is None:
-            raise IdpError("node/npm not found: run .ci/install-extras.sh (apt-get install nodejs npm)")
+            raise IdpError("node/npm not found: make test installs them (scripts/install-test-deps.sh)")
         NODE_DIR.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [

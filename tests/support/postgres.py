@@ -68,7 +68,7 @@ class PostgresServer:
             return
         initdb = PG_BIN / "initdb"
         if not initdb.exists():
-            raise PostgresError(f"{initdb} not found: install postgresql-15 (see .ci/run)")
+            raise PostgresError(f"{initdb} not found: make test installs it (scripts/install-test-deps.sh)")
         # A short path: the unix socket path must stay under ~107 bytes.
         self.base_dir = Path(tempfile.mkdtemp(prefix="cedarberg-pg-"))
         if _as_root():

@@ -1,9 +1,10 @@
 """A private Redis server for the tests.
 
-``redis-server`` (Debian package ``redis-server``; see ``.ci/install-extras.sh``) on a free loopback
-port, with persistence off (``--save '' --appendonly no``) and its working directory in a temporary
-directory. One server per test session through `get_server`; `RedisServer` for a private one
-(e.g. a server a test stops to see what happens when Redis goes away).
+``redis-server`` (Debian package ``redis-server``; ``make test`` installs it through
+``scripts/install-test-deps.sh``) on a free loopback port, with persistence off
+(``--save '' --appendonly no``) and its working directory in a temporary directory. One server
+per test session through `get_server`; `RedisServer` for a private one (e.g. a server a test stops
+to see what happens when Redis goes away).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class RedisServer:
         binary = shutil.which(REDIS_SERVER)
         if binary is None:
             raise RedisError(
-                "redis-server not found: run .ci/install-extras.sh (apt-get install redis-server)"
+                "redis-server not found: run scripts/install-test-deps.sh (apt-get install redis-server)"
             )
         self._dir = Path(tempfile.mkdtemp(prefix="cedarberg-redis-"))
         log = self._dir / "redis.log"
