@@ -308,6 +308,27 @@ def test_bad_plan_requests_are_400(tables: Tables, body: Any, message: str) -> N
     assert not any(internal in text for internal in ("instantiate", "abstract", "__", "Error")), text
 
 
+def test_every_completed_plan_names_its_plan_and_the_id_answers(tables: Tables) -> None:
+    """planTableScan's completed answer is a CompletedPlanningWithIDResult (`plan-id` required),
+    even for a plan of one page (the control: the paged plan); fetchPlanningResult answers that
+    id with the same completed result, a conformant CompletedPlanningResult."""
+    rest = tables.rest
+    for body in ({"filter": {"type": "eq", "term": "id", "value": 4}}, {}):
+        answer = rest.plan("plan.parted", body)
+        assert answer.status_code == 200, answer.text
+        document = answer.json()
+        assert document["status"] == "completed"
+        assert isinstance(document["plan-id"], str)
+        assert document["plan-id"]
+        fetched = rest.result("plan.parted", document["plan-id"])
+        assert fetched.status_code == 200, fetched.text
+        assert fetched.json() == document
+        assert rest.cancel("plan.parted", document["plan-id"]).status_code == 204
+    single = rest.plan("plan.parted", {"filter": {"type": "eq", "term": "id", "value": 4}}).json()
+    assert "plan-tasks" not in single
+    assert len(single["file-scan-tasks"]) == 1
+
+
 def test_true_and_false_filters_are_always_true_and_always_false(tables: Tables) -> None:
     """The spec's TrueExpression / FalseExpression (`{"type": "true"}` / `{"type": "false"}`),
     alone and nested; the control is the plan without a filter."""
