@@ -1466,3 +1466,44 @@ def test_decodable_field_default_is_accepted(fresh: Client) -> None:
         resp = fresh.post(f"{NS_PATH}/tables", {**create_table_body(name), "schema": schema})
         assert resp.status_code == 200, resp.text
         assert [f["name"] for f in resp.json()["metadata"]["schemas"][0]["fields"]][2] == "extra"
+
+
+# --------------------------------------------------------------------------------------------------
+# Names with braces are addressable
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"), [(["a{b}"], "t{1}"), (["{", "}}"], "}{"), (["plain"], "plain")]
+)
+def test_names_with_braces_are_addressable(fresh: Client, namespace: list[str], name: str) -> None:
+    """Route variables match any character but '/', so a namespace, table or view whose name holds
+    a brace is loaded, listed, changed and dropped like any other (the control: plain names)."""
+    for depth in range(1, len(namespace) + 1):
+        fresh.create_namespace(namespace[:depth])
+    loaded = fresh.get(ns_path(namespace))
+    assert loaded.status_code == 200, loaded.text
+    assert loaded.json()["namespace"] == namespace
+    assert fresh.request("HEAD", ns_path(namespace)).status_code == 204
+    fresh.create_table(namespace, name)
+    assert fresh.load_table(namespace, name)["metadata"]["current-schema-id"] == 0
+    listed = fresh.get(f"{ns_path(namespace)}/tables")
+    assert listed.json()["identifiers"] == [{"namespace": namespace, "name": name}]
+    committed = fresh.post(table_path(namespace, name), commit_body([set_props(k="v")]))
+    assert committed.status_code == 200, committed.text
+    view = f"{name}_view"
+    fresh.create_view(namespace, view)
+    assert fresh.get(view_path(namespace, view)).status_code == 200
+    assert fresh.delete(view_path(namespace, view)).status_code == 204
+    assert fresh.delete(table_path(namespace, name)).status_code == 204
+    assert_error(fresh.get(table_path(namespace, name)), 404, "NoSuchTableException")
+    assert fresh.delete(ns_path(namespace)).status_code == 204
+    assert_error(fresh.get(ns_path(namespace)), 404, "NoSuchNamespaceException")
+
+
+def test_advertised_endpoints_spell_the_spec_paths(seeded: Client) -> None:
+    """Route variables carry a pattern when registered, never in the advertised endpoints."""
+    endpoints = seeded.config["endpoints"]
+    assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}" in endpoints
+    assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}" in endpoints
+    assert not [endpoint for endpoint in endpoints if ":" in endpoint or "[" in endpoint]
