@@ -1507,3 +1507,18 @@ def test_advertised_endpoints_spell_the_spec_paths(seeded: Client) -> None:
     assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}" in endpoints
     assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}" in endpoints
     assert not [endpoint for endpoint in endpoints if ":" in endpoint or "[" in endpoint]
+
+
+def test_create_namespace_under_a_missing_parent_is_400(seeded: Client) -> None:
+    """createNamespace lists no 404: a missing parent is a 400 naming the problem (the control:
+    the same child under an existing parent is created)."""
+    before = seeded.state()
+    resp = seeded.post("/namespaces", {"namespace": ["no_such_parent", "child"], "properties": {}})
+    assert_error(resp, 400, "BadRequestException")
+    message = resp.json()["error"]["message"]
+    assert "parent namespace does not exist" in message, message
+    assert "no_such_parent" in message, message
+    assert_unchanged(seeded, before)
+    seeded.create_namespace([*NS, "child_of_existing"])
+    assert seeded.get(ns_path([*NS, "child_of_existing"])).status_code == 200
+    assert seeded.delete(ns_path([*NS, "child_of_existing"])).status_code == 204
