@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from cedarberg.catalog import confinement, documents, locations
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import NoSuchNamespaceError, UnprocessableError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError, UnprocessableError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
@@ -114,7 +114,19 @@ class NamespaceService:
         body = documents.dumps({"namespace": namespace.levels, "properties": properties})
         parent = namespace.parent_key if len(namespace.levels) > 1 else None
         async with self._ctx.store.write() as tx:
-            await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)
+            try:
+                await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)
+            except NoSuchNamespaceError:
+                # A missing parent is a 400, not a 404: the spec lists no 404 for createNamespace.
+                # The reference (Java's CatalogHandlers over InMemoryCatalog / JdbcCatalog) instead
+                # creates the child with no parent at all (namespaces there are mere prefixes). Here
+                # the namespace tree is what policies, confinement and listings hang off, and
+                # creating the missing ancestors implicitly would create namespaces the caller was
+                # never authorized to create, so the parent must be created first.
+                raise InvalidRequestError(
+                    f"cannot create namespace {namespace}: its parent namespace does not exist "
+                    "(create the parent first)"
+                ) from None
             await confinement.record_namespace(tx, warehouse, namespace, properties)
             if rec is not None:
                 await rec.record(tx, body)

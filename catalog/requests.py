@@ -245,5 +245,12 @@ def parse(model: type[M], data: Any) -> M:
         raise InvalidRequestError(
             f"invalid request: {where}: {message}" if where else f"invalid request: {message}"
         ) from None
-    except ValueError as err:  # pragma: no cover - pydantic wraps validator errors
-        raise InvalidRequestError(f"invalid request: {str(err).splitlines()[0][:200]}") from None
+    except (ValueError, TypeError, ArithmeticError, NotImplementedError) as err:
+        # pydantic wraps a validator's ValueError, but not what else pyiceberg's validators may
+        # raise for a value they cannot decode (TypeError, decimal.InvalidOperation, ...).
+        raise InvalidRequestError(f"invalid request: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else "malformed document"

@@ -60,7 +60,7 @@ def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata
                 table_uuid=uuid.uuid4(),
             )
         )
-    except (ValueError, ValidationError, IcebergValidationError) as err:
+    except (ValueError, TypeError, ValidationError, IcebergValidationError) as err:
         raise InvalidRequestError(f"invalid table definition: {_message(err)}") from None
 
 
@@ -165,6 +165,7 @@ def apply_updates(
         raise CommitFailedError(_message(err)) from None
     except (
         ValueError,
+        TypeError,  # pyiceberg, for a value it cannot decode or encode for its type
         ValidationError,
         IcebergValidationError,
         KeyError,

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter
+from pyiceberg.conversions import from_json
+from pyiceberg.types import IcebergType, PrimitiveType
+
 
 class WireError(ValueError):
     """The JSON does not have the shape the spec requires."""
@@ -60,6 +64,44 @@ def check_struct(value: Any, where: str = "schema") -> None:
         _require(isinstance(field.get("required"), bool), at, "required must be a boolean")
         _require("type" in field, at, "type is required")
         check_type(field["type"], f"{at}.type")
+        for key in ("initial-default", "write-default"):
+            if field.get(key) is not None:
+                check_default(field["type"], field[key], f"{at}.{key}")
+
+
+_ICEBERG_TYPE: TypeAdapter[IcebergType] = TypeAdapter(IcebergType)
+_STRING_ENCODED = ("decimal(", "fixed[", "date", "time", "timestamp", "string", "uuid", "binary")
+
+
+def check_default(field_type: Any, value: Any, where: str) -> None:
+    """A field's `initial-default` / `write-default` has the JSON type the spec's single-value
+    serialization gives its field type and decodes as a value of that type (pyiceberg would
+    otherwise store "abc" as an int default, or raise TypeError, InvalidOperation or
+    NotImplementedError for a value it cannot decode). Defaults of nested types are refused:
+    pyiceberg cannot decode them."""
+    if not isinstance(field_type, str):
+        kind = field_type.get("type") if isinstance(field_type, dict) else field_type
+        raise WireError(f"{where}: a default value for a {kind} field is not supported")
+    name = field_type.strip().lower()
+    if name == "boolean":
+        ok = isinstance(value, bool)
+    elif name in ("int", "long"):
+        ok = _is_int(value)
+    elif name in ("float", "double"):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = not name.startswith(_STRING_ENCODED) or isinstance(value, str)
+    _require(ok, where, f"not a valid default value for type {name}")
+    try:
+        iceberg_type = _ICEBERG_TYPE.validate_python(field_type)
+    except ValueError:  # a type pyiceberg does not model (variant): it cannot decode its defaults
+        raise WireError(f"{where}: a default value for a {name} field is not supported") from None
+    if not isinstance(iceberg_type, PrimitiveType):
+        raise WireError(f"{where}: a default value for a {name} field is not supported")
+    try:
+        from_json(iceberg_type, value)
+    except Exception:  # whatever pyiceberg raises (TypeError, InvalidOperation, ...): no value
+        raise WireError(f"{where}: cannot decode the default value as type {name}") from None
 
 
 def check_optional_bool(document: dict[str, Any], key: str) -> None:

@@ -35,11 +35,11 @@ def encode_pages(encoder: TaskEncoder, tasks: Sequence[FileScanTask], per_page: 
     return [orjson.dumps(encoder.page(chunk)) for chunk in chunks]
 
 
-def completed(page: bytes, plan_id: str | None, plan_tasks: Sequence[str]) -> bytes:
-    """A CompletedPlanningResult: the first page's members with status, plan id and plan tasks."""
-    head: dict[str, object] = {"status": "completed"}
-    if plan_id is not None:
-        head["plan-id"] = plan_id
+def completed(page: bytes, plan_id: str, plan_tasks: Sequence[str]) -> bytes:
+    """A CompletedPlanningWithIDResult (planTableScan), also a valid CompletedPlanningResult
+    (fetchPlanningResult, whose schema allows the extra member): the first page's members with
+    status, plan id and plan tasks."""
+    head: dict[str, object] = {"status": "completed", "plan-id": plan_id}
     if plan_tasks:
         head["plan-tasks"] = list(plan_tasks)
     # Both are JSON objects; the page always has "file-scan-tasks", so splicing is well-formed.

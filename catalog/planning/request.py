@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, SerializableBooleanExpression
 
 from cedarberg.catalog.errors import InvalidRequestError
@@ -13,6 +13,58 @@ from cedarberg.catalog.requests import parse
 M = TypeVar("M", bound=BaseModel)
 
 _MAX_NAMES = 10_000  # select / stats-fields entries: far above any real table's column count
+_MAX_FILTER_DEPTH = 200  # nesting of and/or/not: a left-deep AND of 200 predicates
+
+_COMBINING = {"and": ("left", "right"), "or": ("left", "right"), "not": ("child",)}
+_UNARY = frozenset({"is-null", "not-null", "is-nan", "not-nan"})
+_LITERAL = frozenset({"lt", "lt-eq", "gt", "gt-eq", "eq", "not-eq", "starts-with", "not-starts-with"})
+_SET = frozenset({"in", "not-in"})
+_CONSTANT = {"true": True, "false": False}
+
+
+def _is_primitive_value(value: Any) -> bool:
+    return isinstance(value, bool | int | float | str)
+
+
+def _expression(node: Any, where: str, depth: int) -> Any:
+    """A filter expression of the spec, checked against its shapes (so that a refusal names what
+    is wrong, never pyiceberg's internals) and with the spec's TrueExpression / FalseExpression
+    (`{"type": "true"}`, `{"type": "false"}`), which pyiceberg's parser does not know, turned into
+    the booleans it reads as AlwaysTrue / AlwaysFalse."""
+    at = f"{where}: " if where else ""
+    if depth > _MAX_FILTER_DEPTH:
+        raise ValueError(f"{at}nested deeper than {_MAX_FILTER_DEPTH} levels")
+    if isinstance(node, bool):
+        return node
+    if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+        raise ValueError(f"{at}an expression must be an object with a string type")  # noqa: TRY004 - pydantic reports ValueError
+    kind = node["type"]
+    prefix = f"{where}." if where else ""
+    if kind in _CONSTANT:
+        return _CONSTANT[kind]
+    if kind in _COMBINING:
+        children = {}
+        for key in _COMBINING[kind]:
+            if key not in node:
+                raise ValueError(f"{at}the {kind} expression needs {key}")
+            children[key] = _expression(node[key], f"{prefix}{key}", depth + 1)
+        return {**node, **children}
+    if kind not in _UNARY | _LITERAL | _SET:
+        raise ValueError(f"{at}unknown expression type {kind[:40]!r}")
+    term = node.get("term")
+    if isinstance(term, dict) and term.get("type") == "transform":
+        raise ValueError(f"{at}transform terms are not supported in scan filters")
+    if not isinstance(term, str) or not term:
+        raise ValueError(f"{at}the {kind} expression needs a term naming a column")
+    if kind in _LITERAL and ("value" not in node or not _is_primitive_value(node["value"])):
+        raise ValueError(f"{at}the {kind} expression needs a value (a boolean, number or string)")
+    if kind in _SET:
+        values = node.get("values")
+        if not isinstance(values, list) or not all(_is_primitive_value(v) for v in values):
+            raise ValueError(
+                f"{at}the {kind} expression needs values (a list of booleans, numbers or strings)"
+            )
+    return node
 
 
 class PlanScanRequest(BaseModel):
@@ -30,6 +82,11 @@ class PlanScanRequest(BaseModel):
     end_snapshot_id: int | None = Field(None, alias="end-snapshot-id")
     stats_fields: list[str] | None = Field(None, alias="stats-fields", max_length=_MAX_NAMES)
     min_rows_requested: int | None = Field(None, alias="min-rows-requested", ge=0)  # accepted, unused
+
+    @field_validator("filter", mode="before")
+    @classmethod
+    def _spec_expression(cls, value: Any) -> Any:
+        return None if value is None else _expression(value, "", 1)
 
     @model_validator(mode="after")
     def _one_kind_of_scan(self) -> PlanScanRequest:
@@ -58,9 +115,11 @@ class FetchScanTasksRequest(BaseModel):
 
 
 def parse_request(model: type[M], data: Any) -> M:
-    """`catalog.requests.parse`, also for pyiceberg's expression parsing, which raises TypeError
-    for some malformed predicates (a comparison without a value)."""
+    """`catalog.requests.parse`, except that whatever pyiceberg's expression parsing raises past
+    the shape checks above (not a pydantic error) is refused without its internals."""
     try:
-        return parse(model, data)
-    except TypeError as err:
-        raise InvalidRequestError(f"invalid request: filter: {str(err).splitlines()[0][:200]}") from None
+        return model.model_validate(data)
+    except ValidationError:
+        return parse(model, data)  # raises InvalidRequestError naming the first problem
+    except (TypeError, ValueError, ArithmeticError, NotImplementedError):
+        raise InvalidRequestError("invalid request: filter: not a valid expression") from None

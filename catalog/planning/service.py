@@ -3,7 +3,9 @@ fetchScanTasks, and the sweep of expired plans.
 
 - A scan that reads at most `max_sync_manifests` manifests is planned during the request and
   answered `completed`: the first page of tasks, plus `plan-tasks` tokens for the other pages,
-  which are stored (so any instance can answer fetchScanTasks). A single page stores nothing.
+  which are stored (so any instance can answer fetchScanTasks). Every completed answer names its
+  plan (`plan-id`, required by the spec's CompletedPlanningWithIDResult), so even a plan of one
+  page is stored: its id answers fetchPlanningResult like any other until it expires.
 - A larger scan is answered `submitted` with a plan id and planned in the background; the result
   (pages, or the error) lands in the store, so any instance can answer fetchPlanningResult.
 - At most `max_concurrent_plans` plans compute at once per process, sync and background alike;
@@ -177,8 +179,6 @@ class PlanService:
         return pages.encode_pages(scan.encoder, tasks, self.limits.tasks_per_page)
 
     async def _complete_now(self, row: ObjectRow, key: ObjectKey, owner: str, encoded: list[bytes]) -> bytes:
-        if len(encoded) == 1:
-            return pages.completed(encoded[0], None, ())  # nothing left to fetch: nothing kept
         plan_id = pages.new_id()
         now = _now_ms()
         stored = self._page_rows(row, key, plan_id, encoded)

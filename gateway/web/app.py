@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -71,6 +72,18 @@ ALL_ROUTES: tuple[Route, ...] = (
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 
+_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _matching(path: str) -> str:
+    """The aiohttp pattern of a spec path: each variable matches any character but '/'.
+
+    aiohttp's default variable pattern also excludes '{' and '}', so a namespace or table whose
+    name holds a brace could be created (names arrive in bodies) but never addressed again. The
+    resource's canonical path (the route table's key) stays the spec's, without the regex."""
+    return _VARIABLE.sub(r"{\1:[^/]+}", path)
+
+
 def _register(app: web.Application, routes: tuple[Route, ...]) -> None:
     """Register every route with its operation. A route whose operation has no entry in the
     authorization table cannot be registered (check_route_table raises)."""
@@ -81,10 +94,10 @@ def _register(app: web.Application, routes: tuple[Route, ...]) -> None:
     for route in routes:
         if "{prefix}" in route.path:
             path = route.path.replace("/{prefix}", "")
-            app.router.add_route(route.method, path, route.handler)
+            app.router.add_route(route.method, _matching(path), route.handler)
             table[(route.method, path)] = route
     for route in routes:
-        app.router.add_route(route.method, route.path, route.handler)
+        app.router.add_route(route.method, _matching(route.path), route.handler)
         table[(route.method, route.path)] = route
     app[ROUTE_TABLE] = table
 

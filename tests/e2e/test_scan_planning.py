@@ -290,7 +290,12 @@ def test_large_plans_come_in_pages_of_plan_tasks(tables: Tables) -> None:
         ({"select": ["nope"]}, "no such column"),
         ({"filter": {"type": "eq", "term": "nope", "value": 1}}, "filter does not apply"),
         ({"filter": {"type": "lt", "term": "id"}}, "filter"),
-        ({"filter": {"type": "frobnicate"}}, "filter"),
+        ({"filter": {"type": "frobnicate"}}, "filter: unknown expression type 'frobnicate'"),
+        ({"filter": {"type": "not", "child": {"type": "nope"}}}, "filter: child: unknown expression type"),
+        ({"filter": {"type": "and", "left": {"type": "true"}}}, "filter: the and expression needs right"),
+        ({"filter": {"type": "in", "term": "id", "values": "abc"}}, "filter: the in expression needs values"),
+        ({"filter": {"type": "eq", "term": "id", "value": [1]}}, "filter: the eq expression needs a value"),
+        ({"filter": "true"}, "filter: an expression must be an object"),
         ({"unknown-field": True}, "unknown-field"),
         ({"stats-fields": "id"}, "stats-fields"),
     ],
@@ -298,7 +303,54 @@ def test_large_plans_come_in_pages_of_plan_tasks(tables: Tables) -> None:
 def test_bad_plan_requests_are_400(tables: Tables, body: Any, message: str) -> None:
     answer = tables.rest.plan("plan.flat", body)
     assert error_of(answer) == (400, "BadRequestException")
-    assert message in answer.json()["error"]["message"]
+    text = answer.json()["error"]["message"]
+    assert message in text
+    assert not any(internal in text for internal in ("instantiate", "abstract", "__", "Error")), text
+
+
+def test_every_completed_plan_names_its_plan_and_the_id_answers(tables: Tables) -> None:
+    """planTableScan's completed answer is a CompletedPlanningWithIDResult (`plan-id` required),
+    even for a plan of one page (the control: the paged plan); fetchPlanningResult answers that
+    id with the same completed result, a conformant CompletedPlanningResult."""
+    rest = tables.rest
+    for body in ({"filter": {"type": "eq", "term": "id", "value": 4}}, {}):
+        answer = rest.plan("plan.parted", body)
+        assert answer.status_code == 200, answer.text
+        document = answer.json()
+        assert document["status"] == "completed"
+        assert isinstance(document["plan-id"], str)
+        assert document["plan-id"]
+        fetched = rest.result("plan.parted", document["plan-id"])
+        assert fetched.status_code == 200, fetched.text
+        assert fetched.json() == document
+        assert rest.cancel("plan.parted", document["plan-id"]).status_code == 204
+    single = rest.plan("plan.parted", {"filter": {"type": "eq", "term": "id", "value": 4}}).json()
+    assert "plan-tasks" not in single
+    assert len(single["file-scan-tasks"]) == 1
+
+
+def test_true_and_false_filters_are_always_true_and_always_false(tables: Tables) -> None:
+    """The spec's TrueExpression / FalseExpression (`{"type": "true"}` / `{"type": "false"}`),
+    alone and nested; the control is the plan without a filter."""
+    rest = tables.rest
+    everything = rest.all_files(
+        "plan.parted", PlanCompleted.model_validate_json(rest.plan("plan.parted", {}).text)
+    )
+    assert everything
+    eq_4 = {"type": "eq", "term": "id", "value": 4}
+    for expression, expected in (
+        ({"type": "true"}, everything),
+        ({"type": "not", "child": {"type": "false"}}, everything),
+        ({"type": "or", "left": {"type": "false"}, "right": {"type": "true"}}, everything),
+        ({"type": "false"}, set()),
+        ({"type": "and", "left": {"type": "true"}, "right": {"type": "false"}}, set()),
+    ):
+        answer = rest.plan("plan.parted", {"filter": expression})
+        assert answer.status_code == 200, (expression, answer.text)
+        assert rest.all_files("plan.parted", PlanCompleted.model_validate_json(answer.text)) == expected
+    answer = rest.plan("plan.parted", {"filter": {"type": "and", "left": {"type": "true"}, "right": eq_4}})
+    assert answer.status_code == 200, answer.text
+    assert len(PlanCompleted.model_validate_json(answer.text).file_scan_tasks) == 1
 
 
 def test_unknown_plans_tables_and_tasks_are_404(tables: Tables) -> None:

@@ -1407,3 +1407,118 @@ def test_wrong_method(seeded: Client, method: str, path: str, absolute: bool) ->
     assert_error(resp, 405, None)
     assert resp.headers.get("Allow"), "405 must carry an Allow header (RFC 9110 15.5.6)"
     assert_unchanged(seeded, before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Field defaults that cannot be decoded for their type
+# --------------------------------------------------------------------------------------------------
+
+
+def schema_with_default(field_type: Any, key: str, value: Any, schema_id: int = 0) -> dict[str, Any]:
+    schema = schema_json(schema_id)
+    field = {"id": 3, "name": "extra", "type": field_type, "required": False, key: value}
+    return {**schema, "fields": [*schema["fields"], field]}
+
+
+UNDECODABLE_DEFAULTS = [
+    pytest.param("decimal(9,2)", "write-default", {}, id="decimal-object"),
+    pytest.param("decimal(9,2)", "initial-default", "abc", id="decimal-not-a-number"),
+    pytest.param("int", "write-default", "abc", id="int-string"),
+    pytest.param("date", "initial-default", "not-a-date", id="date-garbage"),
+    pytest.param("uuid", "write-default", "zz", id="uuid-garbage"),
+    pytest.param("binary", "write-default", 5, id="binary-number"),
+    pytest.param("timestamptz", "write-default", "2024-01-01T00:00:00", id="timestamptz-without-zone"),
+    pytest.param({"type": "struct", "fields": []}, "write-default", 3, id="struct-number"),
+]
+
+
+@pytest.mark.parametrize(("field_type", "key", "value"), UNDECODABLE_DEFAULTS)
+def test_undecodable_field_default(seeded: Client, field_type: Any, key: str, value: Any) -> None:
+    """A default that does not decode for its field's type is a 400 naming the field, never a 500
+    (pyiceberg raises TypeError / InvalidOperation for some), wherever a schema is sent."""
+    before = seeded.state()
+    schema = schema_with_default(field_type, key, value)
+    add_schema = [{"action": "add-schema", "schema": schema_with_default(field_type, key, value, 1)}]
+    view = create_view_body("bad_default_view", NS)
+    attempts = [
+        seeded.post(f"{NS_PATH}/tables", {**create_table_body("bad_default"), "schema": schema}),
+        seeded.post(f"{NS_PATH}/views", {**view, "schema": schema}),
+        seeded.post(TABLE_PATH, commit_body(add_schema)),
+        seeded.post(
+            "/transactions/commit", tx_body((NS, OTHER, [], [set_props(k="v")]), (NS, TABLE, [], add_schema))
+        ),
+        seeded.post(VIEW_PATH, commit_body(add_schema)),
+    ]
+    for resp in attempts:
+        assert_error(resp, 400, "BadRequestException")
+        message = resp.json()["error"]["message"]
+        assert f"fields.2.{key}" in message, message
+        assert not any(internal in message for internal in ("Error", "<class", "Traceback")), message
+    assert_unchanged(seeded, before)
+
+
+def test_decodable_field_default_is_accepted(fresh: Client) -> None:
+    """The control: defaults that decode for their types are accepted."""
+    fresh.create_namespace(NS)
+    for field_type, value in (("date", "2024-01-02"), ("decimal(9,2)", "1.50"), ("long", 7)):
+        schema = schema_with_default(field_type, "write-default", value)
+        name = f"with_default_{field_type.split('(')[0]}"
+        resp = fresh.post(f"{NS_PATH}/tables", {**create_table_body(name), "schema": schema})
+        assert resp.status_code == 200, resp.text
+        assert [f["name"] for f in resp.json()["metadata"]["schemas"][0]["fields"]][2] == "extra"
+
+
+# --------------------------------------------------------------------------------------------------
+# Names with braces are addressable
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"), [(["a{b}"], "t{1}"), (["{", "}}"], "}{"), (["plain"], "plain")]
+)
+def test_names_with_braces_are_addressable(fresh: Client, namespace: list[str], name: str) -> None:
+    """Route variables match any character but '/', so a namespace, table or view whose name holds
+    a brace is loaded, listed, changed and dropped like any other (the control: plain names)."""
+    for depth in range(1, len(namespace) + 1):
+        fresh.create_namespace(namespace[:depth])
+    loaded = fresh.get(ns_path(namespace))
+    assert loaded.status_code == 200, loaded.text
+    assert loaded.json()["namespace"] == namespace
+    assert fresh.request("HEAD", ns_path(namespace)).status_code == 204
+    fresh.create_table(namespace, name)
+    assert fresh.load_table(namespace, name)["metadata"]["current-schema-id"] == 0
+    listed = fresh.get(f"{ns_path(namespace)}/tables")
+    assert listed.json()["identifiers"] == [{"namespace": namespace, "name": name}]
+    committed = fresh.post(table_path(namespace, name), commit_body([set_props(k="v")]))
+    assert committed.status_code == 200, committed.text
+    view = f"{name}_view"
+    fresh.create_view(namespace, view)
+    assert fresh.get(view_path(namespace, view)).status_code == 200
+    assert fresh.delete(view_path(namespace, view)).status_code == 204
+    assert fresh.delete(table_path(namespace, name)).status_code == 204
+    assert_error(fresh.get(table_path(namespace, name)), 404, "NoSuchTableException")
+    assert fresh.delete(ns_path(namespace)).status_code == 204
+    assert_error(fresh.get(ns_path(namespace)), 404, "NoSuchNamespaceException")
+
+
+def test_advertised_endpoints_spell_the_spec_paths(seeded: Client) -> None:
+    """Route variables carry a pattern when registered, never in the advertised endpoints."""
+    endpoints = seeded.config["endpoints"]
+    assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}" in endpoints
+    assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}" in endpoints
+    assert not [endpoint for endpoint in endpoints if ":" in endpoint or "[" in endpoint]
+
+
+def test_create_namespace_under_a_missing_parent_is_400(seeded: Client) -> None:
+    """createNamespace lists no 404: a missing parent is a 400 naming the problem (the control:
+    the same child under an existing parent is created)."""
+    before = seeded.state()
+    resp = seeded.post("/namespaces", {"namespace": ["no_such_parent", "child"], "properties": {}})
+    assert_error(resp, 400, "BadRequestException")
+    message = resp.json()["error"]["message"]
+    assert "parent namespace does not exist" in message, message
+    assert "no_such_parent" in message, message
+    assert_unchanged(seeded, before)
+    seeded.create_namespace([*NS, "child_of_existing"])
+    assert seeded.get(ns_path([*NS, "child_of_existing"])).status_code == 200
+    assert seeded.delete(ns_path([*NS, "child_of_existing"])).status_code == 204
