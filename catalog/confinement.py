@@ -68,18 +68,8 @@ async def claim(
         return
     await rows.lock(tx)
     properties = await tx.get_namespace(warehouse.name, namespace.key) or {}
-    roots.check_placement(
-        fresh,
-        roots.namespace_directory(warehouse.location, namespace, properties),
-        warehouse.location,
-        warehouse_roots(ctx),
-        warehouse.allow_locations_outside_namespace,
-    )
-    for root in fresh:
-        for found in await rows.near(tx, root):
-            reason = _conflict(root, kind, owner, found)
-            if reason is not None:
-                raise LocationNotAllowedError(reason)
+    check_new_roots(ctx, warehouse, namespace, properties, fresh)
+    await _check_no_overlap(tx, kind, owner, fresh)
     await rows.add(tx, warehouse.name, kind, owner, fresh)
 
 
@@ -107,18 +97,18 @@ async def check_free(
     """`claim` without recording (stage-create): raises LocationNotAllowedError."""
     async with ctx.store.read() as tx:
         properties = await tx.get_namespace(warehouse.name, namespace.key) or {}
-        roots.check_placement(
-            candidate,
-            roots.namespace_directory(warehouse.location, namespace, properties),
-            warehouse.location,
-            warehouse_roots(ctx),
-            warehouse.allow_locations_outside_namespace,
-        )
-        for root in candidate:
-            for found in await rows.near(tx, root):
-                reason = _conflict(root, kind, "", found)
-                if reason is not None:
-                    raise LocationNotAllowedError(reason)
+        check_new_roots(ctx, warehouse, namespace, properties, candidate)
+        await _check_no_overlap(tx, kind, "", candidate)
+
+
+async def _check_no_overlap(tx: StoreTx, kind: str, owner: str, candidate: Sequence[str]) -> None:
+    """Raise LocationNotAllowedError if a root of `candidate` overlaps another object's roots or
+    is (or contains) a namespace directory; `owner`'s own roots do not count."""
+    for root in candidate:
+        for found in await rows.near(tx, root):
+            reason = _conflict(root, kind, owner, found)
+            if reason is not None:
+                raise LocationNotAllowedError(reason)
 
 
 async def held(ctx: CatalogContext, kind: str, owner: str, current: Iterable[str]) -> tuple[str, ...]:
