@@ -167,6 +167,10 @@ async def _swap_all(
             )
             target = change.seal_target(warehouse.name)
             if change.base is None:
+                name = change.identifier
+                if await tx.get_object(warehouse.name, name.namespace.key, name.name) is not None:
+                    # Created since it was planned: planning again answers as if it came first.
+                    raise _LostRace
                 await tx.insert_object(new_row(ctx, target, change.key, change.metadata_json))
             elif not await tx.swap_object(
                 change.base,

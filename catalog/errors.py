@@ -2,6 +2,7 @@
 
     CatalogError
     ├── InvalidRequestError            malformed or semantically invalid input
+    │   ├── InvalidArgumentError       what Iceberg's reference refuses as IllegalArgumentException
     │   ├── LocationNotAllowedError    a location outside the table's allowed prefix
     │   └── DocumentTooLargeError      a document over its documented size bound
     ├── UnprocessableError             well-formed but contradictory input
@@ -37,6 +38,11 @@ class CatalogError(Exception):
 
 class InvalidRequestError(CatalogError):
     pass
+
+
+class InvalidArgumentError(InvalidRequestError):
+    """Invalid input that Iceberg's reference implementation refuses with an
+    IllegalArgumentException: Java clients raise that exception, with the message as sent."""
 
 
 class LocationNotAllowedError(InvalidRequestError):

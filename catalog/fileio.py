@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from typing import Protocol
 
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -60,10 +61,25 @@ def file_io(location: str) -> FileIO:
     return _io_for(f"{scheme}://{rest.split('/', 1)[0]}", _properties_for(norm))
 
 
-def metadata_file_location(object_location: str, version: int) -> str:
-    """Where version `version` of an object's metadata goes: `<loc>/metadata/NNNNN-<uuid>.metadata.json`"""
-    root = locations.normalize(object_location).rstrip("/")
-    return f"{root}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
+class Placed(Protocol):
+    """Table or view metadata: where the object lives and its properties."""
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+
+
+def metadata_file_location(metadata: Placed, version: int) -> str:
+    """Where version `version` of an object's metadata goes: `<dir>/NNNNN-<uuid>.metadata.json`,
+    where `<dir>` is the `write.metadata.path` property (Iceberg's reference catalogs honour it;
+    it is one of the object's roots), else `<location>/metadata`."""
+    # The property is used as spelled, as the reference does (`file:/x` stays `file:/x`); it is
+    # compared with the roots only after normalising, like every path.
+    custom = metadata.properties.get(roots_.WRITE_METADATA_PATH)
+    directory = custom or f"{locations.normalize(metadata.location).rstrip('/')}/metadata"
+    return f"{directory.rstrip('/')}/{version:05d}-{uuid.uuid4()}.metadata.json"
 
 
 def parse_metadata_version(metadata_location: str) -> int:

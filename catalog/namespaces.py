@@ -6,7 +6,12 @@ from collections.abc import Awaitable, Callable
 
 from cedarberg.catalog import confinement, documents, locations
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError, UnprocessableError
+from cedarberg.catalog.errors import (
+    AlreadyExistsError,
+    InvalidRequestError,
+    NoSuchNamespaceError,
+    UnprocessableError,
+)
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
@@ -127,6 +132,8 @@ class NamespaceService:
                     f"cannot create namespace {namespace}: its parent namespace does not exist "
                     "(create the parent first)"
                 ) from None
+            except AlreadyExistsError:
+                raise AlreadyExistsError(f"Namespace already exists: {namespace}") from None
             await confinement.record_namespace(tx, warehouse, namespace, properties)
             if rec is not None:
                 await rec.record(tx, body)

@@ -30,6 +30,22 @@ VIEW = "view"
 _MISSING: dict[str, type[NotFoundError]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
 
 
+def name_taken(identifier: Identifier, existing_kind: str, wanted_kind: str) -> AlreadyExistsError:
+    """The error for creating a `wanted_kind` where an `existing_kind` has the name, worded as
+    Iceberg's reference catalog words it (engines show it to people; Iceberg's compatibility kit
+    asserts it): "Table already exists: ns.t", "View with same name already exists: ns.v"."""
+    if existing_kind == wanted_kind:
+        return AlreadyExistsError(f"{existing_kind.capitalize()} already exists: {identifier}")
+    return AlreadyExistsError(f"{existing_kind.capitalize()} with same name already exists: {identifier}")
+
+
+def rename_target_taken(move: Move, existing_kind: str) -> AlreadyExistsError:
+    """The error for renaming onto a taken name, in the reference catalog's words."""
+    return AlreadyExistsError(
+        f"Cannot rename {move.source} to {move.target}. {existing_kind.capitalize()} already exists"
+    )
+
+
 async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
     """The stored table or view. Raises NoSuchTableError / NoSuchViewError."""
     row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
@@ -130,8 +146,9 @@ async def rename_object(
             if row.metadata_location != judged.metadata_location:
                 continue  # changed since it was judged: judge the new version
             await require_namespace(tx, warehouse.name, target.namespace)
-            if await tx.get_object(warehouse.name, target.namespace.key, target.name) is not None:
-                raise AlreadyExistsError(f"Table or view already exists: {target}")
+            taken = await tx.get_object(warehouse.name, target.namespace.key, target.name)
+            if taken is not None:
+                raise rename_target_taken(move, taken.kind)
             await tx.rename_object(
                 warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
             )

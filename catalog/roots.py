@@ -26,9 +26,10 @@ from cedarberg.catalog.identifiers import Namespace
 
 # Properties that point engines at other places to write. The last two are older spellings that
 # Java's location providers still honour when the first is unset.
+WRITE_METADATA_PATH = "write.metadata.path"
 WRITE_PATH_PROPERTIES = (
     "write.data.path",
-    "write.metadata.path",
+    WRITE_METADATA_PATH,
     "write.object-storage.path",
     "write.folder-storage.path",
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from cedarberg.catalog import confinement, documents, effects, fileio, roots, table_metadata
+from cedarberg.catalog import confinement, documents, effects, fileio, requirements, roots, table_metadata
 from cedarberg.catalog.commits import CommitJob, NewFile, PlannedChange, default_location
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import NoSuchTableError
@@ -66,9 +66,7 @@ def _change(
 
 def created(identifier: Identifier, metadata: TableMetadata, key: ObjectKey) -> TableChange:
     """The change that creates a table with `metadata` (its checks were made by the caller)."""
-    return _change(
-        identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata.location, 0), key)
-    )
+    return _change(identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata, 0), key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +99,9 @@ async def plan_change(
         base: TableMetadata | None = working.metadata
     else:
         base = current.metadata if current is not None else None
-    table_metadata.validate_requirements(change.requirements, base)
     if base is None and not table_metadata.is_create(change.requirements):
         raise NoSuchTableError(f"Table does not exist: {identifier}")
+    requirements.validate(change.requirements, base)
     if not change.updates and base is not None:
         return None
     # The metadata log gains the previous file once, on the first change to a table in a commit.
@@ -127,5 +125,5 @@ async def plan_change(
         if current is not None
         else await ctx.sealer.new_object_key(warehouse.name, TABLE, str(new.table_uuid))
     )
-    location = fileio.metadata_file_location(new.location, max(version, 0))
+    location = fileio.metadata_file_location(new, max(version, 0))
     return _change(identifier, row, new, base, NewFile(location, key))

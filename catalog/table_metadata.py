@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import CommitFailedException
@@ -67,15 +67,6 @@ def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata
 def empty_metadata() -> TableMetadata:
     """The base that create-by-commit (stage-create, then assert-create) updates are applied to."""
     return TableMetadataV1.model_construct(last_column_id=-1, schema=Schema())  # type: ignore[call-arg]
-
-
-def validate_requirements(requirements: Iterable[TableRequirement], base: TableMetadata | None) -> None:
-    """Raise CommitFailedError if any requirement does not hold for `base` (None: no table)."""
-    for requirement in requirements:
-        try:
-            requirement.validate(base)
-        except CommitFailedException as err:
-            raise CommitFailedError(_message(err)) from None
 
 
 def is_create(requirements: Sequence[TableRequirement]) -> bool:

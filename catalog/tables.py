@@ -23,7 +23,7 @@ from cedarberg.catalog.commits import commit, commit_response, default_location,
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import AlreadyExistsError, CommitFailedError, InvalidRequestError
+from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import require_namespace
@@ -32,6 +32,7 @@ from cedarberg.catalog.objects import (
     Move,
     list_objects,
     load_object,
+    name_taken,
     read_object,
     rename_object,
     require_object,
@@ -91,8 +92,9 @@ class TableService:
         identifier = Identifier.of(namespace, request.name)
         async with self._ctx.store.read() as tx:
             ns_properties = await require_namespace(tx, warehouse.name, namespace)
-            if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
-                raise AlreadyExistsError(f"Table already exists: {identifier}")
+            existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+            if existing is not None:
+                raise name_taken(identifier, existing.kind, TABLE)
         location = request.location or default_location(
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
@@ -148,7 +150,7 @@ class TableService:
             async with self._ctx.store.read() as tx:
                 row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
                 if row is not None and row.kind != TABLE:
-                    raise AlreadyExistsError(f"A view with this name exists: {identifier}")
+                    raise name_taken(identifier, row.kind, TABLE)
                 ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
             current = await open_table(self._ctx, row)
             change = await plan_change(
@@ -187,7 +189,7 @@ class TableService:
                     if identifier not in read:
                         row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
                         if row is not None and row.kind != TABLE:
-                            raise AlreadyExistsError(f"A view with this name exists: {identifier}")
+                            raise name_taken(identifier, row.kind, TABLE)
                         ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
                         read[identifier] = (row, ns_properties)
             for identifier, change in changes:
@@ -260,7 +262,7 @@ class TableService:
             if warehouse.seal_files:
                 metadata = parse_metadata(metadata_json)
                 version = max(fileio.parse_metadata_version(row.metadata_location), 0)
-                location = fileio.metadata_file_location(metadata.location, version)
+                location = fileio.metadata_file_location(metadata, version)
                 await asyncio.to_thread(fileio.write_new_file, location, metadata_json)
                 written = True
             body = documents.unregister_result(location, metadata_json)
@@ -325,7 +327,7 @@ class TableService:
         async with self._ctx.store.read() as tx:
             replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
         if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
-            raise AlreadyExistsError(f"Table already exists: {identifier}")
+            raise name_taken(identifier, replaced.kind, TABLE)
         judged = [effects.of_table_change(identifier, None, metadata)]
         if replaced is not None:
             judged.append(
@@ -343,7 +345,7 @@ class TableService:
                     or existing.metadata_location != replaced.metadata_location
                 ):
                     # Not the table whose removal was judged: a concurrent change won.
-                    raise AlreadyExistsError(f"Table already exists: {identifier}")
+                    raise name_taken(identifier, existing.kind, TABLE)
                 # The row takes the registered table's UUID and key: delete and insert.
                 await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
                 if existing.uuid != uid:

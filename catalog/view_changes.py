@@ -21,10 +21,10 @@ from cedarberg.catalog import (
 )
 from cedarberg.catalog.commits import NewFile, PlannedChange, default_location
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import AlreadyExistsError, InvalidRequestError
+from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import VIEW, require_object
+from cedarberg.catalog.objects import VIEW, name_taken, require_object
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from cedarberg.catalog.store.sql import ObjectRow
 
@@ -60,7 +60,7 @@ def _change(
         key=file.key,
         object_uuid=row.uuid if row is not None else new.view_uuid,
         effect=effects.of_view_change(identifier, origin, new),
-        roots=roots.object_roots(new.location),
+        roots=roots.object_roots(new.location, new.properties),
         # A new view must not take the UUID of a live or dropped object (its key and seals are
         # bound to the UUID).
         check_uuid_free=row is None,
@@ -76,18 +76,22 @@ async def plan_create(
     KeyServiceUnavailableError."""
     async with ctx.store.read() as tx:
         ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
+        existing = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
+    if existing is not None:
+        raise name_taken(identifier, existing.kind, VIEW)
     location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
-    location = locations.normalize(location)
-    confinement.check_new_roots(
-        ctx, warehouse, identifier.namespace, ns_properties, roots.object_roots(location)
-    )
     metadata = view_metadata.new_view_metadata(
-        location, request.view_schema, request.view_version, dict(request.properties)
+        locations.normalize(location), request.view_schema, request.view_version, dict(request.properties)
+    )
+    confinement.check_new_roots(
+        ctx,
+        warehouse,
+        identifier.namespace,
+        ns_properties,
+        roots.object_roots(metadata.location, metadata.properties),
     )
     key = await ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
-    return _change(
-        identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata.location, 0), key)
-    )
+    return _change(identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata, 0), key))
 
 
 async def plan_replace(
@@ -103,16 +107,14 @@ async def plan_replace(
     base = parse(ctx.sealer.open_record(key, row))
     view_metadata.validate_requirements(request.requirements, base)
     new = view_metadata.apply_updates(base, request.updates)
-    new_roots = roots.object_roots(new.location)
-    if new_roots != roots.object_roots(base.location):
+    new_roots = roots.object_roots(new.location, new.properties)
+    if new_roots != roots.object_roots(base.location, base.properties):
         async with ctx.store.read() as tx:
             ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
         confinement.check_new_roots(ctx, warehouse, identifier.namespace, ns_properties, new_roots)
     # A view's versions count from 1 on: a file without a version number is followed by 00001.
     version = max(fileio.parse_metadata_version(row.metadata_location) + 1, 1)
-    return _change(
-        identifier, row, new, base, NewFile(fileio.metadata_file_location(new.location, version), key)
-    )
+    return _change(identifier, row, new, base, NewFile(fileio.metadata_file_location(new, version), key))
 
 
 async def plan_register(
@@ -132,12 +134,13 @@ async def plan_register(
         raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
     async with ctx.store.read() as tx:
         ns_properties = await require_namespace(tx, warehouse.name, namespace)
-    held = roots.object_roots(metadata.location)
+    held = roots.object_roots(metadata.location, metadata.properties)
     confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, held)
     registration.check_contents(location, held, ())
     async with ctx.store.read() as tx:
-        if await tx.get_object(warehouse.name, namespace.key, identifier.name) is not None:
-            raise AlreadyExistsError(f"Table or view already exists: {identifier}")
+        existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+        if existing is not None:
+            raise name_taken(identifier, existing.kind, VIEW)
     key = await (
         ctx.sealer.unwrap_object_key(warehouse.name, VIEW, metadata.view_uuid, opened.sealed_key)
         if opened.sealed_key is not None

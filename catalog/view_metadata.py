@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
-from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
+from cedarberg.catalog.errors import CommitFailedError, InvalidArgumentError, InvalidRequestError
 from cedarberg.catalog.requests import (
     AddViewSchema,
     AddViewVersion,
@@ -29,6 +29,7 @@ from cedarberg.catalog.requests import (
 )
 
 LAST_ADDED = -1
+FIRST_SCHEMA_ID = 0
 
 
 def _now_ms() -> int:
@@ -38,9 +39,13 @@ def _now_ms() -> int:
 def new_view_metadata(
     location: str, schema: Schema, version: ViewVersion, properties: dict[str, str]
 ) -> ViewMetadata:
+    """A view's first metadata. As in Iceberg's reference, the first schema is schema 0 and the
+    version refers to it, whatever ids the client chose."""
     if not version.representations:
         raise InvalidRequestError("a view version needs at least one representation")
-    version = version.model_copy(update={"schema_id": schema.schema_id})
+    _check_dialects(version)
+    schema = schema.model_copy(update={"schema_id": FIRST_SCHEMA_ID})
+    version = version.model_copy(update={"schema_id": FIRST_SCHEMA_ID})
     return ViewMetadata(
         view_uuid=str(uuid.uuid4()),
         format_version=1,
@@ -73,6 +78,7 @@ def apply_updates(base: ViewMetadata, updates: Sequence[ViewUpdate]) -> ViewMeta
     meta = base
     last_added_version: int | None = None
     last_added_schema: int | None = None
+    assigned: dict[int, int] = {}  # schema ids as sent -> as stored, for this commit's schemas
     for update in updates:
         if isinstance(update, AssignViewUUID):
             if update.uuid != meta.view_uuid:
@@ -81,14 +87,9 @@ def apply_updates(base: ViewMetadata, updates: Sequence[ViewUpdate]) -> ViewMeta
             if update.format_version != 1:
                 raise InvalidRequestError(f"unsupported view format version: {update.format_version}")
         elif isinstance(update, AddViewSchema):
-            schema_id = max((schema.schema_id for schema in meta.schemas), default=-1) + 1
-            existing = next((s for s in meta.schemas if s.fields == update.view_schema.fields), None)
-            if existing is not None:
-                last_added_schema = existing.schema_id
-                continue
-            schema = update.view_schema.model_copy(update={"schema_id": schema_id})
-            meta = meta.model_copy(update={"schemas": [*meta.schemas, schema]})
-            last_added_schema = schema_id
+            meta, last_added_schema = _add_schema(meta, update.view_schema)
+            # Versions added with it may name the schema by the id the client gave it.
+            assigned[update.view_schema.schema_id] = last_added_schema
         elif isinstance(update, SetViewLocation):
             meta = meta.model_copy(update={"location": update.location})
         elif isinstance(update, SetViewProperties):
@@ -98,10 +99,24 @@ def apply_updates(base: ViewMetadata, updates: Sequence[ViewUpdate]) -> ViewMeta
                 update={"properties": {k: v for k, v in meta.properties.items() if k not in update.removals}}
             )
         elif isinstance(update, AddViewVersion):
-            meta, last_added_version = _add_version(meta, update.view_version, last_added_schema)
+            version = update.view_version
+            if version.schema_id in assigned:
+                version = version.model_copy(update={"schema_id": assigned[version.schema_id]})
+            meta, last_added_version = _add_version(meta, version, last_added_schema)
         elif isinstance(update, SetCurrentViewVersion):
             meta = _set_current(meta, update.view_version_id, last_added_version)
     return meta
+
+
+def _add_schema(meta: ViewMetadata, schema: Schema) -> tuple[ViewMetadata, int]:
+    """Add `schema` unless an equal one exists; its id as stored. As in Iceberg's reference, a
+    new schema takes the next id after the highest, whatever id the client gave it."""
+    for existing in meta.schemas:
+        if existing.fields == schema.fields and existing.identifier_field_ids == schema.identifier_field_ids:
+            return meta, existing.schema_id
+    schema_id = max((existing.schema_id for existing in meta.schemas), default=FIRST_SCHEMA_ID - 1) + 1
+    schema = schema.model_copy(update={"schema_id": schema_id})
+    return meta.model_copy(update={"schemas": [*meta.schemas, schema]}), schema_id
 
 
 def _add_version(
@@ -113,15 +128,25 @@ def _add_version(
         version = version.model_copy(update={"schema_id": last_added_schema})
     if not any(schema.schema_id == version.schema_id for schema in meta.schemas):
         raise InvalidRequestError(f"view version refers to unknown schema {version.schema_id}")
-    dialects = [rep.root.dialect.lower() for rep in version.representations]
-    if len(dialects) != len(set(dialects)):
-        raise InvalidRequestError("a view version may hold one representation per dialect")
+    _check_dialects(version)
     for existing in meta.versions:
         if _same_version(existing, version):
             return meta, existing.version_id
     new_id = max((v.version_id for v in meta.versions), default=0) + 1
     version = version.model_copy(update={"version_id": new_id})
     return meta.model_copy(update={"versions": [*meta.versions, version]}), new_id
+
+
+def _check_dialects(version: ViewVersion) -> None:
+    """The view spec allows one SQL representation per dialect (dialects compare case-blind)."""
+    seen: set[str] = set()
+    for representation in version.representations:
+        dialect = representation.root.dialect.lower()
+        if dialect in seen:
+            raise InvalidArgumentError(
+                f"Invalid view version: Cannot add multiple queries for dialect {dialect}"
+            )
+        seen.add(dialect)
 
 
 def _set_current(meta: ViewMetadata, version_id: int, last_added_version: int | None) -> ViewMetadata:
