@@ -36,7 +36,9 @@ from pyiceberg.table.update import (
     UpgradeFormatVersionUpdate,
     update_table_metadata,
 )
+from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
 
+from cedarberg.catalog import metadata_ids
 from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
 from cedarberg.catalog.requests import CreateTableRequest
 
@@ -50,18 +52,70 @@ def _message(err: Exception) -> str:
 def create_metadata(request: CreateTableRequest, location: str) -> TableMetadata:
     """Metadata of a new table with fresh field, spec and sort-order ids (clients send their own)."""
     try:
-        return _with_row_lineage(
-            new_table_metadata(
-                schema=request.table_schema,
-                partition_spec=request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
-                sort_order=request.write_order or UNSORTED_SORT_ORDER,
-                location=location,
-                properties=dict(request.properties),
-                table_uuid=uuid.uuid4(),
-            )
+        metadata = new_table_metadata(
+            schema=request.table_schema,
+            partition_spec=request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+            sort_order=request.write_order or UNSORTED_SORT_ORDER,
+            location=location,
+            properties=dict(request.properties),
+            table_uuid=uuid.uuid4(),
         )
+        return _with_row_lineage(_with_sent_defaults(metadata, request.table_schema))
     except (ValueError, TypeError, ValidationError, IcebergValidationError) as err:
         raise InvalidRequestError(f"invalid table definition: {_message(err)}") from None
+
+
+def _with_sent_defaults(metadata: TableMetadata, sent: Schema) -> TableMetadata:
+    """`metadata` whose schema keeps the `initial-default`s and `write-default`s of the schema the
+    client sent. pyiceberg's fresh-id assignment rebuilds every field without them; the
+    reference keeps them (field ids change, the shape does not). Built anew, not copied: pyiceberg
+    caches lookups on schemas and types."""
+    fresh = metadata.schema()
+    kept = Schema(
+        *_fields_with_defaults(sent.fields, fresh.fields),
+        schema_id=fresh.schema_id,
+        identifier_field_ids=fresh.identifier_field_ids,
+    )
+    return metadata.model_copy(
+        update={"schemas": [kept if s.schema_id == fresh.schema_id else s for s in metadata.schemas]}
+    )
+
+
+def _fields_with_defaults(
+    sent: Sequence[NestedField], fresh: Sequence[NestedField]
+) -> tuple[NestedField, ...]:
+    return tuple(
+        NestedField(
+            field_id=new.field_id,
+            name=new.name,
+            field_type=_type_with_defaults(old.field_type, new.field_type),
+            required=new.required,
+            doc=new.doc,
+            initial_default=old.initial_default,
+            write_default=old.write_default,
+        )
+        for old, new in zip(sent, fresh, strict=True)
+    )
+
+
+def _type_with_defaults(sent: IcebergType, fresh: IcebergType) -> IcebergType:
+    if isinstance(sent, StructType) and isinstance(fresh, StructType):
+        return StructType(*_fields_with_defaults(sent.fields, fresh.fields))
+    if isinstance(sent, ListType) and isinstance(fresh, ListType):
+        return ListType(
+            element_id=fresh.element_id,
+            element_type=_type_with_defaults(sent.element_type, fresh.element_type),
+            element_required=fresh.element_required,
+        )
+    if isinstance(sent, MapType) and isinstance(fresh, MapType):
+        return MapType(
+            key_id=fresh.key_id,
+            key_type=_type_with_defaults(sent.key_type, fresh.key_type),
+            value_id=fresh.value_id,
+            value_type=_type_with_defaults(sent.value_type, fresh.value_type),
+            value_required=fresh.value_required,
+        )
+    return fresh
 
 
 def empty_metadata() -> TableMetadata:
@@ -115,7 +169,9 @@ def _upgrade_to_v3(
     wants_v3 = any(isinstance(u, UpgradeFormatVersionUpdate) and u.format_version == V3 for u in updates)
     if not wants_v3 or base.format_version >= V3:
         return base, tuple(updates)
-    if base.format_version == 1:
+    if base.format_version == 1 and base.partition_specs:
+        # An existing v1 table goes through pyiceberg's own v1->v2 upgrade (the empty base of a
+        # create has nothing to upgrade, and pyiceberg cannot validate it).
         base = update_table_metadata(base, (UpgradeFormatVersionUpdate(format_version=2),))
     upgraded = TableMetadataUtil._construct_without_validation(  # pyiceberg's own v2->v3 path
         base.model_copy(update={"format_version": V3, "next_row_id": 0})
@@ -137,7 +193,7 @@ def apply_updates(
         upgraded, updates = _upgrade_to_v3(start, updates)
         new = update_table_metadata(
             base_metadata=upgraded,
-            updates=_tolerate_removed_statistics(upgraded, updates),
+            updates=metadata_ids.assign(upgraded, _tolerate_removed_statistics(upgraded, updates)),
             enforce_validation=base is None,
             metadata_location=base_location,
         )
