@@ -5,7 +5,10 @@
 #   Debian packages (apt-get, through sudo unless root), each checked before anything installs:
 #     python3 + venv support   the interpreter make creates .venv with ($PYTHON, default python3)
 #     make                     to run `make test` itself (when this script is run by hand)
-#     openjdk-17-jre-headless  java and keytool: PySpark, the TLS truststore tests
+#     openjdk-17-jdk-headless  java, javac and keytool: PySpark, Iceberg's compatibility kit
+#                              (tests/rck, compiled by tests/support/rck.py), the TLS truststore tests
+#     junit5                   JUnit's console launcher, which runs the compatibility kit
+#     libassertj-core-java     AssertJ, which the compatibility kit's assertions use
 #     postgresql-15            /usr/lib/postgresql/15/bin: the private PostgreSQL of tests/support/postgres.py
 #     util-linux               runuser: PostgreSQL runs as an unprivileged user when the tests run as root
 #     nodejs, npm              for oauth2-mock-server
@@ -44,7 +47,9 @@ missing_packages() {
         python_venv_package
     fi
     have make || echo make
-    { have java && have keytool; } || echo openjdk-17-jre-headless
+    { have java && have javac && have keytool; } || echo openjdk-17-jdk-headless
+    [ -f /usr/share/java/junit-platform-console-standalone.jar ] || echo junit5
+    [ -f /usr/share/java/assertj-core.jar ] || echo libassertj-core-java
     [ -x /usr/lib/postgresql/15/bin/initdb ] || echo postgresql-15
     have_runuser || echo util-linux
     have node || echo nodejs
