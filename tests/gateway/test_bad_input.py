@@ -1274,14 +1274,6 @@ def test_namespace_properties_key_in_removals_and_updates(seeded: Client, key: s
 
 DATA_ACCESS = [
     pytest.param(
-        "GET",
-        f"{TABLE_PATH}/credentials",
-        _NO_BODY,
-        "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
-        "does not vend credentials",
-        id="credentials",
-    ),
-    pytest.param(
         "POST",
         f"{TABLE_PATH}/sign",
         {"region": "us-east-1", "uri": "s3://b/k", "method": "GET", "headers": {}},
@@ -1290,6 +1282,15 @@ DATA_ACCESS = [
         id="sign",
     ),
 ]
+
+
+def test_load_credentials_on_a_warehouse_without_vending_answers_none(seeded: Client) -> None:
+    """Advertised, and answered with no credentials (the spec's answer), not an error."""
+    assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials" in seeded.config["endpoints"]
+    answer = seeded.request("GET", f"{TABLE_PATH}/credentials", _NO_BODY)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"storage-credentials": []}
+    assert answer.headers["Cache-Control"] == "no-store"
 
 
 @pytest.mark.parametrize(("method", "path", "body", "endpoint", "message"), DATA_ACCESS)
