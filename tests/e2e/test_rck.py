@@ -5,8 +5,10 @@ catalog and view tests driven by Iceberg's Java client, the one Spark and Trino 
 over TLS, authenticated with an admin API key as OAuth2 client credentials, once per warehouse
 mode, each on a fresh gateway (the kit expects an empty catalog):
 
-- **unsealed**: every one of the 149 tests passes, none is skipped (the kit's switches for nested
-  namespaces, names with dots and the empty namespace are on: the gateway supports them);
+- **unsealed**: every test the kit runs against a REST catalog passes: 144 of 149 (the switches
+  for nested namespaces and names with dots are on: the gateway supports them). The other 5 are
+  the empty-namespace tests, which the kit switches off for REST catalogs: Iceberg's Java REST
+  client refuses `Namespace.empty()` before sending anything (tests/rck/README.md);
 - **sealed** (the default mode): every test passes except `SEALED_BY_DESIGN`, which sealing rules
   out on purpose (docs/encryption.md, "Iceberg's compatibility kit"). The set is exact: a test
   that starts to pass there fails this check too, so the list and the document stay true.
@@ -34,9 +36,19 @@ KIT_FLAGS = {
     "rck.overrides-requested-location": "true",
     "rck.supports-names-with-dot": "true",
     "rck.supports-nested-namespaces": "true",
-    "rck.supports-empty-namespace": "true",
 }
 CATALOG = "RESTCompatibilityKitCatalogTests"
+VIEWS = "RESTCompatibilityKitViewCatalogTests"
+# Switched off by the kit for REST catalogs (the Java REST client refuses the empty namespace).
+EMPTY_NAMESPACE = frozenset(
+    {
+        f"{CATALOG}.createAndDropEmptyNamespace()",
+        f"{CATALOG}.listNamespacesWithEmptyNamespace()",
+        f"{CATALOG}.listTablesInEmptyNamespace()",
+        f"{CATALOG}.namespacePropertiesOnEmptyNamespace()",
+        f"{VIEWS}.listViewsInEmptyNamespace()",
+    }
+)
 # In a sealed warehouse a drop is a soft delete: the object can be undropped until its retention
 # ends, so its location stays reserved (a new table there would have its files purged with the
 # dropped one's), and its metadata file is parked where registration cannot adopt it.
@@ -102,14 +114,14 @@ def sealed(
 
 def test_every_kit_test_passes_on_an_unsealed_warehouse(unsealed: rck.KitResult) -> None:
     assert unsealed.failed == {}, unsealed.output[-4000:]
-    assert unsealed.aborted == frozenset()
-    assert len(unsealed.passed) == KIT_TESTS
+    assert unsealed.aborted == EMPTY_NAMESPACE
+    assert len(unsealed.passed) == KIT_TESTS - len(EMPTY_NAMESPACE)
 
 
 def test_on_a_sealed_warehouse_only_what_sealing_rules_out_fails(sealed: rck.KitResult) -> None:
     assert set(sealed.failed) == SEALED_BY_DESIGN, sealed.failed
-    assert sealed.aborted == frozenset()
-    assert len(sealed.passed) == KIT_TESTS - len(SEALED_BY_DESIGN)
+    assert sealed.aborted == EMPTY_NAMESPACE
+    assert len(sealed.passed) == KIT_TESTS - len(EMPTY_NAMESPACE) - len(SEALED_BY_DESIGN)
 
 
 def test_what_sealing_rules_out_fails_for_the_documented_reasons(sealed: rck.KitResult) -> None:

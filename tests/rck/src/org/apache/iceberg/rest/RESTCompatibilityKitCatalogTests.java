@@ -103,10 +103,4 @@ public class RESTCompatibilityKitCatalogTests extends CatalogTests<RESTCatalog> 
     return PropertyUtil.propertyAsBoolean(
         restCatalog.properties(), RESTCompatibilityKitSuite.RCK_SUPPORTS_NESTED_NAMESPACES, false);
   }
-
-  @Override
-  protected boolean supportsEmptyNamespace() {
-    return PropertyUtil.propertyAsBoolean(
-        restCatalog.properties(), RESTCompatibilityKitSuite.RCK_SUPPORTS_EMPTY_NAMESPACE, false);
-  }
 }

@@ -41,10 +41,9 @@ public class RESTCompatibilityKitSuite {
   static final String RCK_SUPPORTS_SERVERSIDE_RETRY = "rck.supports-serverside-retry";
   static final String RCK_OVERRIDES_REQUESTED_LOCATION = "rck.overrides-requested-location";
   static final String RCK_SUPPORTS_NAMES_WITH_DOT = "rck.supports-names-with-dot";
-  // Cedarberg: switches for the kit's remaining assumptions, so that a catalog supporting them
-  // runs those tests too (upstream hard-codes the CatalogTests defaults).
+  // Cedarberg: a switch for nested namespaces, so that a catalog supporting them runs that test
+  // too (upstream hard-codes the CatalogTests default, false).
   static final String RCK_SUPPORTS_NESTED_NAMESPACES = "rck.supports-nested-namespaces";
-  static final String RCK_SUPPORTS_EMPTY_NAMESPACE = "rck.supports-empty-namespace";
 
   protected RESTCompatibilityKitSuite() {}
 }
