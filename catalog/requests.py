@@ -249,6 +249,16 @@ def parse(model: type[M], data: Any) -> M:
         # pydantic wraps a validator's ValueError, but not what else pyiceberg's validators may
         # raise for a value they cannot decode (TypeError, decimal.InvalidOperation, ...).
         raise InvalidRequestError(f"invalid request: {_first_line(err)}") from None
+    except KeyError as err:
+        # pyiceberg's "before" validators read fields they assume are there (set-statistics reads
+        # its "statistics" before the field's own check can report it missing).
+        raise InvalidRequestError(f"invalid request: missing field {err.args[0]!r}") from None
+    except (LookupError, AttributeError):
+        # ... and assume an object where the document may hold another JSON type (a sort field
+        # that is a list).
+        raise InvalidRequestError(
+            "invalid request: a value is not of the JSON type its field requires"
+        ) from None
 
 
 def _first_line(err: Exception) -> str:
