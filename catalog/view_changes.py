@@ -96,8 +96,9 @@ async def plan_create(
 
 async def plan_replace(
     ctx: CatalogContext, warehouse: Warehouse, identifier: Identifier, request: CommitViewRequest
-) -> ViewChange:
-    """The change `request` makes to the view as stored now.
+) -> ViewChange | None:
+    """The change `request` makes to the view as stored now; None when it changes nothing (no
+    file is written then, as for a table).
 
     Raises NoSuchViewError, CommitFailedError (a requirement fails), InvalidRequestError,
     LocationNotAllowedError, KeyServiceUnavailableError."""
@@ -107,6 +108,8 @@ async def plan_replace(
     base = parse(ctx.sealer.open_record(key, row))
     view_metadata.validate_requirements(request.requirements, base)
     new = view_metadata.apply_updates(base, request.updates)
+    if new == base:
+        return None
     new_roots = roots.object_roots(new.location, new.properties)
     if new_roots != roots.object_roots(base.location, base.properties):
         async with ctx.store.read() as tx:

@@ -25,13 +25,19 @@ from cedarberg.catalog.view_changes import ViewChange
 ViewJob = CommitJob[ViewMetadata]
 
 
-def _one(identifier: Identifier, plan: Callable[[], Awaitable[ViewChange]], rec: Recorder | None) -> ViewJob:
-    """The commit of the one view change `plan()` makes (planned again after a lost race)."""
+def _one(
+    identifier: Identifier, plan: Callable[[], Awaitable[ViewChange | None]], rec: Recorder | None
+) -> ViewJob:
+    """The commit of the one view change `plan()` makes (planned again after a lost race); its
+    body is None when the change turns out to change nothing."""
 
     async def plan_all() -> list[ViewChange]:
-        return [await plan()]
+        change = await plan()
+        return [] if change is None else [change]
 
-    return ViewJob([identifier], plan_all, lambda changes: commit_response(changes[0]), rec)
+    return ViewJob(
+        [identifier], plan_all, lambda changes: commit_response(changes[0]) if changes else None, rec
+    )
 
 
 class ViewService:
@@ -82,10 +88,12 @@ class ViewService:
         and what the commit raises (`catalog.commits.commit`)."""
         warehouse = self._ctx.warehouse(warehouse_name)
 
-        async def plan() -> ViewChange:
+        async def plan() -> ViewChange | None:
             return await view_changes.plan_replace(self._ctx, warehouse, identifier, request)
 
-        return await commit(self._ctx, warehouse, _one(identifier, plan, rec), gate)
+        body = await commit(self._ctx, warehouse, _one(identifier, plan, rec), gate)
+        # A commit that changes nothing writes nothing and answers the current metadata.
+        return body if body is not None else await self.load(warehouse_name, identifier)
 
     async def drop(self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)

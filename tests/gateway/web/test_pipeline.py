@@ -319,3 +319,42 @@ async def test_the_pipeline_sets_the_typed_request_keys(make_gateway: MakeGatewa
     shown = await written.json()
     assert shown["parsed_body"] == create_route_body.__name__
     assert shown["verdict_operation"] == "createNamespace"
+
+
+async def test_a_view_commit_that_changes_nothing_writes_nothing(gw: InProcessGateway) -> None:
+    """Like a table commit without updates: the current metadata, and no new file (found by
+    Schemathesis: an empty replaceView body wrote a new metadata file)."""
+    await gw.create_namespace("ns")
+    view = {
+        "name": "v",
+        "schema": {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [{"id": 1, "name": "x", "type": "int", "required": False}],
+        },
+        "view-version": {
+            "version-id": 1,
+            "schema-id": 0,
+            "timestamp-ms": 1,
+            "summary": {},
+            "representations": [{"type": "sql", "sql": "select 1 as x", "dialect": "spark"}],
+            "default-namespace": ["ns"],
+        },
+        "properties": {},
+    }
+    created = await gw.client.post("/v1/namespaces/ns/views", json=view)
+    assert created.status == 200, await created.text()
+    before = (await created.json())["metadata-location"]
+    for body in (
+        {},
+        {"requirements": [], "updates": []},
+        {"updates": [{"action": "set-properties", "updates": {}}]},
+    ):
+        answer = await gw.client.post("/v1/namespaces/ns/views/v", json=body)
+        assert answer.status == 200, await answer.text()
+        assert (await answer.json())["metadata-location"] == before
+    changed = await gw.client.post(
+        "/v1/namespaces/ns/views/v", json={"updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    )
+    assert changed.status == 200
+    assert (await changed.json())["metadata-location"] != before
