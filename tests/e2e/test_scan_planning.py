@@ -574,14 +574,20 @@ def test_planning_beyond_the_concurrency_bound_is_refused_not_queued(
         with ThreadPoolExecutor(max_workers=1) as pool:
             lock = sqlite3.connect(gw.data_dir / "catalog.db", isolation_level=None)
             try:
-                lock.execute("BEGIN IMMEDIATE")  # a multi-page plan cannot store its pages now
+                lock.execute("BEGIN IMMEDIATE")  # no plan can store its result now
                 first = pool.submit(rest.plan, "busy.t", {})
+                # Every plan stores its result, so a plan that got the slot waits for the lock
+                # (up to the registry's busy timeout, 10 s). Give the first one ample time to
+                # take the slot before the second asks: only then is the second refused by the
+                # bound rather than stuck behind the lock itself.
+                time.sleep(0.5)
                 deadline = time.monotonic() + 5
                 while True:
                     if first.done():  # it met one of ours in the slot: try again
                         assert first.result().status_code == 503
                         first = pool.submit(rest.plan, "busy.t", {})
-                    refused = rest.plan("busy.t", one_file)  # one page: nothing to store
+                        time.sleep(0.5)
+                    refused = rest.plan("busy.t", one_file)
                     if refused.status_code == 503 or time.monotonic() > deadline:
                         break
                     time.sleep(0.02)
