@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from cedarberg.catalog.locations import normalize
+from tests.support.audit import flushed_audit_log
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
 from tests.support.tls import TestPki
@@ -91,9 +92,7 @@ class Lake:
         return {path for path in self.base.rglob("*") if path.is_file() and "gw" not in path.parts}
 
     def audit_records(self) -> list[dict[str, Any]]:
-        time.sleep(0.3)  # the audit writer thread flushes in batches
-        audit = self.base / "audit.jsonl"
-        return [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+        return flushed_audit_log(self.base / "audit.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -479,9 +478,7 @@ class S3Lake:
             db.execute("DELETE FROM object_roots WHERE root = ?", (location.encode(),))
 
     def audit_denials(self, action: str) -> list[dict[str, Any]]:
-        time.sleep(0.3)  # the audit writer thread flushes in batches
-        lines = (self.base / "audit.jsonl").read_text().splitlines()
-        records = [json.loads(line) for line in lines if line.strip()]
+        records = flushed_audit_log(self.base / "audit.jsonl")
         return [r for r in records if r.get("action") == action and r.get("decision") == "deny"]
 
 

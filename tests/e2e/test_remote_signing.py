@@ -6,8 +6,6 @@ writeTableData, auditing why."""
 from __future__ import annotations
 
 import hashlib
-import json
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import SignError
 from s3fs import S3FileSystem
 
+from tests.support.audit import flushed_audit_log
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import TestPki
@@ -54,8 +53,7 @@ class Lake:
         return f"{self.s3.url}/{self.s3.bucket}/{key}"
 
     def audit_records(self) -> list[dict[str, Any]]:
-        time.sleep(0.3)  # the audit writer thread flushes in batches
-        return [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+        return flushed_audit_log(self.audit)
 
 
 @pytest.fixture(scope="module")

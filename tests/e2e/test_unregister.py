@@ -6,7 +6,6 @@ nothing changes), a sealing warehouse answers a plain metadata file any engine c
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import requests
 from pyiceberg.table import StaticTable
 
 from cedarberg.catalog import locations
+from tests.support.audit import flushed_audit_log
 from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
 from tests.support.tls import TestPki
 
@@ -66,9 +66,7 @@ class Lake:
         )
 
     def audit_records(self) -> list[dict[str, Any]]:
-        time.sleep(0.3)  # the audit writer thread flushes in batches
-        audit = self.base / "audit.jsonl"
-        return [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+        return flushed_audit_log(self.base / "audit.jsonl")
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
+from tests.support.audit import flushed_audit_log
 from tests.support.s3 import REGION, ROLE_ARN, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import TestPki
@@ -119,11 +120,7 @@ class Lake:
         return location.removeprefix(f"s3://{self.s3.bucket}/")
 
     def audit_records(self) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + 5
-        while not self.audit.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # the audit writer thread flushes in batches
-        return [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+        return flushed_audit_log(self.audit)
 
 
 @pytest.fixture(scope="module")

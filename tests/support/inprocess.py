@@ -17,7 +17,6 @@ test starts from an empty catalog in a few tens of milliseconds.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from cedarberg.gateway.authn.key_store import open_key_store
 from cedarberg.gateway.authn.principal import PrincipalKind
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.serve.server import prepare
+from tests.support.audit import audit_log
 from tests.support.gateway import TEST_DEFAULTS
 
 _AUDIT_FILE = "audit.jsonl"
@@ -119,7 +119,4 @@ def inprocess_settings(
 def audit_records(settings: Settings) -> list[dict[str, Any]]:
     """The audit records written so far (the audit log writes in the background: read after the
     application has closed, or after a request whose record is awaited)."""
-    path = Path(settings.audit.destination)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return audit_log(Path(settings.audit.destination))
