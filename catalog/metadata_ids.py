@@ -67,7 +67,8 @@ class _Numbering:
         return self.sent.get(requested, requested)
 
 
-def _schema_identity(schema: Schema) -> Hashable:
+def schema_identity(schema: Schema) -> Hashable:
+    """What makes two schemas the same schema, ids aside (tables and views alike)."""
     return (tuple(schema.fields), tuple(schema.identifier_field_ids))
 
 
@@ -82,7 +83,7 @@ def _order_identity(order: SortOrder) -> Hashable:
 
 def assign(base: TableMetadata, updates: Sequence[TableUpdate]) -> tuple[TableUpdate, ...]:
     """`updates` with the ids of added schemas, specs and sort orders assigned (see the module)."""
-    schemas = _Numbering.of(((_schema_identity(s), s.schema_id) for s in base.schemas), 0)
+    schemas = _Numbering.of(((schema_identity(s), s.schema_id) for s in base.schemas), 0)
     specs = _Numbering.of(((_spec_identity(s), s.spec_id) for s in base.partition_specs), 0)
     orders = _Numbering.of(
         ((_order_identity(o), o.order_id) for o in base.sort_orders), UNSORTED_ORDER_ID + 1
@@ -90,7 +91,7 @@ def assign(base: TableMetadata, updates: Sequence[TableUpdate]) -> tuple[TableUp
     out: list[TableUpdate] = []
     for update in updates:
         if isinstance(update, AddSchemaUpdate):
-            schema_id, is_new = schemas.place(update.schema_.schema_id, _schema_identity(update.schema_))
+            schema_id, is_new = schemas.place(update.schema_.schema_id, schema_identity(update.schema_))
             if is_new:
                 schema = update.schema_.model_copy(update={"schema_id": schema_id})
                 out.append(update.model_copy(update={"schema_": schema}))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
+from cedarberg.catalog import metadata_ids
 from cedarberg.catalog.errors import CommitFailedError, InvalidArgumentError, InvalidRequestError
 from cedarberg.catalog.requests import (
     AddViewSchema,
@@ -112,7 +113,7 @@ def _add_schema(meta: ViewMetadata, schema: Schema) -> tuple[ViewMetadata, int]:
     """Add `schema` unless an equal one exists; its id as stored. As in Iceberg's reference, a
     new schema takes the next id after the highest, whatever id the client gave it."""
     for existing in meta.schemas:
-        if existing.fields == schema.fields and existing.identifier_field_ids == schema.identifier_field_ids:
+        if metadata_ids.schema_identity(existing) == metadata_ids.schema_identity(schema):
             return meta, existing.schema_id
     schema_id = max((existing.schema_id for existing in meta.schemas), default=FIRST_SCHEMA_ID - 1) + 1
     schema = schema.model_copy(update={"schema_id": schema_id})
