@@ -14,7 +14,6 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Protocol
 
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -61,17 +60,7 @@ def file_io(location: str) -> FileIO:
     return _io_for(f"{scheme}://{rest.split('/', 1)[0]}", _properties_for(norm))
 
 
-class Placed(Protocol):
-    """Table or view metadata: where the object lives and its properties."""
-
-    @property
-    def location(self) -> str: ...
-
-    @property
-    def properties(self) -> Mapping[str, str]: ...
-
-
-def metadata_file_location(metadata: Placed, version: int) -> str:
+def metadata_file_location(metadata: roots_.Placed, version: int) -> str:
     """Where version `version` of an object's metadata goes: `<dir>/NNNNN-<uuid>.metadata.json`,
     where `<dir>` is the `write.metadata.path` property (Iceberg's reference catalogs honour it;
     it is one of the object's roots), else `<location>/metadata`."""

@@ -17,6 +17,7 @@ roots (`within`). Locations are compared only after `locations.normalize`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from pyiceberg.table.metadata import TableMetadata
 
@@ -47,8 +48,18 @@ def object_roots(location: str, properties: Mapping[str, str] | None = None) -> 
     return tuple(sorted(found))
 
 
-def table_roots(metadata: TableMetadata) -> tuple[str, ...]:
-    """The roots of a table: its location and its write paths."""
+class Placed(Protocol):
+    """Table or view metadata: where the object lives and its properties."""
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+
+
+def roots_of(metadata: Placed) -> tuple[str, ...]:
+    """The roots of a table or view: its location and its write paths."""
     return object_roots(metadata.location, metadata.properties)
 
 
@@ -123,7 +134,7 @@ def check_placement(
 
 def new_roots(base: TableMetadata | None, new: TableMetadata) -> list[str]:
     """The roots `new` has that `base` (None: no table yet) did not."""
-    return sorted(set(table_roots(new)) - set(table_roots(base) if base is not None else ()))
+    return sorted(set(roots_of(new)) - set(roots_of(base) if base is not None else ()))
 
 
 def added_paths(base: TableMetadata | None, new: TableMetadata) -> list[str]:
@@ -145,7 +156,7 @@ def added_paths(base: TableMetadata | None, new: TableMetadata) -> list[str]:
 def check_added_paths(base: TableMetadata | None, new: TableMetadata) -> None:
     """Raise LocationNotAllowedError if `new` adds a file outside the table's roots (before or
     after the change): the gateway would otherwise read, sign or delete it for this table."""
-    allowed = set(table_roots(new)) | (set(table_roots(base)) if base is not None else set())
+    allowed = set(roots_of(new)) | (set(roots_of(base)) if base is not None else set())
     for path in added_paths(base, new):
         if not within(path, allowed):
             raise LocationNotAllowedError(f"file {path!r} lies outside the table's locations")

@@ -60,7 +60,7 @@ def _change(
         key=file.key,
         object_uuid=row.uuid if row is not None else str(new.table_uuid),
         effect=effects.of_table_change(identifier, origin, new),
-        roots=roots.table_roots(new),
+        roots=roots.roots_of(new),
     )
 
 

@@ -99,13 +99,11 @@ class TableService:
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
         metadata = table_metadata.create_metadata(request, locations.normalize(location))
-        confinement.check_new_roots(
-            self._ctx, warehouse, namespace, ns_properties, roots.table_roots(metadata)
-        )
+        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, roots.roots_of(metadata))
         if request.stage_create:
             # Nothing is stored: the client commits the staged table later with assert-create
             # (claimed then); refused now if its place is taken already.
-            await confinement.check_free(self._ctx, warehouse, namespace, TABLE, roots.table_roots(metadata))
+            await confinement.check_free(self._ctx, warehouse, namespace, TABLE, roots.roots_of(metadata))
             return documents.load_result(None, documents.model_json(metadata))
         key = await self._ctx.sealer.new_object_key(warehouse.name, TABLE, str(metadata.table_uuid))
         change = table_changes.created(identifier, metadata, key)
@@ -234,7 +232,7 @@ class TableService:
                     await rec.record(tx, None)
             if metadata is not None:
                 purged = Purged(
-                    metadata.location, (*own, *roots.table_roots(metadata)), (metadata, row.metadata_location)
+                    metadata.location, (*own, *roots.roots_of(metadata)), (metadata, row.metadata_location)
                 )
                 await asyncio.to_thread(purge_files, warehouse, purged, set(), others)
             self._ctx.sealer.forget(row.data_key)
@@ -311,7 +309,7 @@ class TableService:
             raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
         async with self._ctx.store.read() as tx:
             ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        held = roots.table_roots(metadata)
+        held = roots.roots_of(metadata)
         confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
         registration.check_contents(location, held, roots.added_paths(None, metadata))
         metadata_json = documents.model_json(metadata)

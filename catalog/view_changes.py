@@ -60,7 +60,7 @@ def _change(
         key=file.key,
         object_uuid=row.uuid if row is not None else new.view_uuid,
         effect=effects.of_view_change(identifier, origin, new),
-        roots=roots.object_roots(new.location, new.properties),
+        roots=roots.roots_of(new),
         # A new view must not take the UUID of a live or dropped object (its key and seals are
         # bound to the UUID).
         check_uuid_free=row is None,
@@ -88,7 +88,7 @@ async def plan_create(
         warehouse,
         identifier.namespace,
         ns_properties,
-        roots.object_roots(metadata.location, metadata.properties),
+        roots.roots_of(metadata),
     )
     key = await ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
     return _change(identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata, 0), key))
@@ -110,8 +110,8 @@ async def plan_replace(
     new = view_metadata.apply_updates(base, request.updates)
     if new == base:
         return None
-    new_roots = roots.object_roots(new.location, new.properties)
-    if new_roots != roots.object_roots(base.location, base.properties):
+    new_roots = roots.roots_of(new)
+    if new_roots != roots.roots_of(base):
         async with ctx.store.read() as tx:
             ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
         confinement.check_new_roots(ctx, warehouse, identifier.namespace, ns_properties, new_roots)
@@ -137,7 +137,7 @@ async def plan_register(
         raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
     async with ctx.store.read() as tx:
         ns_properties = await require_namespace(tx, warehouse.name, namespace)
-    held = roots.object_roots(metadata.location, metadata.properties)
+    held = roots.roots_of(metadata)
     confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, held)
     registration.check_contents(location, held, ())
     async with ctx.store.read() as tx:
