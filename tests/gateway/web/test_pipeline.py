@@ -358,3 +358,40 @@ async def test_a_view_commit_that_changes_nothing_writes_nothing(gw: InProcessGa
     )
     assert changed.status == 200
     assert (await changed.json())["metadata-location"] != before
+
+
+async def test_a_views_write_metadata_path_is_one_of_its_roots(gw: InProcessGateway) -> None:
+    """Attack: a view whose `write.metadata.path` points into a table's location would have its
+    metadata files written there; control: a path inside the view's own location is used."""
+    await gw.create_namespace("ns")
+    await gw.create_table("ns", "t")
+    table_location = (await (await gw.client.get("/v1/namespaces/ns/tables/t")).json())["metadata"][
+        "location"
+    ]
+
+    def view(name: str, metadata_path: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "schema": {"type": "struct", "schema-id": 0, "fields": []},
+            "view-version": {
+                "version-id": 1,
+                "schema-id": 0,
+                "timestamp-ms": 1,
+                "summary": {},
+                "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+                "default-namespace": ["ns"],
+            },
+            "properties": {"write.metadata.path": metadata_path},
+        }
+
+    refused = await gw.client.post("/v1/namespaces/ns/views", json=view("v", f"{table_location}/metadata"))
+    error = await _error(refused, 400, "BadRequestException")
+    assert "overlaps the location of another table or view" in error["message"]
+    assert (await gw.client.get("/v1/namespaces/ns/views/v")).status == 404
+
+    own = f"{table_location.rsplit('/', 1)[0]}/own-view"
+    created = await gw.client.post(
+        "/v1/namespaces/ns/views", json={**view("v", f"{own}/custom"), "location": own}
+    )
+    assert created.status == 200, await created.text()
+    assert (await created.json())["metadata-location"].startswith(f"{own}/custom/")
