@@ -7,6 +7,7 @@ another commit already points at.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -79,17 +80,60 @@ def parse_metadata_version(metadata_location: str) -> int:
 
 
 def write_new_file(location: str, content: bytes) -> None:
-    """Create a file that must not exist yet. Raises StorageUnavailableError on any failure."""
+    """Create a file that must not exist yet. Raises StorageUnavailableError on any failure.
+
+    A local file is durable when this returns: it and its directory entry are fsynced, so that a
+    pointer swapped to it afterwards never names a file that power loss emptied or removed. (An
+    object store's PUT is durable when acknowledged.)"""
     try:
         if location.startswith("file:"):
-            # Local warehouses get their directories on demand; object stores have none.
-            os.makedirs(os.path.dirname(locations.to_local_path(location)), exist_ok=True)
+            _write_local_file(locations.to_local_path(location), content)
+            return
         with file_io(location).new_output(location).create(overwrite=False) as out:
             out.write(content)
     except FileExistsError as err:
         raise StorageUnavailableError("metadata file name collision; retry") from err
     except (OSError, ValueError) as err:
         raise StorageUnavailableError(f"cannot write to the warehouse: {type(err).__name__}") from err
+
+
+def _write_local_file(path: str, content: bytes) -> None:
+    """Create `path` (never overwriting) with `content`, then fsync the file and every directory
+    this call created or added an entry to."""
+    directory = os.path.dirname(path)
+    created = _make_directories(directory)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    for changed in [directory, *(os.path.dirname(d) for d in created)]:
+        _fsync_directory(changed)
+
+
+def _make_directories(directory: str) -> list[str]:
+    """Create `directory` and missing parents; the ones created, deepest first."""
+    created: list[str] = []
+    current = directory
+    while current and not os.path.isdir(current):
+        created.append(current)
+        current = os.path.dirname(current)
+    for path in reversed(created):
+        # Created concurrently by another commit: it exists, which is all this needs.
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+    return created
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_file(location: str, max_bytes: int) -> bytes:

@@ -623,6 +623,31 @@ def run_migrations(connection: Connection, script_location: Path = MIGRATIONS) -
     command.upgrade(config, "head")
 
 
+# Durability: a commit is acknowledged only once it survives power loss. SQLite in WAL mode with
+# synchronous=FULL syncs the WAL at every commit (NORMAL may lose the last commits); PostgreSQL
+# sessions keep synchronous_commit on whatever the server's default says.
+SQLITE_SYNCHRONOUS = "FULL"
+POSTGRES_SERVER_SETTINGS = {"synchronous_commit": "on"}
+
+
+def create_engine(url: str, pool_size: int, max_overflow: int) -> AsyncEngine:
+    """An engine for the registry at `url` (SQLite or PostgreSQL) with the durable settings."""
+    if url.startswith("sqlite"):
+        db_path = url.split("///", 1)[-1]
+        if db_path and db_path != ":memory:":
+            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
+        prepare_sqlite(engine)
+        return engine
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=True,
+        connect_args={"server_settings": POSTGRES_SERVER_SETTINGS},
+    )
+
+
 def prepare_sqlite(engine: AsyncEngine) -> None:
     """Take transaction control from pysqlite so BEGIN is explicit (and IMMEDIATE for writers)."""
 
@@ -633,7 +658,7 @@ def prepare_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -673,17 +698,9 @@ class Store:
         apply migrations. The pool sizes apply to PostgreSQL (SQLite needs only a few
         connections: its writers are serialised). Raises StorageUnavailableError if unreachable."""
         if url.startswith("sqlite"):
-            db_path = url.split("///", 1)[-1]
-            if db_path and db_path != ":memory:":
-                Path(db_path).parent.mkdir(parents=True, exist_ok=True)
             # SQLite needs few connections: its writers are serialised.
             pool_size, max_overflow = 4, 4
-            engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
-            prepare_sqlite(engine)
-        else:
-            engine = create_async_engine(
-                url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
-            )
+        engine = create_engine(url, pool_size, max_overflow)
         store = cls(engine, pool_size + max_overflow, cache)
         if not migrate:
             return store

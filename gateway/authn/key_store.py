@@ -42,10 +42,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import prepare_sqlite, run_migrations
+from cedarberg.catalog.store.sql import create_engine, run_migrations
 from cedarberg.gateway.authn.principal import PrincipalKind, key_principal_id
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -340,14 +340,8 @@ async def open_key_store(url: str) -> KeyStore:
     The store owns the engine: `close()` disposes of it. To share the registry's engine instead,
     build `KeyStore(engine)` and call `migrate()`. Raises StorageUnavailableError.
     """
-    if url.startswith("sqlite"):
-        db_path = url.split("///", 1)[-1]
-        if db_path and db_path != ":memory:":
-            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, pool_size=2, max_overflow=2)
-        prepare_sqlite(engine)
-    else:
-        engine = create_async_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
+    size = 2 if url.startswith("sqlite") else 4
+    engine = create_engine(url, size, size)
     store = KeyStore(engine, owns_engine=True)
     try:
         await store.migrate()

@@ -1,0 +1,103 @@
+"""A commit is acknowledged only once it survives power loss: the registry's settings, and the
+metadata file (with its directory entries) synced before the pointer names it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from cedarberg.catalog import fileio
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.catalog.store.sql import Store
+from cedarberg.gateway.authn.key_store import open_key_store
+
+SQLITE_SYNCHRONOUS_FULL = 2  # what PRAGMA synchronous answers for FULL
+
+
+async def _sqlite_settings(store: Store) -> tuple[int, str]:
+    async with store.read() as tx:
+        synchronous = (await tx._conn.execute(text("PRAGMA synchronous"))).scalar_one()
+        journal = (await tx._conn.execute(text("PRAGMA journal_mode"))).scalar_one()
+    return int(synchronous), str(journal)
+
+
+async def test_the_sqlite_registry_syncs_every_commit(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
+    try:
+        assert await _sqlite_settings(store) == (SQLITE_SYNCHRONOUS_FULL, "wal")
+    finally:
+        await store.close()
+
+
+async def test_the_sqlite_key_store_syncs_every_commit(tmp_path: Path) -> None:
+    keys = await open_key_store(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}")
+    try:
+        async with keys._engine.connect() as conn:
+            synchronous = (await conn.execute(text("PRAGMA synchronous"))).scalar_one()
+        assert synchronous == SQLITE_SYNCHRONOUS_FULL
+    finally:
+        await keys.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_sessions_keep_synchronous_commit_on(postgres_url: str) -> None:
+    """The test server runs with synchronous_commit=off (tests/support/postgres.py): the
+    gateway's sessions turn it on for themselves."""
+    store = await Store.open(postgres_url)
+    try:
+        async with store.read() as tx:
+            setting = (await tx._conn.execute(text("SHOW synchronous_commit"))).scalar_one()
+        assert setting == "on"
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(device, inode) of everything fsynced, recorded around the real os.fsync."""
+    calls: list[tuple[int, int]] = []
+    real_fsync: Callable[[int], None] = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        calls.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    return calls
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_dev, info.st_ino
+
+
+def test_a_local_metadata_file_and_every_new_directory_entry_are_synced(
+    tmp_path: Path, synced: list[tuple[int, int]]
+) -> None:
+    target = tmp_path / "wh" / "ns" / "t" / "metadata" / "00000-x.metadata.json"
+    fileio.write_new_file(target.as_uri(), b'{"format-version": 2}')
+    assert target.read_bytes() == b'{"format-version": 2}'
+    # The file, the directory holding it, and each directory that gained a new entry.
+    for path in (target, target.parent, tmp_path / "wh" / "ns" / "t", tmp_path / "wh" / "ns", tmp_path):
+        assert _identity(path) in synced, path
+
+
+def test_a_second_file_syncs_only_its_own_directory(tmp_path: Path, synced: list[tuple[int, int]]) -> None:
+    directory = tmp_path / "metadata"
+    fileio.write_new_file((directory / "00000-a.metadata.json").as_uri(), b"a")
+    synced.clear()
+    fileio.write_new_file((directory / "00001-b.metadata.json").as_uri(), b"b")
+    assert synced == [_identity(directory / "00001-b.metadata.json"), _identity(directory)]
+
+
+def test_an_existing_file_is_never_overwritten(tmp_path: Path) -> None:
+    target = tmp_path / "00000-a.metadata.json"
+    fileio.write_new_file(target.as_uri(), b"first")
+    with pytest.raises(StorageUnavailableError, match="collision"):
+        fileio.write_new_file(target.as_uri(), b"second")
+    assert target.read_bytes() == b"first"
