@@ -46,3 +46,8 @@ def etag(metadata_location: str, variant: str) -> str:
     """A strong ETag, unique per metadata version and representation variant."""
     digest = hashlib.sha256(f"{metadata_location}\x00{variant}".encode()).hexdigest()[:40]
     return f'"{digest}"'
+
+
+def etag_matches(if_none_match: str, tag: str) -> bool:
+    """Whether an If-None-Match header value names `tag` (or is `*`)."""
+    return if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))

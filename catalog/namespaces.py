@@ -70,11 +70,10 @@ async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict
     missing = [name for name in names if name not in found]
     if missing:
         generation = cache.generation
-        async with store.read() as tx:
+        async with store.read(for_cache=True) as tx:
             read = await tx.namespace_properties(warehouse, missing)
         for name in missing:
-            found[name] = read.get(name)
-            cache.store(RegistryKey.namespace(warehouse, name), found[name], generation)
+            found[name] = cache.store(RegistryKey.namespace(warehouse, name), read.get(name), generation)
     return [found[name] for name in names]
 
 

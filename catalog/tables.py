@@ -123,9 +123,7 @@ class TableService:
         warehouse = self._ctx.warehouse(warehouse_name)
         row = await read_object(self._ctx.store, warehouse.name, identifier, TABLE)
         tag = documents.etag(row.metadata_location, snapshots)
-        if if_none_match is not None and (
-            if_none_match.strip() == "*" or tag in (part.strip() for part in if_none_match.split(","))
-        ):
+        if if_none_match is not None and documents.etag_matches(if_none_match, tag):
             return tag, None
         transform = _refs_only if snapshots == "refs" else None
         return tag, await load_object(self._ctx, row, snapshots, transform, planning_mode.load_config)

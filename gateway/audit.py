@@ -119,6 +119,21 @@ class AuditEvent:
     detail: Mapping[str, Any] | str | None = None
 
 
+# Placeholders of a template's open fields: no scrubbing rule touches them, and orjson writes them
+# as they are, so the rendered line splits on them exactly.
+_TIME_SLOT = "\u2063time\u2063"
+_REQUEST_ID_SLOT = "\u2063request-id\u2063"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditTemplate:
+    """An audit line rendered once: `head` + time + `middle` + request id + `tail` (JSON values)."""
+
+    head: bytes
+    middle: bytes
+    tail: bytes
+
+
 # -- the scrubber ------------------------------------------------------------------------------
 
 _B64 = r"A-Za-z0-9_\-+/="
@@ -305,13 +320,17 @@ class AuditLog:
     def record(self, event: AuditEvent) -> None:
         """Queue one audit line for `event`. Raises `RuntimeError` once the log is closed, and
         `ValueError` for a decision or outcome that is not one of the enums' values."""
-        if self._closed:
-            raise RuntimeError("audit log is closed")
+        self.record_template(self.template(event), event.request_id)
+
+    def template(self, event: AuditEvent) -> AuditTemplate:
+        """`event`'s audit line, scrubbed and rendered once, with its time and request id left
+        open (the request id of `event` is ignored): a replayed request plan writes the same line
+        as the request it was recorded from. Raises `ValueError` like `record`."""
         principal, client_address = event.principal, event.client_address
         record = {
-            "time": _utc_now(),
+            "time": _TIME_SLOT,
             "event": event.kind.value,
-            "request_id": _scrub_request_id(event.request_id),
+            "request_id": _REQUEST_ID_SLOT,
             "principal": _scrub_short(principal.id) if principal else None,
             "principal_kind": principal.kind.value if principal else None,
             "auth_method": principal.auth_method.value if principal else None,
@@ -325,7 +344,27 @@ class AuditLog:
             "status": event.status,
             "detail": scrub(event.detail),
         }
-        self._queue.put(orjson.dumps(record) + b"\n")
+        line = orjson.dumps(record) + b"\n"
+        head, _, rest = line.partition(b'"' + _TIME_SLOT.encode() + b'"')
+        middle, _, tail = rest.partition(b'"' + _REQUEST_ID_SLOT.encode() + b'"')
+        return AuditTemplate(head, middle, tail)
+
+    def record_template(self, template: AuditTemplate, request_id: str | None) -> None:
+        """Queue `template`'s line with the current time and `request_id`. Raises `RuntimeError`
+        once the log is closed."""
+        if self._closed:
+            raise RuntimeError("audit log is closed")
+        self._queue.put(
+            b"".join(
+                (
+                    template.head,
+                    orjson.dumps(_utc_now()),
+                    template.middle,
+                    orjson.dumps(_scrub_request_id(request_id)),
+                    template.tail,
+                )
+            )
+        )
 
     # -- flushing and life cycle -------------------------------------------------------------
 

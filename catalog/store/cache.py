@@ -18,13 +18,20 @@ Invariants:
   A TTL of 0 turns the cache off.
 - Listings are keyed by a per-container generation, so one change forgets every page of that
   container without scanning.
+- A refresh that reads a value equal to the cached one keeps the cached object (renewing its age),
+  so what was built from it (a resource, a recorded plan) stays valid: identity means "unchanged".
+- While a `ReadLog` is active (`recording(...)`), every value answered or stored is noted in it;
+  `still_current(key, value)` tells later whether the cache would answer the same object now.
+  The gateway's request plans (`gateway.web.replay`) are valid exactly that long.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +50,47 @@ class Touched:
 
     def __bool__(self) -> bool:
         return self.everything or bool(self.namespaces or self.objects)
+
+
+@dataclass(slots=True)
+class ReadLog:
+    """The registry reads one request made: (key, value) pairs answered by or stored in the cache.
+    `opaque` once any read bypassed the cache (then nothing tells when its answer changes)."""
+
+    reads: list[tuple[Hashable, Any]] = field(default_factory=list)
+    opaque: bool = False
+    closed: bool = False
+
+    def note(self, key: Hashable, value: Any) -> None:
+        if not self.closed:
+            self.reads.append((key, value))
+
+    def note_uncached(self) -> None:
+        if not self.closed:
+            self.opaque = True
+
+
+_READ_LOG: ContextVar[ReadLog | None] = ContextVar("cedarberg_registry_read_log", default=None)
+
+
+@contextmanager
+def recording(log: ReadLog | None) -> Iterator[ReadLog | None]:
+    """Note the registry reads of the current task (and of tasks it starts meanwhile) in `log`;
+    closed on exit, so a background refresh that outlives the request adds nothing."""
+    token = _READ_LOG.set(log)
+    try:
+        yield log
+    finally:
+        _READ_LOG.reset(token)
+        if log is not None:
+            log.closed = True
+
+
+def note_uncached_read() -> None:
+    """Called by every registry read that does not go through the cache."""
+    log = _READ_LOG.get()
+    if log is not None:
+        log.note_uncached()
 
 
 class RegistryKey:
@@ -95,16 +143,42 @@ class RegistryCache:
             del self._entries[key]
             return False, None, False
         self._entries.move_to_end(key)
+        log = _READ_LOG.get()
+        if log is not None:
+            log.note(key, value)
         return True, value, age > self.ttl_seconds / 2
 
-    def store(self, key: Hashable, value: Any, generation: int) -> None:
-        """Keep `value`, read after `generation` was taken, unless a write ended since."""
+    def still_current(self, key: Hashable, value: Any) -> bool:
+        """Whether a read of `key` would be answered `value` (the same object) and fresh, now.
+        A listing page also needs its container's generation unchanged (a write moves listings to
+        new keys without removing the old pages)."""
+        entry = self._entries.get(key)
+        if entry is None or entry[1] is not value:
+            return False
+        if time.monotonic() - entry[0] > self.ttl_seconds / 2:
+            return False  # stale or expired: the full path reads (and refreshes) it
+        if isinstance(key, tuple) and key and key[0] == "list":
+            return bool(self._containers.get(key[1], 0) == key[2])
+        return True
+
+    def store(self, key: Hashable, value: Any, generation: int) -> Any:
+        """Keep `value`, read after `generation` was taken, unless a write ended since. Returns the
+        value to use: the cached object when it equals `value` (unchanged), else `value`."""
+        log = _READ_LOG.get()
         if not self.enabled or generation != self.generation:
-            return
+            if log is not None:
+                log.note_uncached()  # not kept: nothing will tell when it changes
+            return value
+        held = self._entries.get(key)
+        if held is not None and held[1] == value:
+            value = held[1]  # unchanged: keep the object others were built from
+        if log is not None:
+            log.note(key, value)
         self._entries[key] = (time.monotonic(), value)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+        return value
 
     def listing_key(self, container: tuple[str, ...], *page: Hashable) -> tuple[Hashable, ...]:
         return ("list", container, self._containers.get(container, 0), *page)

@@ -32,7 +32,7 @@ from cedarberg.catalog.errors import (
     NoSuchNamespaceError,
     StorageUnavailableError,
 )
-from cedarberg.catalog.store.cache import RegistryCache, Touched
+from cedarberg.catalog.store.cache import RegistryCache, Touched, note_uncached_read
 from cedarberg.catalog.store.schema import (
     catalog_objects,
     dropped_objects,
@@ -787,6 +787,7 @@ class Store:
             return value  # type: ignore[no-any-return]
         pending = self._reading.get(key)
         if pending is not None:  # single flight: misses of one entry share one read
+            note_uncached_read()  # noted by the reader that started it, not by this request
             return await asyncio.shield(pending)
         return await self._read_into_cache(key, load, self._claim(key))
 
@@ -817,7 +818,7 @@ class Store:
         cache = self.cache
         generation = cache.generation
         try:
-            async with self.read() as tx:
+            async with self.read(for_cache=True) as tx:
                 value = await load(tx)
         except BaseException as err:
             future.set_exception(err)
@@ -825,13 +826,16 @@ class Store:
             raise
         finally:
             del self._reading[key]
+        value = cache.store(key, value, generation)
         future.set_result(value)
-        cache.store(key, value, generation)
         return value
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[StoreTx]:
-        """A read-only transaction."""
+    async def read(self, *, for_cache: bool = False) -> AsyncIterator[StoreTx]:
+        """A read-only transaction. `for_cache`: its results go into the read cache (which notes
+        them for request plans); any other read is noted as one that bypassed the cache."""
+        if not for_cache:
+            note_uncached_read()
         try:
             async with self._engine.connect() as conn, conn.begin():
                 yield StoreTx(conn)

@@ -33,7 +33,7 @@ MAX_ENTRY_BYTES = 64 * 1024
 _KEY_BYTES = 90  # a 32-byte digest and two floats
 
 
-def _validity(token: str) -> tuple[float, float] | None:
+def validity(token: str) -> tuple[float, float] | None:
     """(nbf, exp) from a verified token's payload; None if it has no numeric exp."""
     try:
         payload = token.split(".")[1]
@@ -85,7 +85,7 @@ class VerifiedTokenCache:
         """Remember a token that was just verified in full."""
         if not self._entries.enabled:
             return
-        validity = _validity(token)
-        if validity is None:
+        bounds = validity(token)
+        if bounds is None:
             return
-        self._entries.put(self._key(token), (principal, *validity), _KEY_BYTES + principal_bytes(principal))
+        self._entries.put(self._key(token), (principal, *bounds), _KEY_BYTES + principal_bytes(principal))

@@ -8,6 +8,10 @@ from cedarberg.catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_
 from cedarberg.catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
 from cedarberg.gateway.config.base import FrozenSettings
 
+# Mirrors of `gateway.web.replay`'s defaults (config must not import the web layer).
+DEFAULT_PLAN_MAX_ENTRIES = 16384
+DEFAULT_PLAN_MAX_BYTES = 32 * 1024**2
+
 
 class ReadCacheSettings(FrozenSettings):
     """The read-path caches (`[cache]`); the data key cache is `kms.settings.CacheSettings`."""
@@ -38,4 +42,19 @@ class ReadCacheSettings(FrozenSettings):
         description="Longest an unsealed response stays in memory (a dropped table's plaintext "
         "leaves memory within this time). Never longer than kms.cache.max_age_seconds, and "
         "nothing is kept when the data-key cache is off: reads then always reach the KMS.",
+    )
+    plan_max_entries: int = Field(
+        DEFAULT_PLAN_MAX_ENTRIES,
+        ge=0,
+        le=10_000_000,
+        description="Most request plans kept per worker: a read's decided outcome (principal, "
+        "decisions, answer) replayed for the same credential, path and client while the policy "
+        "version, the registry entries it read and the credential are unchanged. 0: off.",
+    )
+    plan_max_bytes: int = Field(
+        DEFAULT_PLAN_MAX_BYTES,
+        ge=0,
+        le=16 * 1024**3,
+        description="Memory per worker for request plans (they hold the answer's bytes). Plans "
+        "follow the load-result cache's age limit and are off when it is. 0: off.",
     )

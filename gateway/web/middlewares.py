@@ -1,9 +1,13 @@
-"""The middlewares, outermost first in the one constant `MIDDLEWARES` (a test asserts it).
+"""The security pipeline: one aiohttp middleware, `pipeline`, the only thing in `MIDDLEWARES`.
 
 request id and errors → limit by client address → authenticate (→ limit by principal) →
 authorize → handler. Routes are looked up in the one route table; an operation without an entry
 in the authorization table cannot be registered (`gateway.web.app`), so nothing reaches a handler
 undecided. Errors become responses through the one error table (`gateway.web.errors`).
+
+A read may be recorded as a plan and replayed by the next identical request while everything it
+was derived from is unchanged (`gateway.web.replay`): the replay runs the same steps in the same
+order, with the decided parts (principal, decisions, answer) taken from the plan.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -39,7 +43,7 @@ from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, opera
 from cedarberg.gateway.logs import bind_principal, bind_request
 from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_subject
-from cedarberg.gateway.web import errors, http, resources, verdicts
+from cedarberg.gateway.web import errors, http, replay, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
@@ -53,6 +57,9 @@ from cedarberg.gateway.web.keys import (
     services,
 )
 from cedarberg.gateway.web.route import Handler
+
+if TYPE_CHECKING:
+    from cedarberg.gateway.web.security import Security
 
 access_log = logging.getLogger("cedarberg.access")
 
@@ -70,6 +77,9 @@ _CLASSES = {
     ActionGroup.OPERATE: OperationClass.READ,
     ActionGroup.PUBLIC: OperationClass.TOKEN,
 }
+# Reads (and the operator's reads): decided on cached grants, never audited as mutations, and
+# the only operations a plan may be recorded for.
+_PLANNED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
 _HIDDEN: dict[EntityType, type[NotFoundError]] = {
     EntityType.WAREHOUSE: NoSuchWarehouseError,
     EntityType.NAMESPACE: NoSuchNamespaceError,
@@ -90,21 +100,27 @@ def _new_request_ids() -> Iterator[str]:
     return (f"{prefix}{n:016x}" for n in itertools.count())
 
 
-_request_ids: tuple[int, Iterator[str]] = (-1, iter(()))
+_request_ids = _new_request_ids()
+
+
+def _restart_request_ids() -> None:
+    global _request_ids  # noqa: PLW0603 - a forked worker starts a sequence of its own
+    _request_ids = _new_request_ids()
+
+
+# A forked worker must not repeat its parent's ids; asking for the pid on every request would
+# cost a system call each time.
+os.register_at_fork(after_in_child=_restart_request_ids)
 
 
 def _new_request_id() -> str:
-    global _request_ids  # noqa: PLW0603 - a forked worker starts a sequence of its own
-    pid = os.getpid()
-    if _request_ids[0] != pid:
-        _request_ids = (pid, _new_request_ids())
-    return next(_request_ids[1])
+    return next(_request_ids)
 
 
 @web.middleware
-async def request_id_and_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give every request an id, turn every exception into an Iceberg ErrorModel response, and
-    count and log what was answered."""
+async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every request an id, run it through the security steps, turn every exception into an
+    Iceberg ErrorModel response, and count and log what was answered."""
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _CLIENT_REQUEST_ID.match(offered) else _new_request_id()
     request[REQUEST_ID] = request_id
@@ -114,7 +130,7 @@ async def request_id_and_errors(request: web.Request, handler: Handler) -> web.S
     stats = metrics(request)
     stats.in_flight.inc()
     try:
-        response = await handler(request)
+        response = await _secured(request, handler)
     except Exception as err:
         response, error_type = errors.answer(request, request_id, err)
     finally:
@@ -140,12 +156,48 @@ def _rate_limited(request: web.Request, retry: RetryAfter, scope: str, op_class:
     return RateLimitedError(retry)
 
 
-@web.middleware
-async def limit_by_address(request: web.Request, handler: Handler) -> web.StreamResponse:
-    retry = await security(request).limiter.hit_address(request.remote)
+async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Limit by address, then (unless the route is public) replay the request's plan if it has a
+    valid one, or authenticate and authorize it (recording a plan when it may have one)."""
+    sec = security(request)
+    retry = await sec.limiter.hit_address(request.remote)
     if retry is not None:
         raise _rate_limited(request, retry, "address", "any")
-    return await handler(request)
+    spec = _spec(request)
+    if spec is None or spec.public:
+        return await handler(request)
+    key = sec.plans.key_of(request, spec.group in _PLANNED_GROUPS)
+    if key is None:
+        return await _decided(request, spec, handler)
+    plan = sec.plans.find(key, sec, services(request).ctx.store.cache)
+    if plan is not None:
+        return await _replayed(request, plan)
+    rec = replay.Recording(_CLASSES[spec.group])
+    with replay.recording(rec):
+        try:
+            response = await _decided(request, spec, handler)
+        except Exception as err:
+            # Answered here so that a denial's answer is recorded too; answered once either way.
+            response, _error_type = errors.answer(request, request_id_of(request) or "", err)
+    rec.principal = request.get(PRINCIPAL)
+    sec.plans.keep(key, rec, sec, response)
+    return response
+
+
+async def _replayed(request: web.Request, plan: replay.Plan) -> web.StreamResponse:
+    """`_decided`'s steps with the plan's outcome: the failure budget and the principal's budget
+    are checked and spent as for any request; the decisions are audited and counted as recorded."""
+    sec = security(request)
+    await _check_failure_budget(request, sec)
+    request[PRINCIPAL] = plan.principal
+    bind_principal(plan.budget_key)
+    await _spend_principal_budget(request, sec, plan.budget_key, plan.op_class)
+    request_id = request_id_of(request)
+    for template in plan.audits:
+        sec.audit.record_template(template, request_id)
+    for counter in plan.metrics:
+        counter.inc()
+    return plan.answer(request.headers.get("If-None-Match"))
 
 
 def _credential(request: web.Request) -> str | None:
@@ -157,6 +209,21 @@ def _credential(request: web.Request) -> str | None:
     return api_key or None
 
 
+async def _check_failure_budget(request: web.Request, sec: Security) -> None:
+    """Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch)."""
+    retry = await sec.limiter.auth_failures_exceeded(request.remote)
+    if retry is not None:
+        raise _rate_limited(request, retry, "auth_failures", "any")
+
+
+async def _spend_principal_budget(
+    request: web.Request, sec: Security, who: str, op_class: OperationClass
+) -> None:
+    retry = await sec.limiter.hit_principal(who, op_class)
+    if retry is not None:
+        raise _rate_limited(request, retry, "principal", op_class.value)
+
+
 async def _authenticate(request: web.Request) -> Principal:
     sec = security(request)
     credential = _credential(request)
@@ -164,10 +231,7 @@ async def _authenticate(request: web.Request) -> Principal:
         if sec.anonymous is not None:
             return sec.anonymous
         raise AuthenticationError()
-    # Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch).
-    retry = await sec.limiter.auth_failures_exceeded(request.remote)
-    if retry is not None:
-        raise _rate_limited(request, retry, "auth_failures", "any")
+    await _check_failure_budget(request, sec)
     try:
         principal = await sec.authenticate_bearer(credential, request.remote)
     except AuthenticationError:
@@ -181,33 +245,19 @@ async def _authenticate(request: web.Request) -> Principal:
     return principal
 
 
-@web.middleware
-async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    spec = _spec(request)
-    if spec is None or spec.public:
-        return await handler(request)
+async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) -> web.StreamResponse:
+    """Authenticate, spend the principal's budget, authorize, run the handler; filter a listing
+    to what the caller may see; audit a mutation's outcome."""
+    sec = security(request)
     principal = await _authenticate(request)
     request[PRINCIPAL] = principal
     who = f"{principal.kind}:{principal.id}"
     bind_principal(who)
-    op_class = _CLASSES[spec.group]
-    retry = await security(request).limiter.hit_principal(who, op_class)
-    if retry is not None:
-        raise _rate_limited(request, retry, "principal", op_class.value)
-    return await handler(request)
-
-
-@web.middleware
-async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
-    spec = _spec(request)
-    if spec is None or spec.public:
-        return await handler(request)
+    await _spend_principal_budget(request, sec, who, _CLASSES[spec.group])
     if spec.body is not None:
         # One parse, before any decision: the resources and the context are built from the same
         # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
         await http.parse_body(request, spec.body, spec.max_body_bytes)
-    sec = security(request)
-    principal: Principal = request[PRINCIPAL]
     built = await resources.build(request, spec, services(request), sec)
     context = RequestContext.of(principal, request.remote or "", built.changes)
     checks = plan_checks(spec.operation, context, built.resource, target=built.target, tables=built.tables)
@@ -220,7 +270,7 @@ async def authorize(request: web.Request, handler: Handler) -> web.StreamRespons
     response = await handler(request)
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
-    if spec.group not in (ActionGroup.READ, ActionGroup.OPERATE):
+    if spec.group not in _PLANNED_GROUPS:
         sec.audit.record(
             AuditEvent(
                 EventKind.MUTATION,
@@ -271,9 +321,4 @@ def basic_credentials(request: web.Request) -> tuple[str, str] | None:
     return user, password
 
 
-MIDDLEWARES = (
-    request_id_and_errors,
-    limit_by_address,
-    authenticate,
-    authorize,
-)
+MIDDLEWARES = (pipeline,)

@@ -27,6 +27,7 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.ratelimit import OperationClass, RateLimiter
+from cedarberg.gateway.web.replay import PlanCache
 
 log = logging.getLogger("cedarberg.security")
 
@@ -44,6 +45,7 @@ class Security:
     audit: AuditLog
     anonymous: Principal | None
     verified_tokens: VerifiedTokenCache
+    plans: PlanCache
     watcher: PolicyWatcher | None = None
 
     @classmethod
@@ -94,6 +96,7 @@ class Security:
             verified_tokens=VerifiedTokenCache(
                 settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
             ),
+            plans=_plan_cache(settings),
         )
         await oidc.warm_up()
         await api_keys.start_change_feed()
@@ -134,6 +137,19 @@ class Security:
         await self.oidc.close()
         await self.limiter.aclose()
         await self.audit.aclose()
+
+
+def _plan_cache(settings: Settings) -> PlanCache:
+    """Plans hold unsealed answers: they are kept no longer than unsealed load results may be
+    (`gateway.web.app._load_result_cache`), and not at all when those are not kept."""
+    keys, cache = settings.kms.cache, settings.cache
+    if not keys.enabled or cache.load_result_max_bytes == 0:
+        return PlanCache(max_entries=0, max_bytes=0)
+    return PlanCache(
+        cache.plan_max_entries,
+        cache.plan_max_bytes,
+        min(cache.load_result_max_age_seconds, keys.max_age_seconds),
+    )
 
 
 def _token_budget(limiter: RateLimiter) -> Admission:

@@ -20,7 +20,7 @@ from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
 from cedarberg.gateway.storage.access import WarehouseStorage
 from cedarberg.gateway.storage.properties import engine_properties
 from cedarberg.gateway.storage.s3_scope import S3Scope
-from cedarberg.gateway.web import http
+from cedarberg.gateway.web import http, replay
 from cedarberg.gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
 from cedarberg.gateway.web.keys import PRINCIPAL, request_id_of, security, services, storage
 
@@ -96,6 +96,7 @@ async def _vend(
         )
     credentials = await warehouse.vendor.vend(S3Scope.of(location), write)
     sec = security(request)
+    replay.note_unreplayable()  # credentials are per request (the answer is no-store as well)
     sec.audit.record(
         AuditEvent(
             EventKind.MUTATION,

@@ -51,19 +51,8 @@ def _samples(exposition: str, family: str) -> dict[str, float]:
 # -- the order -----------------------------------------------------------------------------------
 
 
-def test_the_application_runs_the_one_middleware_constant_in_order() -> None:
-    assert [m.__name__ for m in MIDDLEWARES] == [
-        "request_id_and_errors",
-        "limit_by_address",
-        "authenticate",
-        "authorize",
-    ]
-    assert (
-        middlewares.request_id_and_errors,
-        middlewares.limit_by_address,
-        middlewares.authenticate,
-        middlewares.authorize,
-    ) == MIDDLEWARES
+def test_the_application_runs_the_one_pipeline() -> None:
+    assert MIDDLEWARES == (middlewares.pipeline,)
 
 
 async def test_the_running_app_holds_exactly_the_constant(gw: InProcessGateway) -> None:
@@ -71,7 +60,7 @@ async def test_the_running_app_holds_exactly_the_constant(gw: InProcessGateway) 
 
 
 async def test_every_request_is_counted_by_the_outermost_middleware(gw: InProcessGateway) -> None:
-    """Answered, refused by routing, and failed in a handler alike: all pass `request_id_and_errors`."""
+    """Answered, refused by routing, and failed in a handler alike: all are counted by the pipeline."""
     assert (await gw.client.get("/v1/namespaces")).status == 200
     assert (await gw.client.get("/v1/no-such-route")).status == 404
     assert (await gw.client.get("/v1/namespaces/absent")).status == 404
