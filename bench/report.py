@@ -102,7 +102,7 @@ def targets_table(targets: list[Target]) -> list[str]:
     ]
     for target in targets:
         margin = DASH if target.ratio is None else f"{TIMES}{target.ratio:.2f} ({(target.ratio - 1):+.0%})"
-        detail = target.detail.replace("|", "\\|").replace("\n", " ")[:300]
+        detail = target.detail.replace("|", "\\|").replace("\n", " ").replace("\t", " ")[:300]
         cells = [
             target.name,
             target.store or DASH,
@@ -214,5 +214,5 @@ def update_performance_page(
         *targets_table(targets),
         "",
     ]
-    page.write_text(text[:begin] + "\n".join(block) + text[end:])
+    page.write_text(text[:begin] + "\n".join(block) + "\n" + text[end:])
     return True

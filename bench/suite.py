@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -246,12 +247,14 @@ class Suite:
         self, endpoint: Endpoint, prepared: dict[str, Prepared], scenario: Scenario, peer: Restarting | None
     ) -> None:
         """One measured run of ``scenario``. If it crashed the peer, the peer starts again (fresh
-        data, fixtures, preflights) and the run is repeated once on it: even a crash after wrk's
-        last response leaves the run without the server's CPU and memory."""
+        data, fixtures, preflights). A run whose responses all came before the crash counts (its
+        CPU and RSS may be short); otherwise it is repeated once on the new peer, without the
+        warm-up, whose end (wrk dropping the requests in flight) is what crashes it."""
+        plan = self.plan
         for attempt in (1, 2):
             outcome: Run | WrkError
             try:
-                outcome = run_once(endpoint, prepared[scenario.operation], self.plan)
+                outcome = run_once(endpoint, prepared[scenario.operation], plan)
             except WrkError as err:
                 outcome = err
             # A server torn down by a crash shows no memory before it shows as exited.
@@ -262,10 +265,11 @@ class Suite:
             if peer is None or not peer.can_restart():
                 record(endpoint, scenario, outcome)
                 return
-            when = "after" if isinstance(outcome, Run) and not outcome.problems else "during"
+            clean = isinstance(outcome, Run) and not outcome.problems
             assert endpoint.log_path is not None
             scenario.crashes.append(
-                f"run {len(scenario.runs) + 1}, attempt {attempt}, {when} the measured run: "
+                f"run {len(scenario.runs) + 1}, attempt {attempt}, "
+                f"{'after the measured run (counted)' if clean else 'before the measured run ended'}: "
                 f"{crash_excerpt(endpoint.log_path)} (log: {endpoint.log_path})"
             )
             print(f"   {scenario.key}: the peer crashed ({scenario.crashes[-1]}); restarting it", flush=True)
@@ -275,10 +279,15 @@ class Suite:
             except Exception as err:  # a peer that cannot start again is a result, not a crash
                 scenario.status, scenario.error = UNSUPPORTED, f"the peer did not restart: {err}"
                 return
+            if clean:
+                assert isinstance(outcome, Run)
+                record(endpoint, scenario, outcome)
+                return
             ready = prepare(endpoint, BY_NAME[scenario.operation], scenario)
             if ready is None:
                 return
             prepared[scenario.operation] = ready
+            plan = dataclasses.replace(self.plan, warmup_s=0)
         scenario.status = UNSUPPORTED
         scenario.error = f"the peer crashed in both attempts of a run: {scenario.crashes[-1]}"
 
