@@ -47,10 +47,21 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install -e '.[dev,bench]'
 	touch $@
 
+# Debian packages the suite needs beyond the extras: wrk (the load generator) and PostgreSQL 15
+# (the cluster of the http-1w-pg variant, as tests/support/postgres.py runs it: runuser, from
+# util-linux, runs it as the postgres user when make runs as root). Installed only when missing.
 bench: $(BENCH_STAMP)
-	@command -v wrk >/dev/null 2>&1 || { \
+	@missing=; \
+	command -v wrk >/dev/null 2>&1 || missing="$$missing wrk"; \
+	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing="$$missing postgresql-15"; \
+	{ command -v runuser >/dev/null 2>&1 || [ -x /usr/sbin/runuser ]; } || missing="$$missing util-linux"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		$$SUDO apt-get install -y wrk || { $$SUDO apt-get update && $$SUDO apt-get install -y wrk; }; }
+		echo "==> bench: installing Debian packages:$$missing"; \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
+		|| { $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update \
+			&& $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
+	fi
 	$(BIN)/python -m bench.suite $(ARGS)
 
 demo: venv

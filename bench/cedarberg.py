@@ -5,17 +5,24 @@ rate limiting on with budgets far above the load (so it is measured, never hit);
 auth: an admin API key is bootstrapped offline (``cedarberg keys create``) before the server
 starts, a writer key of group ``etl`` is created through the admin API, and both keys are
 exchanged for gateway JWTs at ``POST /v1/oauth/tokens``. Every measured request carries
-``Authorization: Bearer <jwt>``. Variants: TLS off/on, 1 or 2 workers.
+``Authorization: Bearer <jwt>``. Variants: TLS off/on, 1 or 2 workers, the registry (and key
+store) in the embedded SQLite file or in a PostgreSQL database of a cluster started for the
+variant (bench/postgres.py).
+
+Durability is on as in production: the gateway has no setting that turns it off (SQLite runs with
+``synchronous=FULL``, PostgreSQL sessions with ``synchronous_commit=on``, local metadata files and
+their directories are fsynced); ``durability()`` records what the run measured with.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import fixtures
+from bench import fixtures, postgres
 from bench.endpoint import Endpoint
 from bench.http import HttpClient, bearer, client_token
 from bench.procstat import loaded_event_loop
@@ -27,6 +34,7 @@ HUGE_BUDGET = "100000000/minute"
 RATE_LIMITS = {name: HUGE_BUDGET for name in ("per_address", "read", "write", "admin", "token")}
 TOKEN_TTL_SECONDS = 86_400  # the largest the gateway allows; a run lasts well under that
 WRITER_GROUP = "etl"
+SQLITE, POSTGRES = "SQLite", "PostgreSQL"
 
 
 def gateway_config(tls_pki: TestPki | None) -> dict[str, Any]:
@@ -39,36 +47,75 @@ def gateway_config(tls_pki: TestPki | None) -> dict[str, Any]:
     return config
 
 
-def variant_name(tls: bool, workers: int) -> str:
-    return f"{'tls' if tls else 'http'}-{workers}w"
+@dataclass(frozen=True)
+class Variant:
+    """A Cedarberg configuration the suite measures, and the operations it runs."""
+
+    tls: bool
+    workers: int
+    store: str  # SQLITE or POSTGRES
+    operations: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """e.g. ``http-1w``, ``tls-2w``, ``http-1w-pg``."""
+        suffix = "-pg" if self.store == POSTGRES else ""
+        return f"{'tls' if self.tls else 'http'}-{self.workers}w{suffix}"
+
+
+def durability(store: str, postgres_settings: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What makes an acknowledged commit survive power loss in this variant, as measured."""
+    from cedarberg.catalog.store.sql import POSTGRES_SERVER_SETTINGS, SQLITE_SYNCHRONOUS
+
+    described = {
+        "registry": store,
+        "metadata files": "local warehouse (file:), each new file and directory entry fsynced",
+    }
+    if store == POSTGRES:
+        described["gateway sessions"] = ", ".join(f"{k}={v}" for k, v in POSTGRES_SERVER_SETTINGS.items())
+        described["server"] = ", ".join(f"{k}={v}" for k, v in (postgres_settings or {}).items())
+    else:
+        described["SQLite"] = f"journal_mode=WAL, synchronous={SQLITE_SYNCHRONOUS}"
+    return described
 
 
 @contextlib.contextmanager
-def running_cedarberg(work_dir: Path, *, tls_pki: TestPki | None, workers: int) -> Iterator[Endpoint]:
-    """Start a gateway in ``work_dir`` (TLS when ``tls_pki`` is given), seed the catalog, and
-    yield its Endpoint; the gateway is stopped on exit."""
-    data_dir = work_dir / "gateway"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    config = gateway_config(tls_pki)
-    config_path = work_dir / "gateway.toml"  # where GatewayProcess writes it, too
-    config_path.write_text(to_toml(config))
-    admin_key = keys_create(data_dir, "bench-admin", ["admins"], config_path=config_path)
-    gateway = GatewayProcess(
-        data_dir,
-        config=config,
-        extra_args=["--workers", str(workers)],
-        anonymous=False,
-        ca_cert=tls_pki.ca_cert if tls_pki is not None else None,
-        probe_headers=bearer(admin_key),
-    )
-    gateway.start()
-    try:
-        yield _prepare(gateway, admin_key, tls_pki, workers)
-    finally:
-        gateway.stop()
+def running_cedarberg(work_dir: Path, variant: Variant, *, tls_pki: TestPki | None) -> Iterator[Endpoint]:
+    """Start a gateway for ``variant`` in ``work_dir`` (TLS with ``tls_pki``; on PostgreSQL, a
+    cluster of its own first), seed the catalog, and yield its Endpoint; the gateway and the
+    cluster are stopped on exit."""
+    with contextlib.ExitStack() as stack:
+        store_url: str | None = None
+        postgres_settings: dict[str, str] | None = None
+        if variant.store == POSTGRES:
+            server = stack.enter_context(postgres.running_postgres(work_dir / "postgres"))
+            store_url = server.create_database(postgres.DATABASE)
+            postgres_settings = postgres.durability(server)
+        data_dir = work_dir / "gateway"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        config = gateway_config(tls_pki)
+        config_path = work_dir / "gateway.toml"  # where GatewayProcess writes it, too
+        config_path.write_text(to_toml(config))
+        admin_key = keys_create(
+            data_dir, "bench-admin", ["admins"], config_path=config_path, store_url=store_url
+        )
+        gateway = GatewayProcess(
+            data_dir,
+            store_url=store_url,
+            config=config,
+            extra_args=["--workers", str(variant.workers)],
+            anonymous=False,
+            ca_cert=tls_pki.ca_cert if tls_pki is not None else None,
+            probe_headers=bearer(admin_key),
+        )
+        stack.callback(gateway.stop)
+        gateway.start()
+        endpoint = _prepare(gateway, admin_key, tls_pki, variant)
+        endpoint.durability = durability(variant.store, postgres_settings)
+        yield endpoint
 
 
-def _prepare(gateway: GatewayProcess, admin_key: str, tls_pki: TestPki | None, workers: int) -> Endpoint:
+def _prepare(gateway: GatewayProcess, admin_key: str, tls_pki: TestPki | None, variant: Variant) -> Endpoint:
     cafile = tls_pki.ca_cert if tls_pki is not None else None
     client = HttpClient(cafile)
     reply = client.post_json(
@@ -99,10 +146,10 @@ def _prepare(gateway: GatewayProcess, admin_key: str, tls_pki: TestPki | None, w
     assert gateway.pid is not None
     return Endpoint(
         system="cedarberg",
-        variant=variant_name(tls_pki is not None, workers),
+        variant=variant.name,
         base_url=gateway.url,
         pid=gateway.pid,
-        workers=workers,
+        workers=variant.workers,
         tls=tls_pki is not None,
         cafile=cafile,
         prefix=prefix,

@@ -30,6 +30,7 @@ class Endpoint:
     client_secret: str = ""
     event_loop: str = "unknown"
     log_path: Path | None = None  # the server's stdout/stderr, for the post-mortem of a crash
+    durability: dict[str, str] = field(default_factory=dict)  # Cedarberg: what a commit waits for
 
     @property
     def label(self) -> str:

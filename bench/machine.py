@@ -49,3 +49,18 @@ def describe(versions: dict[str, str]) -> dict[str, Any]:
         "uvloop": uvloop_version,
         **versions,
     }
+
+
+def filesystem_of(path: Path) -> str:
+    """The file system holding ``path``, e.g. ``ext4 on /dev/vda (/)``: where the servers' files
+    and their fsyncs go (on tmpfs an fsync costs nothing and proves nothing)."""
+    best = ("", "unknown", "unknown")
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            device, mount_point, kind = line.split()[:3]
+            inside = path == Path(mount_point) or Path(mount_point) in path.resolve().parents
+            if inside and len(mount_point) >= len(best[0]):
+                best = (mount_point, kind, device)
+    except (OSError, ValueError):
+        pass
+    return f"{best[1]} on {best[2]} ({best[0] or '?'})"

@@ -112,31 +112,37 @@ def _wrk(endpoint: Endpoint, prepared: Prepared, duration_s: int) -> WrkResult:
     return run_wrk(endpoint.base_url, prepared.script, args, load)
 
 
-def run_once(endpoint: Endpoint, prepared: Prepared, plan: Plan, scenario: Scenario) -> None:
-    """Warm up, then one measured run appended to ``scenario.runs`` (problems mark it failed)."""
+def run_once(endpoint: Endpoint, prepared: Prepared, plan: Plan) -> Run:
+    """Warm up, then one measured run (its ``problems`` say what was unexpected).
+
+    Raises WrkError if wrk itself failed."""
     meter = ServerMeter(endpoint.pid)
-    try:
-        if plan.warmup_s > 0:
-            _wrk(endpoint, prepared, plan.warmup_s)
-        before = meter.snapshot()
-        machine_before, client_before = machine_busy_seconds(), _children_cpu()
-        result = _wrk(endpoint, prepared, plan.duration_s)
-        cpu = meter.cpu_since(before)
-        client = _children_cpu() - client_before
-        background = machine_busy_seconds() - machine_before - cpu - client
-        rss = meter.rss()
-    except WrkError as err:
-        scenario.status = UNSUPPORTED if endpoint.system == "seaweedfs" else FAILED
-        scenario.error = str(err).strip() + server_exit(endpoint)
-        return
-    run = _run(prepared, result, cpu, rss)
+    if plan.warmup_s > 0:
+        _wrk(endpoint, prepared, plan.warmup_s)
+    before = meter.snapshot()
+    machine_before, client_before = machine_busy_seconds(), _children_cpu()
+    result = _wrk(endpoint, prepared, plan.duration_s)
+    cpu = meter.cpu_since(before)
+    client = _children_cpu() - client_before
+    background = machine_busy_seconds() - machine_before - cpu - client
+    run = _run(prepared, result, cpu, meter.rss())
     if result.requests:
         run.client_cpu_us_per_request = client / result.requests * 1e6
     run.background_cores = max(0.0, background / result.duration_s) if result.duration_s else 0.0
-    if run.problems:
+    return run
+
+
+def record(endpoint: Endpoint, scenario: Scenario, outcome: Run | WrkError) -> None:
+    """Add a run's outcome to ``scenario``: a run with problems, or wrk's failure, marks it
+    failed (unsupported for the peer), with the end of the server's log if it has exited."""
+    if isinstance(outcome, WrkError):
+        scenario.status = UNSUPPORTED if endpoint.system == "seaweedfs" else FAILED
+        scenario.error = str(outcome).strip() + server_exit(endpoint)
+        return
+    if outcome.problems:
         scenario.status = FAILED
-        scenario.error = "; ".join(run.problems) + server_exit(endpoint)
-    scenario.runs.append(run)
+        scenario.error = "; ".join(outcome.problems) + server_exit(endpoint)
+    scenario.runs.append(outcome)
 
 
 def _children_cpu() -> float:

@@ -58,6 +58,8 @@ class Scenario:
     status: str = OK
     error: str = ""
     runs: list[Run] = field(default_factory=list)
+    # The peer: each time a run of this scenario crashed the server (which was then restarted).
+    crashes: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -97,6 +99,7 @@ class Target:
     required: str
     ratio: float | None  # measured / required bound (>= 1 is a pass for "at least" targets)
     detail: str = ""
+    store: str = ""  # the registry of the Cedarberg variant measured (SQLite, PostgreSQL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +109,5 @@ class Outcome:
     scenarios: list[Scenario]
     soak: Soak | None
     targets: list[Target]
+    # Per Cedarberg variant: what an acknowledged commit waited for (cedarberg.durability).
+    durability: dict[str, dict[str, str]] = field(default_factory=dict)

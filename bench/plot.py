@@ -13,6 +13,7 @@ COLOURS = {
     "cedarberg/http-2w": "#6baed6",
     "cedarberg/tls-1w": "#2ca02c",
     "cedarberg/tls-2w": "#98df8a",
+    "cedarberg/http-1w-pg": "#9467bd",
     "seaweedfs/peer": "#ff7f0e",
     "ceiling/bare-aiohttp": "#7f7f7f",
 }

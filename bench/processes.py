@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 STOP_TIMEOUT_SECONDS = 15.0
+_ARGUMENTS = re.compile(r"\([^()]*\)$")
 
 
 def spawn(
@@ -60,3 +62,24 @@ def log_tail(path: Path, size: int = 2000) -> str:
         return path.read_bytes()[-size:].decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def crash_excerpt(path: Path, frames: int = 5) -> str:
+    """What a crashed Go server said: its ``panic:`` (or ``fatal error:``) line and the first
+    ``frames`` functions of the crashing goroutine's stack (``f <- its caller``), else the end
+    of its log."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    starts = [i for i, line in enumerate(lines) if line.startswith(("panic:", "fatal error:"))]
+    if not starts:
+        return log_tail(path, 600)
+    calls: list[str] = []
+    for line in lines[starts[-1] + 1 :]:
+        if len(calls) == frames:
+            break
+        if line and not line[0].isspace() and "(" in line and not line.startswith(("goroutine", "[")):
+            # "github.com/x/y/pkg.(*T).F(0x0, ...)" -> "pkg.(*T).F"
+            calls.append(_ARGUMENTS.sub("", line.rsplit("/", 1)[-1]))
+    return f"{lines[starts[-1]]} in {' <- '.join(calls)}" if calls else lines[starts[-1]]

@@ -7,9 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.model import OK, Outcome, Scenario, Soak, Target
+from bench.model import OK, Outcome, Scenario, Target
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# docs/performance.md shows the targets of the committed results between these markers; a run that
+# writes bench/results rewrites that block.
+PERFORMANCE_PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+TARGETS_BEGIN, TARGETS_END = "<!-- bench:targets:begin -->", "<!-- bench:targets:end -->"
 BACKGROUND_NOTE_CORES = 0.25  # CPU used by neither server nor wrk during a run, worth a note
 DASH, TIMES = "\u2013", "\u00d7"  # written as escapes: ruff flags the characters themselves
 
@@ -24,12 +28,13 @@ def write_all(directory: Path, machine: dict[str, Any], settings: dict[str, Any]
         "scenarios": [_scenario_json(s) for s in scenarios],
         "soak": dataclasses.asdict(soak) if soak else None,
         "targets": [dataclasses.asdict(t) for t in targets],
+        "durability": outcome.durability,
     }
     (directory / "results.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     from bench.plot import plot
 
     plot(directory / "results.png", scenarios, soak)
-    (directory / "results.md").write_text(markdown(machine, settings, scenarios, soak, targets))
+    (directory / "results.md").write_text(markdown(machine, settings, outcome))
 
 
 def _scenario_json(scenario: Scenario) -> dict[str, Any]:
@@ -46,6 +51,10 @@ def _notes(scenario: Scenario) -> str:
     notes = []
     if scenario.status != OK:
         notes.append(f"**{scenario.status}**: {scenario.error}")
+    if scenario.crashes:
+        notes.append(
+            f"**the server crashed {len(scenario.crashes)}{TIMES}** and was restarted: {scenario.crashes[0]}"
+        )
     if scenario.runs:
         statuses: dict[str, int] = {}
         for run in scenario.runs:
@@ -85,13 +94,46 @@ def _row(scenario: Scenario) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def markdown(
-    machine: dict[str, Any],
-    settings: dict[str, Any],
-    scenarios: list[Scenario],
-    soak: Soak | None,
-    targets: list[Target],
-) -> str:
+def targets_table(targets: list[Target]) -> list[str]:
+    """The targets as a Markdown table (results.md; docs/performance.md copies it)."""
+    lines = [
+        "| Target | Store | Required | Measured | Verdict | Margin | Detail |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for target in targets:
+        margin = DASH if target.ratio is None else f"{TIMES}{target.ratio:.2f} ({(target.ratio - 1):+.0%})"
+        detail = target.detail.replace("|", "\\|").replace("\n", " ").replace("\t", " ")[:300]
+        cells = [
+            target.name,
+            target.store or DASH,
+            target.required,
+            target.measured,
+            f"**{target.verdict}**",
+            margin,
+            detail,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _durability(durability: dict[str, dict[str, str]]) -> list[str]:
+    if not durability:
+        return []
+    lines = [
+        "## Durability",
+        "",
+        "Every Cedarberg variant measured commits acknowledged only once durable (the gateway has no "
+        "setting that turns this off; docs/operations.md, Durability):",
+        "",
+    ]
+    for variant, settings in durability.items():
+        described = "; ".join(f"{name}: {value}" for name, value in settings.items())
+        lines.append(f"- `{variant}`: {described}")
+    return [*lines, ""]
+
+
+def markdown(machine: dict[str, Any], settings: dict[str, Any], outcome: Outcome) -> str:
+    scenarios, soak, targets = outcome.scenarios, outcome.soak, outcome.targets
     command = " ".join(["python -m bench.suite", settings["argv"]]).strip()
     passed = sum(t.verdict == "PASS" for t in targets)
     failed = sum(t.verdict == "FAIL" for t in targets)
@@ -117,19 +159,14 @@ def markdown(
         "",
         "## Targets",
         "",
-        "| Target | Verdict | Measured | Required | Margin | Detail |",
-        "|---|---|---|---|---|---|",
+        *targets_table(targets),
     ]
-    for target in targets:
-        margin = DASH if target.ratio is None else f"{TIMES}{target.ratio:.2f} ({(target.ratio - 1):+.0%})"
-        detail = target.detail.replace("|", "\\|").replace("\n", " ")[:300]
-        cells = [target.name, f"**{target.verdict}**", target.measured, target.required, margin, detail]
-        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Margin: measured ÷ bound for “at least” targets, bound ÷ measured for “at most” ones; "
         f"≥ {TIMES}1 passes.",
         "",
+        *_durability(outcome.durability),
         "## All scenarios",
         "",
         "req/s counts successful responses (2xx; 304 for the conditional loadTable): for 8 writers "
@@ -156,3 +193,26 @@ def markdown(
         ]
     lines += ["## Chart", "", "![throughput and CPU per request](results.png)", ""]
     return "\n".join(lines)
+
+
+def update_performance_page(
+    page: Path, machine: dict[str, Any], settings: dict[str, Any], targets: list[Target]
+) -> bool:
+    """Replace the targets block of ``page`` (docs/performance.md) with this run's table; False
+    (and nothing written) if the page has no such block."""
+    text = page.read_text()
+    begin, end = text.find(TARGETS_BEGIN), text.find(TARGETS_END)
+    if begin < 0 or end < begin:
+        return False
+    command = " ".join(["python -m bench.suite", settings["argv"]]).strip()
+    block = [
+        TARGETS_BEGIN,
+        "",
+        f"Written by `make bench` (`{command}`) on {machine['date']}, from "
+        "[bench/results/results.md](../bench/results/results.md):",
+        "",
+        *targets_table(targets),
+        "",
+    ]
+    page.write_text(text[:begin] + "\n".join(block) + "\n" + text[end:])
+    return True

@@ -152,6 +152,17 @@ ALL = tuple(operation.name for operation in OPERATIONS)
 # The TLS variants repeat what TLS changes most (reads, token, commits), to keep the suite short.
 TLS_SUBSET = ("list_namespaces", "load_table", "load_table_c1", "token", "commit_seq", "commit_8x8")
 CEILING = ("load_table", "load_table_c1")
+# The PostgreSQL registry: the reads the targets name, and the writes whose targets hold per store.
+POSTGRES_SUBSET = (
+    "list_namespaces",
+    "load_table",
+    "load_table_c1",
+    "list_tables",
+    "commit_seq",
+    "commit_8x8",
+    "create_namespace",
+    "create_namespace_8",
+)
 
 
 def token_form(client_id: str, client_secret: str) -> str:

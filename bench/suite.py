@@ -1,6 +1,6 @@
-"""The benchmark suite: Cedarberg (4 variants), the SeaweedFS peer and a bare aiohttp ceiling,
-measured in one run on this machine; writes bench/results/results.{json,md,png} and exits 1 if
-a target is missed.
+"""The benchmark suite: Cedarberg (5 variants: SQLite or PostgreSQL registry, HTTP or TLS, 1 or 2
+workers), the SeaweedFS peer and a bare aiohttp ceiling, measured in one run on this machine;
+writes bench/results/results.{json,md,png} and exits 1 if a target is missed.
 
     python -m bench.suite [--quick] [--reps N] [--soak-seconds S] [--only REGEX]
 
@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -28,28 +30,41 @@ from typing import Any
 
 import bench  # noqa: F401  (puts the repo root on sys.path, turns the test fork server off)
 from bench import report
-from bench.cedarberg import running_cedarberg, variant_name
+from bench.cedarberg import POSTGRES, SQLITE, Variant, running_cedarberg
 from bench.ceiling import running_ceiling
 from bench.endpoint import Endpoint
 from bench.http import HttpClient, bearer
-from bench.machine import describe
-from bench.measure import Plan, Prepared, new_scenario, prepare, run_once, server_exit, soak
-from bench.model import FAILED, UNSUPPORTED, Outcome, Scenario, Soak
+from bench.machine import describe, filesystem_of
+from bench.measure import Plan, Prepared, new_scenario, prepare, record, run_once, server_exit, soak
+from bench.model import FAILED, UNSUPPORTED, Outcome, Run, Scenario, Soak
 from bench.peer import running_seaweedfs, weed_version
+from bench.processes import crash_excerpt
 from bench.procstat import is_alive
-from bench.scenarios import ALL, BY_NAME, CEILING, READ, TLS_SUBSET, Operation, operations_for
+from bench.restarts import Restarting
+from bench.scenarios import (
+    ALL,
+    BY_NAME,
+    CEILING,
+    POSTGRES_SUBSET,
+    READ,
+    TLS_SUBSET,
+    Operation,
+    operations_for,
+)
 from bench.targets import FAIL, TIMES, evaluate
-from bench.wrk import wrk_version
+from bench.wrk import WrkError, wrk_version
 from tests.support.secure import AMBIENT_CA_VARIABLES
 from tests.support.tls import make_pki
 
-# (TLS, workers, operations) of the Cedarberg variants, in the order they run.
-VARIANTS: tuple[tuple[bool, int, tuple[str, ...]], ...] = (
-    (False, 1, ALL),
-    (False, 2, ALL),
-    (True, 1, TLS_SUBSET),
-    (True, 2, TLS_SUBSET),
+# The Cedarberg variants, in the order they run.
+VARIANTS = (
+    Variant(tls=False, workers=1, store=SQLITE, operations=ALL),
+    Variant(tls=False, workers=2, store=SQLITE, operations=ALL),
+    Variant(tls=True, workers=1, store=SQLITE, operations=TLS_SUBSET),
+    Variant(tls=True, workers=2, store=SQLITE, operations=TLS_SUBSET),
+    Variant(tls=False, workers=1, store=POSTGRES, operations=POSTGRES_SUBSET),
 )
+MAIN_VARIANT = VARIANTS[0]
 PEER_OPERATIONS = ALL
 SOAK_KEY = "cedarberg/http-1w/soak"
 
@@ -87,6 +102,7 @@ class Suite:
         self.scenarios: list[Scenario] = []
         self.soak: Soak | None = None
         self.versions: dict[str, str] = {}
+        self.durability: dict[str, dict[str, str]] = {}  # per Cedarberg variant
         self.server_died = False  # then the work directory (with the server logs) is kept
 
     def selected(self, key: str) -> bool:
@@ -102,22 +118,26 @@ class Suite:
         ceiling_ops = self.chosen("ceiling/bare-aiohttp", CEILING)
         ceiling_body: bytes | None = None
         ceiling_tokens: dict[str, str] = {}
-        for tls, workers, names in VARIANTS:
-            label = f"cedarberg/{variant_name(tls, workers)}"
-            operations = self.chosen(label, names)
-            main = (tls, workers) == (False, 1)
+        for variant in VARIANTS:
+            label = f"cedarberg/{variant.name}"
+            operations = self.chosen(label, variant.operations)
+            main = variant == MAIN_VARIANT
             want_soak = main and self.args.soak_seconds > 0 and self.selected(SOAK_KEY)
             want_body = main and bool(ceiling_ops)
             if not (operations or want_soak or want_body):
                 continue
-            directory = self.work_dir / variant_name(tls, workers)
+            directory = self.work_dir / variant.name
             start = functools.partial(
-                running_cedarberg, directory, tls_pki=pki if tls else None, workers=workers
+                running_cedarberg, directory, variant, tls_pki=pki if variant.tls else None
             )
             with self._started(label, start, operations) as endpoint:
                 if endpoint is None:
                     continue
                 self.versions.setdefault("gateway_event_loop", endpoint.event_loop)
+                self.durability[variant.name] = {
+                    **endpoint.durability,
+                    "file system": filesystem_of(directory),
+                }
                 if want_body:
                     ceiling_body = _load_table_body(endpoint)
                     # The ceiling gets byte-identical requests (it ignores the header).
@@ -139,10 +159,13 @@ class Suite:
                         self.measure(endpoint, ceiling_ops)
         peer_ops = self.chosen("seaweedfs/peer", PEER_OPERATIONS)
         if peer_ops:
-            start_peer = functools.partial(running_seaweedfs, self.work_dir / "seaweedfs")
-            with self._started("seaweedfs/peer", start_peer, peer_ops) as endpoint:
+            # After a crash the peer starts again in a fresh data directory; each is kept.
+            peer = Restarting(
+                lambda n: running_seaweedfs(self.work_dir / ("seaweedfs" if n == 0 else f"seaweedfs-{n + 1}"))
+            )
+            with self._started("seaweedfs/peer", lambda: peer, peer_ops) as endpoint:
                 if endpoint is not None:
-                    self.measure(endpoint, peer_ops)
+                    self.measure(endpoint, peer_ops, peer)
 
     @contextlib.contextmanager
     def _started(
@@ -176,8 +199,15 @@ class Suite:
 
     # -- the measurements --------------------------------------------------------------------
 
-    def measure(self, endpoint: Endpoint, operations: list[Operation]) -> None:
-        prepared: list[tuple[Scenario, Prepared]] = []
+    def measure(
+        self, endpoint: Endpoint, operations: list[Operation], peer: Restarting | None = None
+    ) -> None:
+        """Preflight every operation, then run all reads (every repetition) before the writes.
+
+        With ``peer``, a run that crashes the server is repeated on a fresh one (``_run``), the
+        following scenarios run there, and the crash is recorded in the scenario."""
+        prepared: dict[str, Prepared] = {}
+        scenarios: list[tuple[Scenario, Operation]] = []
         for operation in operations:
             scenario = new_scenario(endpoint, operation)
             self.scenarios.append(scenario)
@@ -185,21 +215,81 @@ class Suite:
             if ready is None:
                 print(f"   {scenario.key}: {scenario.status}: {scenario.error}", flush=True)
             else:
-                prepared.append((scenario, ready))
+                prepared[operation.name] = ready
+                scenarios.append((scenario, operation))
         # All reads first: the writes add namespaces and tables that some listings would show.
         for kind_is_read in (True, False):
             for rep in range(self.plan.reps):
-                for scenario, ready in prepared:
-                    if (ready.operation.kind == READ) != kind_is_read:
+                for scenario, operation in scenarios:
+                    if (operation.kind == READ) != kind_is_read:
                         continue
+                    if peer is not None:
+                        if scenario.crashes and scenario.status == UNSUPPORTED:
+                            continue  # it crashed the peer twice in a row: spare the others
+                        if not peer.running:
+                            scenario.status, scenario.error = UNSUPPORTED, "the peer did not restart"
+                            continue
+                        endpoint = peer.endpoint
                     if not is_alive(endpoint.pid):
                         self.server_died = True
                         scenario.status = UNSUPPORTED if endpoint.system == "seaweedfs" else FAILED
                         scenario.error = scenario.error or server_exit(endpoint).removeprefix("; ")
                         continue
-                    run_once(endpoint, ready, self.plan, scenario)
-                    self.server_died = self.server_died or not is_alive(endpoint.pid)
+                    if operation.name not in prepared:  # the peer was restarted: preflight again
+                        ready = prepare(endpoint, operation, scenario)
+                        if ready is None:
+                            continue
+                        prepared[operation.name] = ready
+                    self._run(endpoint, prepared, scenario, peer)
                     _print_run(scenario, rep)
+
+    def _run(
+        self, endpoint: Endpoint, prepared: dict[str, Prepared], scenario: Scenario, peer: Restarting | None
+    ) -> None:
+        """One measured run of ``scenario``. If it crashed the peer, the peer starts again (fresh
+        data, fixtures, preflights). A run whose responses all came before the crash counts (its
+        CPU and RSS may be short); otherwise it is repeated once on the new peer, without the
+        warm-up, whose end (wrk dropping the requests in flight) is what crashes it."""
+        plan = self.plan
+        for attempt in (1, 2):
+            outcome: Run | WrkError
+            try:
+                outcome = run_once(endpoint, prepared[scenario.operation], plan)
+            except WrkError as err:
+                outcome = err
+            # A server torn down by a crash shows no memory before it shows as exited.
+            if is_alive(endpoint.pid) and not (isinstance(outcome, Run) and outcome.rss_mb == 0):
+                record(endpoint, scenario, outcome)
+                return
+            self.server_died = True
+            if peer is None or not peer.can_restart():
+                record(endpoint, scenario, outcome)
+                return
+            clean = isinstance(outcome, Run) and not outcome.problems
+            assert endpoint.log_path is not None
+            scenario.crashes.append(
+                f"run {len(scenario.runs) + 1}, attempt {attempt}, "
+                f"{'after the measured run (counted)' if clean else 'before the measured run ended'}: "
+                f"{crash_excerpt(endpoint.log_path)} (log: {endpoint.log_path})"
+            )
+            print(f"   {scenario.key}: the peer crashed ({scenario.crashes[-1]}); restarting it", flush=True)
+            prepared.clear()
+            try:
+                endpoint = peer.restart()
+            except Exception as err:  # a peer that cannot start again is a result, not a crash
+                scenario.status, scenario.error = UNSUPPORTED, f"the peer did not restart: {err}"
+                return
+            if clean:
+                assert isinstance(outcome, Run)
+                record(endpoint, scenario, outcome)
+                return
+            ready = prepare(endpoint, BY_NAME[scenario.operation], scenario)
+            if ready is None:
+                return
+            prepared[scenario.operation] = ready
+            plan = dataclasses.replace(self.plan, warmup_s=0)
+        scenario.status = UNSUPPORTED
+        scenario.error = f"the peer crashed in both attempts of a run: {scenario.crashes[-1]}"
 
     def run_soak(self, endpoint: Endpoint) -> None:
         operation = BY_NAME["load_table"]
@@ -249,8 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         # would configure `cedarberg keys create` (GatewayProcess drops them for the server).
         if variable in AMBIENT_CA_VARIABLES or variable.startswith("CEDARBERG_"):
             del os.environ[variable]
+    # `kill <pid>` unwinds like Ctrl-C: the servers and the PostgreSQL cluster are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     began = time.monotonic()
     work_dir = Path(tempfile.mkdtemp(prefix="cedarberg-bench-"))
+    # mkdtemp's 0700 would keep out the postgres user, as whom PostgreSQL runs when the suite
+    # runs as root (bench/postgres.py); others may pass through, not list.
+    work_dir.chmod(0o711)
     suite = Suite(args, work_dir)
     try:
         suite.run()
@@ -272,7 +367,13 @@ def main(argv: list[str] | None = None) -> int:
         "only": args.only,
         "wall_seconds": round(wall),
     }
-    report.write_all(args.output, machine, settings, Outcome(suite.scenarios, suite.soak, targets))
+    report.write_all(
+        args.output, machine, settings, Outcome(suite.scenarios, suite.soak, targets, suite.durability)
+    )
+    if args.output.resolve() == report.RESULTS_DIR and report.update_performance_page(
+        report.PERFORMANCE_PAGE, machine, settings, targets
+    ):
+        print(f"targets table of {report.PERFORMANCE_PAGE} updated")
     print("\n== targets")
     for target in targets:
         margin = "" if target.ratio is None else f"  margin {TIMES}{target.ratio:.2f}"

@@ -5,6 +5,10 @@ inside a temporary directory, trust authentication and durability switched off (
 throw-away test data). When the tests run as root, ``initdb`` and ``pg_ctl`` run as the
 ``postgres`` system user, since PostgreSQL refuses to run as root.
 
+The benchmark suite (bench/cedarberg.py) starts its own ``PostgresServer(durable=True)``: the
+server's defaults (``fsync``, ``synchronous_commit`` and ``full_page_writes`` on), since it
+measures commits as production pays for them.
+
 ``create_database(name)`` gives a fresh database and its ``postgresql+asyncpg://`` URL.
 """
 
@@ -32,10 +36,16 @@ class PostgresError(RuntimeError):
 
 
 class PostgresServer:
-    """A throw-away PostgreSQL cluster listening on ``127.0.0.1:port``."""
+    """A throw-away PostgreSQL cluster listening on ``127.0.0.1:port``.
 
-    def __init__(self, port: int | None = None) -> None:
+    Its files go to a new directory under ``parent`` (default: the system's temporary directory);
+    ``durable`` keeps the server's durability defaults instead of switching them off.
+    """
+
+    def __init__(self, port: int | None = None, *, durable: bool = False, parent: Path | None = None) -> None:
         self.port = port or free_port()
+        self.durable = durable
+        self.parent = parent
         self.base_dir: Path | None = None
         self._counter = itertools.count(1)
         self._running = False
@@ -70,7 +80,7 @@ class PostgresServer:
         if not initdb.exists():
             raise PostgresError(f"{initdb} not found: make test installs it (scripts/install-test-deps.sh)")
         # A short path: the unix socket path must stay under ~107 bytes.
-        self.base_dir = Path(tempfile.mkdtemp(prefix="cedarberg-pg-"))
+        self.base_dir = Path(tempfile.mkdtemp(prefix="cedarberg-pg-", dir=self.parent))
         if _as_root():
             shutil.chown(self.base_dir, user=SUPERUSER)
         self._run(
@@ -82,20 +92,22 @@ class PostgresServer:
                 "trust",
                 "-U",
                 SUPERUSER,
-                "--no-sync",
+                *(() if self.durable else ("--no-sync",)),
                 "-E",
                 "UTF8",
                 "--locale=C",
             ],
+        )
+        # Test data is thrown away: no need to pay for surviving power loss.
+        volatile = (
+            () if self.durable else ("-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off")
         )
         options = " ".join(
             [
                 f"-p {self.port}",
                 "-c listen_addresses=127.0.0.1",
                 f"-k {self.socket_dir}",
-                "-c fsync=off",
-                "-c synchronous_commit=off",
-                "-c full_page_writes=off",
+                *volatile,
                 "-c max_connections=300",
             ]
         )
