@@ -73,7 +73,12 @@ async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict
         async with store.read(for_cache=True) as tx:
             read = await tx.namespace_properties(warehouse, missing)
         for name in missing:
-            found[name] = cache.store(RegistryKey.namespace(warehouse, name), read.get(name), generation)
+            found[name] = cache.store(
+                RegistryKey.namespace(warehouse, name),
+                read.get(name),
+                generation,
+                _properties_of(warehouse, name),
+            )
     return [found[name] for name in names]
 
 

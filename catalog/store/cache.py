@@ -114,7 +114,8 @@ class RegistryCache:
         self.ttl_seconds = ttl_seconds
         self.max_entries = max_entries
         self.generation = 0
-        self._entries: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+        # key -> (stored at, value, how to read it again: for a refresh the cache itself cannot start)
+        self._entries: OrderedDict[Hashable, tuple[float, Any, Any]] = OrderedDict()
         # Listing generations: a namespace listing is keyed by its warehouse's, an object listing
         # by its namespace's; bumping one makes every cached page of that container unreachable.
         self._containers: dict[tuple[str, ...], int] = {}
@@ -137,7 +138,7 @@ class RegistryCache:
         entry = self._entries.get(key)
         if entry is None:
             return False, None, False
-        stored_at, value = entry
+        stored_at, value, _reload = entry
         age = time.monotonic() - stored_at
         if age > self.ttl_seconds:
             del self._entries[key]
@@ -148,22 +149,26 @@ class RegistryCache:
             log.note(key, value)
         return True, value, age > self.ttl_seconds / 2
 
-    def still_current(self, key: Hashable, value: Any) -> bool:
-        """Whether a read of `key` would be answered `value` (the same object) and fresh, now.
-        A listing page also needs its container's generation unchanged (a write moves listings to
-        new keys without removing the old pages)."""
+    def still_current(self, key: Hashable, value: Any) -> tuple[bool, Any]:
+        """(current, reload): current when a read of `key` would be answered `value` (the same
+        object) now; `reload` is the entry's reader when it is in the second half of its TTL
+        (the caller starts the refresh a read would start), else None. A listing page also needs
+        its container's generation unchanged (a write moves listings to new keys without
+        removing the old pages)."""
         entry = self._entries.get(key)
         if entry is None or entry[1] is not value:
-            return False
-        if time.monotonic() - entry[0] > self.ttl_seconds / 2:
-            return False  # stale or expired: the full path reads (and refreshes) it
-        if isinstance(key, tuple) and key and key[0] == "list":
-            return bool(self._containers.get(key[1], 0) == key[2])
-        return True
+            return False, None
+        age = time.monotonic() - entry[0]
+        if age > self.ttl_seconds:
+            return False, None
+        if isinstance(key, tuple) and key and key[0] == "list" and self._containers.get(key[1], 0) != key[2]:
+            return False, None
+        return True, (entry[2] if age > self.ttl_seconds / 2 else None)
 
-    def store(self, key: Hashable, value: Any, generation: int) -> Any:
-        """Keep `value`, read after `generation` was taken, unless a write ended since. Returns the
-        value to use: the cached object when it equals `value` (unchanged), else `value`."""
+    def store(self, key: Hashable, value: Any, generation: int, reload: Any = None) -> Any:
+        """Keep `value`, read after `generation` was taken, unless a write ended since; `reload`
+        reads it again (for a refresh started by `still_current`'s caller). Returns the value to
+        use: the cached object when it equals `value` (unchanged), else `value`."""
         log = _READ_LOG.get()
         if not self.enabled or generation != self.generation:
             if log is not None:
@@ -174,7 +179,7 @@ class RegistryCache:
             value = held[1]  # unchanged: keep the object others were built from
         if log is not None:
             log.note(key, value)
-        self._entries[key] = (time.monotonic(), value)
+        self._entries[key] = (time.monotonic(), value, reload)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)

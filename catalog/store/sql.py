@@ -826,7 +826,7 @@ class Store:
             raise
         finally:
             del self._reading[key]
-        value = cache.store(key, value, generation)
+        value = cache.store(key, value, generation, load)
         future.set_result(value)
         return value
 

@@ -169,7 +169,7 @@ async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse
     key = sec.plans.key_of(request, spec.group in _PLANNED_GROUPS)
     if key is None:
         return await _decided(request, spec, handler)
-    plan = sec.plans.find(key, sec, services(request).ctx.store.cache)
+    plan = sec.plans.find(key, sec, services(request).ctx.store)
     if plan is not None:
         return await _replayed(request, plan)
     rec = replay.Recording(_CLASSES[spec.group])

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from cedarberg.catalog.documents import etag_matches
-from cedarberg.catalog.store.cache import ReadLog, RegistryCache
+from cedarberg.catalog.store.cache import ReadLog
 from cedarberg.catalog.store.cache import recording as recording_reads
 from cedarberg.gateway.audit import AuditEvent, AuditTemplate
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
@@ -49,6 +49,7 @@ from cedarberg.gateway.ratelimit import OperationClass
 from cedarberg.gateway.tls import peer_subject
 
 if TYPE_CHECKING:
+    from cedarberg.catalog.store.sql import Store
     from cedarberg.gateway.web.security import Security
 
 DEFAULT_MAX_ENTRIES = DEFAULT_PLAN_MAX_ENTRIES
@@ -135,6 +136,8 @@ class PlanCache:
         max_age_seconds: float = 300.0,
     ) -> None:
         self.max_age_seconds = max_age_seconds
+        self.replayed = 0  # requests answered from a plan
+        self.recorded = 0  # plans kept
         self._plans: ByteBoundedLru[PlanKey, Plan] = ByteBoundedLru(max_entries, max_bytes, MAX_ENTRY_BYTES)
 
     def __len__(self) -> int:
@@ -160,8 +163,9 @@ class PlanCache:
             peer_subject(request.transport) or "",
         )
 
-    def find(self, key: PlanKey, security: Security, registry: RegistryCache) -> Plan | None:
-        """The plan recorded for `key`, if everything it was derived from is unchanged."""
+    def find(self, key: PlanKey, security: Security, registry: Store) -> Plan | None:
+        """The plan recorded for `key`, if everything it was derived from is unchanged. An entry
+        it read that is due for a refresh is refreshed in the background, as a read would."""
         plan = self._plans.get(key)
         if plan is None:
             return None
@@ -169,10 +173,18 @@ class PlanCache:
             time.time() >= plan.expires_at
             or plan.policy_version != security.policies.version
             or not security.api_keys.token_current(plan.principal)
-            or not all(registry.still_current(k, v) for k, v in plan.reads)
         ):
             self._plans.pop(key)
             return None
+        cache = registry.cache
+        for read_key, value in plan.reads:
+            current, reload = cache.still_current(read_key, value)
+            if not current:
+                self._plans.pop(key)
+                return None
+            if reload is not None:
+                registry.refresh_later(read_key, reload)
+        self.replayed += 1
         return plan
 
     def keep(
@@ -222,8 +234,8 @@ class PlanCache:
         )
         size = _PLAN_OVERHEAD_BYTES + len(plan.body) + sum(len(part) for part in key)
         size += sum(len(t.head) + len(t.middle) + len(t.tail) for t in plan.audits)
-        if math.isfinite(expires_at):
-            self._plans.put(key, plan, size)
+        if math.isfinite(expires_at) and expires_at > time.time() and self._plans.put(key, plan, size):
+            self.recorded += 1
 
     def clear(self) -> None:
         self._plans.clear()
