@@ -52,7 +52,7 @@ def _samples(exposition: str, family: str) -> dict[str, float]:
 
 
 def test_the_application_runs_the_one_pipeline() -> None:
-    assert MIDDLEWARES == (middlewares.pipeline,)
+    assert (middlewares.pipeline,) == MIDDLEWARES
 
 
 async def test_the_running_app_holds_exactly_the_constant(gw: InProcessGateway) -> None:
