@@ -113,9 +113,7 @@ async def main(args: argparse.Namespace) -> None:
         redis = RateLimitSettings(storage_uri=args.redis_url, key_prefix=f"bench-{uuid.uuid4().hex}")
         hits = min(args.hits, _REDIS_HITS)
         per_request = await _request(redis, hits, args.repeat)
-        print(
-            f"redis   request: {per_request:7.2f} µs per request (2 hits), {per_request / 2:6.2f} µs per hit"
-        )
+        print(f"redis   request: {per_request:7.2f} µs per request (2 hits), {per_request / 2:6.2f} µs a hit")
 
 
 if __name__ == "__main__":
