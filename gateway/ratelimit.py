@@ -1,11 +1,26 @@
 """Rate limits: per client address before authentication, per principal after it.
 
-Built on `limits` with the moving-window strategy (no burst at window edges). Storage is process
-memory by default (`LocalMovingWindowStorage`, a lean replacement for `limits`' own async memory
-storage); a ``redis://`` (or ``rediss://``, ``redis+unix://``) URI puts the windows in Redis so
-several gateway processes share one budget. Redis is driven through redis-py's asyncio client
-(`limits[redis]`) with `limits`' Lua scripts, so no extra async driver is needed. The moving window
-stamps entries with each process's clock: gateway hosts sharing a Redis need synchronised clocks.
+**Algorithm: GCRA** (the generic cell rate algorithm, a "virtual scheduling" token bucket). A limit
+"N per period" has an emission interval ``I = period / N``; each key keeps one number, its
+*theoretical arrival time* (TAT). A hit at ``now`` is admitted when ``max(TAT, now) + I - now <=
+period``, and then moves the TAT to ``max(TAT, now) + I``. So a client with a full budget may send
+a burst of N at once, and then one hit every ``I`` (N per period, steady); in any stretch of ``t``
+seconds at most ``N + t / I`` hits pass. A denied hit changes nothing, and the wait until the next
+hit is admitted is exact: ``max(TAT, now) + I - period - now`` (that is the ``Retry-After``).
+
+Why GCRA, not `limits`' moving window (used before) nor its sliding-window counter: the moving
+window keeps every hit of the last period (at 100M/minute, unbounded memory) and cost ~6 µs a
+hit; the sliding-window counter keeps two counters per key but approximates (it assumes the
+previous window's hits were spread evenly), so its ``Retry-After`` is an estimate and a client can
+be refused after the time it was told. GCRA keeps one float per key, costs a dict lookup and a
+few float operations per hit, gives an exact ``Retry-After``, and a key whose TAT is in the past
+is back to a full budget and can be forgotten, which bounds memory by time as well as by count.
+
+Storage is process memory by default (`MemoryGcra`, keyed with `time.monotonic`); a ``redis://``
+(or ``rediss://``, ``redis+unix://``) URI keeps the TATs in Redis (Redis >= 5) so several gateway
+processes share one budget. There the same algorithm runs as one Lua script per hit, on Redis's
+own clock (``TIME``), so gateway hosts need no synchronised clocks; each key expires when its
+budget is full again.
 
 Budgets are keyed by the strings the caller passes: principal ids are unique only within their
 kind, so pass e.g. ``f"{principal.kind}:{principal.id}"`` when kinds may share ids.
@@ -29,13 +44,16 @@ Invariants:
   `RateLimitUnavailableError` (to be answered 503) instead of letting traffic through unlimited:
   a limiter that silently stops limiting would turn a Redis outage into an open door for
   password/key guessing. Calls are bounded by ``storage_timeout_seconds``.
-- **Failed authentications are limited strictly**, per client address, in their own window
-  (default 20 a minute): `auth_failures_exceeded` only looks (it consumes nothing), so a caller
-  over the limit is turned away before any token or hash is checked.
+- **Failed authentications are limited strictly**, per client address, with their own budget
+  (default 20 a minute: a burst of 20, then one every 3 s): `auth_failures_exceeded` only looks
+  (it consumes nothing), so a caller over the limit is turned away before any token or hash is
+  checked.
 - IPv6 clients are limited per network prefix (default /64), since one host usually owns a whole
   /64 and could otherwise rotate addresses; IPv4-mapped IPv6 addresses count as their IPv4.
-- A denied hit consumes nothing (moving window), so a client that keeps hammering is let in again
-  as soon as its window has room, and the ``Retry-After`` it gets is when that will be.
+- **A denied hit consumes nothing**, and a hit under several limits (``"5/second;100/minute"``)
+  is admitted by all of them or by none, atomically: a client that keeps hammering is let in as
+  soon as every limit has room, and the ``Retry-After`` it gets is when that will be.
+- **Memory is bounded.** `MemoryGcra` holds at most ``max_keys`` keys (see its docstring).
 
 Raises: `RateLimitUnavailableError` (storage failure); `pydantic.ValidationError` for bad settings.
 """
@@ -47,25 +65,23 @@ import functools
 import ipaddress
 import math
 import time
-from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from limits import RateLimitItem, parse_many
-from limits.aio.storage import MovingWindowSupport, RedisStorage, Storage
-from limits.aio.strategies import MovingWindowRateLimiter
-from limits.errors import StorageError
+from limits import parse_many
 
 from cedarberg.gateway.config.ratelimit import RateLimitSettings
 
+if TYPE_CHECKING:
+    import redis.asyncio
+
 __all__ = [
+    "MemoryGcra",
     "OperationClass",
+    "Rate",
     "RateLimitUnavailableError",
-    "LocalMovingWindowStorage",
     "RateLimiter",
     "RetryAfter",
     "client_key",
@@ -125,178 +141,260 @@ def client_key(addr: str | None, ipv6_prefix_length: int = 64) -> str:
     return str(ip)
 
 
-class LocalMovingWindowStorage(Storage, MovingWindowSupport):
-    """Moving windows in this process's memory, for `limits`' moving-window strategy.
+# A TAT past ``now + period`` by less than this fraction of an interval is float rounding (N
+# additions of period/N), not an excess hit.
+_ROUNDING = 1e-9
+_monotonic = time.monotonic
 
-    Replaces `limits.aio.storage.MemoryStorage`, whose expiry task walks every key with a thread
-    hop per key after each hit (measured here: ~300 µs of CPU per hit). Here each key holds a deque
-    of hit times, pruned as it is used; keys that went idle are dropped by an incremental sweep
-    (at most ``_SWEEP_BATCH`` keys per hit, a full pass at most once a second), so no call does
-    more than bounded work. Only the moving window is supported. Event-loop confined: no locks
-    are needed because nothing awaits between reading and updating a window.
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """One limit "amount per period" of one budget (e.g. the address budget's "2000/second")."""
+
+    interval: float  # seconds: period / amount, what one hit moves the TAT by
+    period: float  # seconds: how far past now the TAT may run, the burst allowance
+    text: str  # e.g. "20 per 1 minute", for the log
+    key: str  # this rate's part of a Redis key, e.g. "20/60"
+    slot: int  # the table of `MemoryGcra` that holds this budget's TATs
+
+
+def _rates(limit: str, first_slot: int) -> tuple[Rate, ...]:
+    return tuple(
+        Rate(
+            interval=item.get_expiry() / item.amount,
+            period=float(item.get_expiry()),
+            text=str(item),
+            key=f"{item.amount}/{item.get_expiry()}",
+            slot=first_slot + i,
+        )
+        for i, item in enumerate(parse_many(limit))
+    )
+
+
+def _retry(rate: Rate, wait: float) -> RetryAfter:
+    # Rounded up: retrying after `seconds` is admitted (unless others spent the budget meanwhile).
+    return RetryAfter(seconds=max(1, math.ceil(wait)), limit=rate.text)
+
+
+class MemoryGcra:
+    """GCRA in this process's memory: one dict (identity -> TAT) per rate, on `time.monotonic`.
+
+    Event-loop confined and synchronous: nothing awaits between reading and writing a TAT, so no
+    lock is needed and a hit allocates nothing but its float.
+
+    Bounded: at most ``max_keys`` keys over all tables. A sweep runs only when a *new* key would
+    pass a threshold; it drops every key whose TAT has passed (that key is back to a full budget:
+    forgetting it changes nothing) and, if more than half of ``max_keys`` keys are still live (a
+    flood of distinct clients), keeps only the half furthest from a full budget: a forgotten key
+    gets at most its full budget back, and the keys a flood cannot displace are exactly those
+    that spent the most (a locked-out guesser stays locked out). The threshold is then twice the
+    keys left (at least `_MIN_SWEEP`, at most ``max_keys``), so a sweep of ``n`` keys follows at
+    least ``n`` insertions: amortised O(1) per new key (plus a sort, in C, when a flood overflows).
     """
 
-    STORAGE_SCHEME = None  # not reachable by URI; RateLimiter.open picks it for memory://
-    _SWEEP_BATCH = 64
+    DEFAULT_MAX_KEYS = 65_536
+    _MIN_SWEEP = 1024
 
-    def __init__(self) -> None:
-        super().__init__(None, wrap_exceptions=True)
-        self._events: dict[str, deque[float]] = {}
-        self._expiry: dict[str, int] = {}
-        self._sweep_pending: deque[str] = deque()
-        self._next_pass = 0.0
-
-    @property
-    def base_exceptions(self) -> type[Exception] | tuple[type[Exception], ...]:
-        return ()
-
-    async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self.acquire_now(key, limit, expiry, amount)
-
-    def acquire_now(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        """`acquire_entry` without the coroutine (the limiter's hot path calls it directly)."""
-        now = time.time()
-        self._sweep(now)
-        if amount > limit:
-            return False
-        events = self._window(key, expiry, now)
-        if events is None:
-            events = self._events[key] = deque()
-            self._expiry[key] = expiry
-        if len(events) + amount > limit:
-            return False
-        events.extend([now] * amount)
-        return True
-
-    def has_room(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        """Whether `amount` more hits fit in the window now (consumes nothing; `limits`' test)."""
-        events = self._window(key, expiry, time.time())
-        return (len(events) if events else 0) + amount <= limit
-
-    async def get_moving_window(self, key: str, limit: int, expiry: int) -> tuple[float, int]:
-        now = time.time()
-        events = self._window(key, expiry, now)
-        if not events:
-            return now, 0
-        return events[0], len(events)
-
-    def _window(self, key: str, expiry: int, now: float) -> deque[float] | None:
-        events = self._events.get(key)
-        if events is not None:
-            cutoff = now - expiry
-            while events and events[0] <= cutoff:
-                events.popleft()
-        return events
-
-    def _sweep(self, now: float) -> None:
-        if not self._sweep_pending:
-            if now < self._next_pass:
-                return
-            self._sweep_pending.extend(self._events)
-            self._next_pass = now + 1.0
-        for _ in range(min(self._SWEEP_BATCH, len(self._sweep_pending))):
-            key = self._sweep_pending.popleft()
-            events = self._events.get(key)
-            if events is not None and (not events or events[-1] <= now - self._expiry[key]):
-                del self._events[key]
-                del self._expiry[key]
+    def __init__(self, slots: int, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        if max_keys < 2:
+            raise ValueError("max_keys must be at least 2")
+        self._tables: list[dict[str, float]] = [{} for _ in range(slots)]
+        self._max_keys = max_keys
+        self._count = 0  # keys in all tables, swept or not
+        self._sweep_at = min(max_keys, self._MIN_SWEEP)
 
     @property
     def key_count(self) -> int:
-        return len(self._events)
+        return self._count
 
-    async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        raise NotImplementedError("only the moving window is supported")
+    @property
+    def max_keys(self) -> int:
+        return self._max_keys
 
-    async def get(self, key: str) -> int:
-        raise NotImplementedError("only the moving window is supported")
+    def hit(self, rates: tuple[Rate, ...], ident: str) -> RetryAfter | None:
+        """Admit one hit of ``ident`` under every rate, or under none (then: how long to wait)."""
+        now = _monotonic()
+        tables = self._tables
+        if len(rates) == 1:  # the common case, without the second pass
+            rate = rates[0]
+            table = tables[rate.slot]
+            tat = table.get(ident)
+            new = (tat if tat is not None and tat > now else now) + rate.interval
+            over = new - now - rate.period
+            if over > rate.interval * _ROUNDING:
+                return _retry(rate, over)
+            if tat is None:
+                self._insert(rate.slot, ident, new, now)
+            else:
+                table[ident] = new
+            return None
+        denied = self._denied(rates, ident, now)
+        if denied is not None:
+            return denied
+        for rate in rates:
+            tat = tables[rate.slot].get(ident)
+            new = (tat if tat is not None and tat > now else now) + rate.interval
+            if tat is None:
+                self._insert(rate.slot, ident, new, now)
+            else:
+                tables[rate.slot][ident] = new
+        return None
 
-    async def get_expiry(self, key: str) -> float:
-        raise NotImplementedError("only the moving window is supported")
+    def peek(self, rates: tuple[Rate, ...], ident: str) -> RetryAfter | None:
+        """What `hit` would answer, without counting anything."""
+        return self._denied(rates, ident, time.monotonic())
 
-    async def check(self) -> bool:
-        return True
+    def _denied(self, rates: tuple[Rate, ...], ident: str, now: float) -> RetryAfter | None:
+        worst: Rate | None = None
+        wait = 0.0
+        for rate in rates:
+            tat = self._tables[rate.slot].get(ident)
+            over = (tat if tat is not None and tat > now else now) + rate.interval - now - rate.period
+            if over > rate.interval * _ROUNDING and over > wait:
+                worst, wait = rate, over
+        return None if worst is None else _retry(worst, wait)
 
-    async def reset(self) -> int | None:
-        count = len(self._events)
-        self._events.clear()
-        self._expiry.clear()
-        self._sweep_pending.clear()
-        return count
+    def _insert(self, slot: int, ident: str, tat: float, now: float) -> None:
+        if self._count >= self._sweep_at:
+            self._sweep(now)
+        self._tables[slot][ident] = tat
+        self._count += 1
 
-    async def clear(self, key: str) -> None:
-        self._events.pop(key, None)
-        self._expiry.pop(key, None)
+    def _sweep(self, now: float) -> None:
+        # Rebuilt, not deleted from: a dict never shrinks in place.
+        tables = [{k: tat for k, tat in t.items() if tat > now} for t in self._tables]
+        count = sum(map(len, tables))
+        keep = self._max_keys // 2
+        if count > keep:
+            tats = sorted(tat for t in tables for tat in t.values())
+            cutoff = tats[count - keep - 1]
+            tables = [{k: tat for k, tat in t.items() if tat > cutoff} for t in tables]
+            count = sum(map(len, tables))
+        self._tables = tables
+        self._count = count
+        self._sweep_at = min(self._max_keys, max(self._MIN_SWEEP, 2 * count))
+
+    def reset(self) -> None:
+        self._tables = [{} for _ in self._tables]
+        self._count = 0
 
 
-@functools.lru_cache(maxsize=4096)
-def _window_key(item: RateLimitItem, ident: tuple[str, ...]) -> str:
-    """The storage key of a window: `limits`' own key, built once per (limit, identity)."""
-    return item.key_for(*ident)
+# KEYS: one per rate. ARGV[1]: "1" to hit, "0" to look; then interval and period (seconds) per
+# rate. Answers {0, "0"} when admitted (and, for a hit, every TAT moved), else {i, wait} with the
+# rate that waits longest. TATs are stored with 17 digits (exact); each key expires when its
+# budget is full again. TIME is Redis's clock: gateway hosts' clocks do not matter.
+_GCRA_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local worst, wait, tats = 0, 0, {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[2 * i])
+  local period = tonumber(ARGV[2 * i + 1])
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then tat = now end
+  tats[i] = tat + interval
+  local over = tats[i] - now - period
+  if over > interval * 1e-9 and over > wait then worst, wait = i, over end
+end
+if worst > 0 then return {worst, string.format('%.17g', wait)} end
+if ARGV[1] == '1' then
+  for i, key in ipairs(KEYS) do
+    redis.call('SET', key, string.format('%.17g', tats[i]), 'PX', math.ceil((tats[i] - now) * 1000))
+  end
+end
+return {0, '0'}
+"""
+
+
+class RedisGcra:
+    """GCRA in Redis: one round trip (`_GCRA_LUA`, by its SHA once loaded) per call."""
+
+    def __init__(self, settings: RateLimitSettings) -> None:
+        import redis.asyncio
+
+        self._pool = redis.asyncio.ConnectionPool.from_url(
+            settings.storage_uri,
+            socket_timeout=settings.storage_timeout_seconds,
+            socket_connect_timeout=settings.storage_timeout_seconds,
+            health_check_interval=30,
+        )
+        self._client: redis.asyncio.Redis = redis.asyncio.Redis(connection_pool=self._pool)
+        self._script = self._client.register_script(_GCRA_LUA)
+        self._prefix = f"{settings.key_prefix}:gcra"
+
+    async def call(self, hit: bool, rates: tuple[Rate, ...], scope: str, ident: str) -> RetryAfter | None:
+        keys = [f"{self._prefix}:{scope}:{ident}:{rate.key}" for rate in rates]
+        args: list[str | float] = ["1" if hit else "0"]
+        for rate in rates:
+            args += (rate.interval, rate.period)
+        worst, wait = await self._script(keys=keys, args=args)
+        return None if int(worst) == 0 else _retry(rates[int(worst) - 1], float(wait))
+
+    async def ping(self) -> bool:
+        answer: object = await self._client.ping()  # type: ignore[misc]  # typed sync-or-async
+        return bool(answer)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        await self._pool.aclose()
 
 
 class RateLimiter:
-    """Moving-window limits over one storage. Create with `open`; close with `aclose`."""
+    """GCRA limits over one storage. Create with `open`; close with `aclose`."""
 
-    def __init__(self, settings: RateLimitSettings, storage: Storage, pool: Any = None) -> None:
+    def __init__(self, settings: RateLimitSettings, *, max_keys: int = MemoryGcra.DEFAULT_MAX_KEYS) -> None:
+        """Limits of ``settings`` on the storage its ``storage_uri`` names (nothing connects
+        yet). ``max_keys`` bounds the keys `MemoryGcra` holds (memory storage only)."""
         self._settings = settings
-        self._storage = storage
-        self._pool = pool  # redis.asyncio.ConnectionPool we own, or None
-        self._remote = pool is not None
-        self._failures: tuple[type[BaseException], ...] = (StorageError, OSError)
-        if self._remote:
+        self._enabled = settings.enabled
+        self._ipv6_prefix = settings.ipv6_prefix_length
+        self._address = _rates(settings.per_address, 0)
+        self._auth_failures = _rates(settings.auth_failures_per_address, len(self._address))
+        slots = len(self._address) + len(self._auth_failures)
+        self._classes: dict[str, tuple[Rate, ...]] = {}
+        for op in OperationClass:
+            self._classes[op.value] = rates = _rates(limit_for(settings, op), slots)
+            slots += len(rates)
+        self._memory: MemoryGcra | None = None
+        self._redis: RedisGcra | None = None
+        self._failures: tuple[type[BaseException], ...] = (OSError,)
+        if urlsplit(settings.storage_uri).scheme == "memory":
+            self._memory = MemoryGcra(slots, max_keys)
+        else:
             import redis.exceptions
 
-            # Belt and braces: any driver error limits leaves unwrapped still fails closed.
+            self._redis = RedisGcra(settings)
             self._failures += (redis.exceptions.RedisError,)
-        self._strategy = MovingWindowRateLimiter(storage)
-        self._local = storage if isinstance(storage, LocalMovingWindowStorage) else None
-        self._address_items = parse_many(settings.per_address)
-        self._auth_failure_items = parse_many(settings.auth_failures_per_address)
-        self._class_items = {c: parse_many(limit_for(settings, c)) for c in OperationClass}
 
     @classmethod
     def open(cls, settings: RateLimitSettings) -> RateLimiter:
         """Build a limiter for ``settings``. Nothing is connected yet (Redis connects lazily, on
         the event loop of the first call, which must be the loop that keeps using it); call
         `check` to find out whether the storage answers."""
-        scheme = urlsplit(settings.storage_uri).scheme
-        if scheme == "memory":
-            return cls(settings, LocalMovingWindowStorage())
-        import redis.asyncio
-
-        pool = redis.asyncio.ConnectionPool.from_url(
-            settings.storage_uri,
-            socket_timeout=settings.storage_timeout_seconds,
-            socket_connect_timeout=settings.storage_timeout_seconds,
-            health_check_interval=30,
-        )
-        # limits types its pass-through options as scalars; the pool is handed on to redis-py.
-        options: dict[str, Any] = {"connection_pool": pool}
-        storage = RedisStorage(
-            "async+" + settings.storage_uri,
-            implementation="redispy",
-            wrap_exceptions=True,
-            key_prefix=settings.key_prefix,
-            **options,
-        )
-        return cls(settings, storage, pool)
+        return cls(settings)
 
     @property
     def settings(self) -> RateLimitSettings:
         return self._settings
 
+    @property
+    def memory(self) -> MemoryGcra | None:
+        """The in-process storage (None on Redis): its key count, for tests and benchmarks."""
+        return self._memory
+
     async def aclose(self) -> None:
         """Release the storage's connections (idempotent)."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.aclose()
+        if self._redis is not None:
+            remote, self._redis = self._redis, None
+            await remote.aclose()
 
     async def check(self) -> bool:
         """Whether the storage answers now (for readiness); never raises."""
+        if self._redis is None:
+            return self._memory is not None
         try:
             async with asyncio.timeout(self._settings.storage_timeout_seconds):
-                return bool(await self._storage.check())
+                return await self._redis.ping()
         except self._failures:  # builtin TimeoutError is an OSError
             return False
 
@@ -304,72 +402,57 @@ class RateLimiter:
 
     async def hit_address(self, addr: str | None) -> RetryAfter | None:
         """Count one request from ``addr`` (before authentication)."""
-        return await self._hit(self._address_items, "address", self.client(addr))
+        memory = self._memory
+        if memory is not None and self._enabled:  # the read path: no coroutine below this one
+            return memory.hit(self._address, client_key(addr, self._ipv6_prefix))
+        return await self._hit(self._address, "address", self.client(addr))
 
     async def hit_principal(self, principal_id: str, op_class: OperationClass | str) -> RetryAfter | None:
         """Count one ``op_class`` operation by an authenticated principal."""
-        op = OperationClass(op_class)
-        return await self._hit(self._class_items[op], "principal", op.value, principal_id)
+        rates = self._classes.get(op_class)
+        if rates is None:
+            raise ValueError(f"not an operation class: {op_class!r}")
+        memory = self._memory
+        if memory is not None and self._enabled:
+            return memory.hit(rates, principal_id)
+        return await self._hit(rates, op_class, principal_id)
 
     async def hit_auth_failure(self, addr: str | None) -> RetryAfter | None:
         """Count one failed authentication from ``addr``; a `RetryAfter` once the limit is reached."""
-        return await self._hit(self._auth_failure_items, "authfail", self.client(addr))
+        return await self._hit(self._auth_failures, "authfail", self.client(addr))
 
     async def auth_failures_exceeded(self, addr: str | None) -> RetryAfter | None:
         """Whether ``addr`` has used up its failed-authentication budget. Consumes nothing: call
         it before any expensive authentication work and turn the request away if it is not None."""
-        if not self._settings.enabled:
+        if not self._enabled:
             return None
-        ident = ("authfail", self.client(addr))
-        local = self._local
-        if local is not None:
-            for item in self._auth_failure_items:
-                if not local.has_room(_window_key(item, ident), item.amount, item.get_expiry()):
-                    return await self._retry_after(item, ident)
-            return None
-        async with self._guard():
-            for item in self._auth_failure_items:
-                if not await self._strategy.test(item, *ident):
-                    return await self._retry_after(item, ident)
-        return None
+        ident = self.client(addr)
+        if self._memory is not None:
+            return self._memory.peek(self._auth_failures, ident)
+        return await self._remote(False, self._auth_failures, "authfail", ident)
 
     # -- internals ----------------------------------------------------------------------------
 
     def client(self, addr: str | None) -> str:
         """The identity `addr` is limited under (see `client_key`); API key lockouts use it too."""
-        return client_key(addr, self._settings.ipv6_prefix_length)
+        return client_key(addr, self._ipv6_prefix)
 
-    async def _hit(self, items: list[RateLimitItem], *ident: str) -> RetryAfter | None:
-        if not self._settings.enabled:
+    async def _hit(self, rates: tuple[Rate, ...], scope: str, ident: str) -> RetryAfter | None:
+        if not self._enabled:
             return None
-        local = self._local
-        if local is not None:  # in memory: no I/O, no guard, no coroutine per window
-            for item in items:
-                if not local.acquire_now(_window_key(item, ident), item.amount, item.get_expiry()):
-                    return await self._retry_after(item, ident)
-            return None
-        async with self._guard():
-            for item in items:
-                if not await self._strategy.hit(item, *ident):
-                    return await self._retry_after(item, ident)
-        return None
+        if self._memory is not None:  # no I/O, no timer, no coroutine below this one
+            return self._memory.hit(rates, ident)
+        return await self._remote(True, rates, scope, ident)
 
-    async def _retry_after(self, item: RateLimitItem, ident: tuple[str, ...]) -> RetryAfter:
-        # The window has room again once its oldest entry leaves it.
-        stats = await self._strategy.get_window_stats(item, *ident)
-        seconds = max(1, math.ceil(stats.reset_time - time.time()))
-        return RetryAfter(seconds=min(seconds, item.get_expiry()), limit=str(item))
-
-    @asynccontextmanager
-    async def _guard(self) -> AsyncIterator[None]:
-        """Bound a storage round trip in time; turn every storage failure into
-        `RateLimitUnavailableError` (fail closed). Memory storage does no I/O: no timer needed."""
-        if not self._remote:
-            yield
-            return
+    async def _remote(self, hit: bool, rates: tuple[Rate, ...], scope: str, ident: str) -> RetryAfter | None:
+        """One script call, bounded in time; every storage failure becomes
+        `RateLimitUnavailableError` (fail closed)."""
+        remote = self._redis
+        if remote is None:
+            raise RateLimitUnavailableError("rate limiter closed")
         try:
-            # Connect + script load + a few round trips, each bounded by the socket timeout.
+            # Connect + script load + a round trip, each bounded by the socket timeout.
             async with asyncio.timeout(self._settings.storage_timeout_seconds * 3):
-                yield
+                return await remote.call(hit, rates, scope, ident)
         except self._failures as err:  # builtin TimeoutError is an OSError
             raise RateLimitUnavailableError("rate-limit storage unavailable") from err

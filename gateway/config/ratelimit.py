@@ -24,13 +24,15 @@ def _check_limit_string(value: str) -> str:
 
 class RateLimitSettings(FrozenSettings):
     """How requests are limited. Limits use `limits` notation; ``;`` joins several, e.g.
-    ``"20/second;600/minute"``, and all must have room."""
+    ``"20/second;600/minute"``, and all must have room. A limit "N per period" is enforced by GCRA
+    (`gateway.ratelimit`): a burst of N from a full budget, then N per period steadily (one every
+    period / N)."""
 
     enabled: bool = Field(True, description="Switch all rate limiting off (benchmarks only).")
     storage_uri: str = Field(
         "memory://",
-        description="Where windows are kept: memory:// (one process) or redis://host:port[/db] "
-        "(also rediss://, redis+unix://) to share one budget between gateway processes.",
+        description="Where budgets are kept: memory:// (one process) or redis://host:port[/db] "
+        "(also rediss://, redis+unix://; Redis >= 5) to share one budget between gateway processes.",
     )
     storage_timeout_seconds: float = Field(
         1.0, gt=0, le=30, description="Longest wait for the storage; past it the request gets 503."
