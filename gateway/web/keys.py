@@ -49,7 +49,7 @@ ROUTE_TABLE: web.AppKey[dict[tuple[str, str], Route]] = web.AppKey("route_table"
 REQUEST_ID = web.RequestKey("request_id", str)
 # The route table's entry for the request, looked up once (None: no route matched).
 ROUTE: web.RequestKey[Route | None] = web.RequestKey("route")
-# Set by the authentication middleware on every request of a non-public route.
+# Set by the pipeline on every authenticated request of a non-public route (or from its plan).
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")
 # An allowed request's verdict, for handlers that read more than "allowed" (the scan grants of
 # planTableScan, the file-access checks).

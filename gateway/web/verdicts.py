@@ -1,6 +1,6 @@
 """Every decision a request is decided with goes through `decide`: decided, counted, audited.
 
-The pipeline (`middlewares.authorize`), the effect gate, and the decisions on a table's files
+The pipeline (`middlewares.pipeline`), the effect gate, and the decisions on a table's files
 (vended credentials, remote signing) all decide here, so no decision escapes the metrics or the
 audit log. A refusal made without Cedar (a path outside the table, a table whose roots are not
 confined) is audited as a denial through `refuse`. Both tell a request being recorded as a plan
