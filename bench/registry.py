@@ -30,8 +30,8 @@ from pathlib import Path
 import bench  # noqa: F401  (puts the repository on sys.path for `tests.support`)
 from cedarberg.catalog import requests as req
 from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
-from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.idempotency import Idempotency
+from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store.sql import ObjectRow, Store
@@ -40,7 +40,11 @@ from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
 
 WAREHOUSE = "w"
-SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+}
 
 
 async def _allow(_effects: object) -> None:
@@ -54,14 +58,27 @@ async def _measure(name: str, n: int, step: Callable[[int], Awaitable[None]]) ->
     for i in range(n):
         await step(i)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    print(f"  {name:26s} n={n:5d}  cpu {cpu / n * 1e6:8.1f} µs/tx  wall {wall / n * 1e6:8.1f} µs/tx  {n / wall:8.0f} tx/s")
+    per_cpu, per_wall = cpu / n * 1e6, wall / n * 1e6
+    print(f" {name:26s} n={n:5d}  cpu {per_cpu:8.1f} µs/tx  wall {per_wall:8.1f} µs/tx  {n / wall:7.0f} tx/s")
 
 
 async def _store_benchmarks(store: Store, n: int) -> None:
     async with store.write() as tx:
         await tx.insert_namespace(WAREHOUSE, "bench", None, {})
         await tx.insert_object(
-            ObjectRow(WAREHOUSE, "bench", "t", "table", str(uuid.uuid4()), "loc-0", b"m" * 200, 1, "local:k", "1", b"k" * 60)
+            ObjectRow(
+                WAREHOUSE,
+                "bench",
+                "t",
+                "table",
+                str(uuid.uuid4()),
+                "loc-0",
+                b"m" * 200,
+                1,
+                "local:k",
+                "1",
+                b"k" * 60,
+            )
         )
     counter = [0]
 
@@ -112,7 +129,9 @@ async def _catalog_benchmarks(store: Store, work: Path, n: int) -> None:
             await tables.commit(None, identifier, change, None, _allow)
 
         async def create_namespace(i: int) -> None:
-            await NamespaceService(ctx).create(None, Namespace.of(["svc", f"c{i}_{uuid.uuid4().hex[:6]}"]), {}, None)
+            await NamespaceService(ctx).create(
+                None, Namespace.of(["svc", f"c{i}_{uuid.uuid4().hex[:6]}"]), {}, None
+            )
 
         await _measure("catalog-commit", max(1, n // 4), catalog_commit)
         await _measure("create-namespace-service", max(1, n // 4), create_namespace)
@@ -131,7 +150,9 @@ async def _run(label: str, url: str, work: Path, n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--n", type=int, default=1000, help="transactions per measurement (bounded)")
     args = parser.parse_args()
@@ -140,7 +161,9 @@ def main() -> None:
         work = Path(tmp)
         if args.store in ("sqlite", "both"):
             (work / "sqlite").mkdir()
-            asyncio.run(_run("sqlite", f"sqlite+aiosqlite:///{work / 'sqlite' / 'registry.db'}", work / "sqlite", n))
+            asyncio.run(
+                _run("sqlite", f"sqlite+aiosqlite:///{work / 'sqlite' / 'registry.db'}", work / "sqlite", n)
+            )
         if args.store in ("postgres", "both"):
             from tests.support import postgres
 

@@ -1,0 +1,237 @@
+"""The registry on SQLite through the plain `sqlite3` module, without a thread hop per statement.
+
+Statements on a local SQLite file take microseconds, less than handing them to a thread and back,
+so they run inline on the event loop. What can take long never does:
+- Waiting for the write lock held by another process (the gateway's workers, a CLI command share
+  the file): connections use busy_timeout 0, and `BEGIN IMMEDIATE` (like any statement refused
+  as busy) is retried with asyncio.sleep and a bounded backoff until `busy_timeout` has passed,
+  then DatabaseError. The loop keeps serving meanwhile.
+- The COMMIT of a write transaction, which syncs the WAL (synchronous=FULL: a commit survives
+  power loss once acknowledged), runs on one dedicated thread: the transaction's only hop.
+- Opening a connection (once per connection: it may wait for WAL recovery) runs on that thread.
+
+Invariants:
+- One writer connection; the in-process lock serialises write transactions and is released only
+  when the COMMIT (or ROLLBACK) has finished on the commit thread, even if the waiting task was
+  cancelled, so no two transactions ever share the connection.
+- Readers use their own connections (at most `readers`), in autocommit: each statement reads the
+  latest committed WAL snapshot and never sees the writer's uncommitted changes.
+- Every connection sets the pragmas of `SQLITE_PRAGMAS` (WAL, foreign keys, synchronous=FULL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.engine.interfaces import Dialect
+
+from cedarberg.catalog.errors import CommitStateUnknownError
+from cedarberg.catalog.store.driver import DatabaseError, IntegrityViolation, PoolWatch
+from cedarberg.catalog.store.statements import NO_PARAMS, Rows, Sql
+
+SQLITE_SYNCHRONOUS = "FULL"  # see catalog.store.engine: the same durability for every connection
+SQLITE_PRAGMAS = (
+    "PRAGMA foreign_keys=ON",
+    "PRAGMA journal_mode=WAL",
+    f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}",
+)
+_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_FIRST_BACKOFF = 0.001
+_MAX_BACKOFF = 0.025
+DIALECT: Dialect = SQLiteDialect_pysqlite()
+
+
+def _is_busy(err: sqlite3.Error) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and (getattr(err, "sqlite_errorcode", 0) & 0xFF) in _BUSY
+
+
+def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """A connection with the registry's pragmas (on the commit thread: opening may wait)."""
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    try:
+        for pragma in SQLITE_PRAGMAS:
+            conn.execute(pragma)
+        conn.execute("PRAGMA busy_timeout=0")  # from now on the loop waits, asynchronously
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    """COMMIT (on the commit thread); a failed COMMIT leaves no transaction open behind it."""
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class SqliteConnection:
+    """Runs compiled statements inline; a statement refused as busy is retried asynchronously."""
+
+    __slots__ = ("_conn", "_deadline_after")
+
+    def __init__(self, conn: sqlite3.Connection, busy_timeout: float) -> None:
+        self._conn = conn
+        self._deadline_after = busy_timeout
+
+    @property
+    def dialect(self) -> Dialect:
+        return DIALECT
+
+    async def execute(self, sql: Sql, params: Mapping[str, Any] = NO_PARAMS) -> Rows:
+        compiled = sql.compiled(DIALECT)
+        args = compiled.args(params)
+        deadline = None
+        delay = _FIRST_BACKOFF
+        while True:
+            try:
+                cursor = self._conn.execute(compiled.sql, args)
+                if cursor.description is None:
+                    return Rows([], cursor.rowcount)
+                raw = cursor.fetchall()
+                break
+            except sqlite3.IntegrityError as err:
+                message = str(err).lower()
+                raise IntegrityViolation("foreign key" in message, message) from None
+            except sqlite3.Error as err:
+                if not _is_busy(err):
+                    raise DatabaseError(type(err).__name__) from err
+                deadline, delay = await _wait_busy(err, deadline, delay, self._deadline_after)
+        make = compiled.row_type
+        return Rows(raw if make is None else [make._make(row) for row in raw], len(raw))  # type: ignore[attr-defined]
+
+    async def execute_many(self, sql: Sql, params: Sequence[Mapping[str, Any]]) -> None:
+        compiled = sql.compiled(DIALECT)
+        try:
+            self._conn.executemany(compiled.sql, [compiled.args(p) for p in params])
+        except sqlite3.IntegrityError as err:
+            message = str(err).lower()
+            raise IntegrityViolation("foreign key" in message, message) from None
+        except sqlite3.Error as err:
+            raise DatabaseError(type(err).__name__) from err
+
+
+async def _wait_busy(
+    err: sqlite3.Error, deadline: float | None, delay: float, patience: float
+) -> tuple[float, float]:
+    """Sleep before retrying a busy statement; DatabaseError once `patience` seconds have passed
+    since the first refusal."""
+    now = asyncio.get_running_loop().time()
+    if deadline is None:
+        deadline = now + patience
+    if now >= deadline:
+        raise DatabaseError(type(err).__name__) from err
+    await asyncio.sleep(min(delay, deadline - now))
+    return deadline, min(delay * 2, _MAX_BACKOFF)
+
+
+class SqliteDriver:
+    """The registry's SQLite connections (see the module docstring)."""
+
+    def __init__(self, path: str, *, readers: int = 4, busy_timeout: float = 10.0) -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._busy_timeout = busy_timeout
+        self._readers = readers
+        self._reader_slots = asyncio.Semaphore(readers)
+        self._idle: list[sqlite3.Connection] = []
+        self._writer: sqlite3.Connection | None = None
+        self._write_lock = asyncio.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry-commit")
+        self._watch = PoolWatch()
+
+    @property
+    def dialect(self) -> Dialect:
+        return DIALECT
+
+    @property
+    def capacity(self) -> int:
+        return self._readers + 1
+
+    def watch(self, checked_out: Callable[[], None], checked_in: Callable[[], None]) -> None:
+        self._watch.checked_out, self._watch.checked_in = checked_out, checked_in
+
+    async def _open(self) -> sqlite3.Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._thread, _connect, self._path, self._busy_timeout)
+        except sqlite3.Error as err:
+            raise DatabaseError(type(err).__name__) from err
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[SqliteConnection]:
+        await self._write_lock.acquire()
+        handed_over = False  # True once the commit thread's callback releases the lock
+        self._watch.checked_out()
+        try:
+            if self._writer is None:
+                self._writer = await self._open()
+            conn = self._writer
+            tx = SqliteConnection(conn, self._busy_timeout)
+            await self._begin_immediate(conn)
+            try:
+                yield tx
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")  # no sync: the WAL frames of this transaction are dropped
+                raise
+            future = asyncio.get_running_loop().run_in_executor(self._thread, _commit, conn)
+            handed_over = True
+            future.add_done_callback(self._committed)
+            try:
+                await asyncio.shield(future)
+            except sqlite3.Error as err:
+                raise CommitStateUnknownError("the registry did not confirm the commit") from err
+        finally:
+            if not handed_over:
+                self._write_lock.release()
+                self._watch.checked_in()
+
+    def _committed(self, future: asyncio.Future[None]) -> None:
+        if not future.cancelled():
+            future.exception()  # retrieved here too: its waiter may have been cancelled
+        self._write_lock.release()
+        self._watch.checked_in()
+
+    async def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting asynchronously while another connection holds it."""
+        deadline = None
+        delay = _FIRST_BACKOFF
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.Error as err:
+                if not _is_busy(err):
+                    raise DatabaseError(type(err).__name__) from err
+                deadline, delay = await _wait_busy(err, deadline, delay, self._busy_timeout)
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[SqliteConnection]:
+        async with self._reader_slots:
+            conn = self._idle.pop() if self._idle else await self._open()
+            self._watch.checked_out()
+            try:
+                yield SqliteConnection(conn, self._busy_timeout)
+            finally:
+                self._watch.checked_in()
+                self._idle.append(conn)
+
+    async def close(self) -> None:
+        async with self._write_lock:  # a commit under way finishes first
+            connections = [*self._idle, *([self._writer] if self._writer is not None else [])]
+            self._idle, self._writer = [], None
+            for conn in connections:
+                conn.close()
+        self._thread.shutdown(wait=True)
