@@ -32,6 +32,7 @@ from cedarberg.catalog.store.driver import DatabaseError, IntegrityViolation, Po
 from cedarberg.catalog.store.statements import NO_PARAMS, Rows, Sql
 
 POSTGRES_SERVER_SETTINGS = {"synchronous_commit": "on"}
+CHECKOUT_TIMEOUT_SECONDS = 30.0  # all connections busy this long: the registry is unavailable
 DIALECT: Dialect = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 # Failures after which the connection itself is not trusted (as opposed to a refused statement).
 _CONNECTION_ERRORS = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError, OSError, asyncio.TimeoutError)
@@ -133,7 +134,15 @@ class PostgresDriver:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PostgresConnection]:
-        async with self._slots:
+        if self._slots.locked():  # every connection is in use: wait, but not for ever
+            try:
+                async with asyncio.timeout(CHECKOUT_TIMEOUT_SECONDS):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise DatabaseError("PoolTimeout") from None
+        else:
+            await self._slots.acquire()
+        try:
             raw = None
             while self._idle and raw is None:
                 candidate = self._idle.pop()
@@ -154,6 +163,8 @@ class PostgresDriver:
                     raw.terminate()
                 else:
                     self._idle.append(raw)
+        finally:
+            self._slots.release()
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[PostgresConnection]:

@@ -14,8 +14,8 @@ Invariants:
 - One writer connection; the in-process lock serialises write transactions and is released only
   when the COMMIT (or ROLLBACK) has finished on the commit thread, even if the waiting task was
   cancelled, so no two transactions ever share the connection.
-- Readers use their own connections (at most `readers`), in autocommit: each statement reads the
-  latest committed WAL snapshot and never sees the writer's uncommitted changes.
+- Readers use their own connections (`readers` of them kept open), in autocommit: each statement
+  reads the latest committed WAL snapshot and never sees the writer's uncommitted changes.
 - Every connection sets the pragmas of `SQLITE_PRAGMAS` (WAL, foreign keys, synchronous=FULL).
 """
 
@@ -144,7 +144,6 @@ class SqliteDriver:
         self._path = path
         self._busy_timeout = busy_timeout
         self._readers = readers
-        self._reader_slots = asyncio.Semaphore(readers)
         self._idle: list[sqlite3.Connection] = []
         self._writer: sqlite3.Connection | None = None
         self._write_lock = asyncio.Lock()
@@ -219,14 +218,19 @@ class SqliteDriver:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[SqliteConnection]:
-        async with self._reader_slots:
-            conn = self._idle.pop() if self._idle else await self._open()
-            self._watch.checked_out()
-            try:
-                yield SqliteConnection(conn, self._busy_timeout)
-            finally:
-                self._watch.checked_in()
+        # Not bounded by waiting: a read that awaits something else (or reads again, nested)
+        # while holding its connection must never wait for itself. Beyond `readers` idle
+        # connections, extra ones are opened and closed again.
+        conn = self._idle.pop() if self._idle else await self._open()
+        self._watch.checked_out()
+        try:
+            yield SqliteConnection(conn, self._busy_timeout)
+        finally:
+            self._watch.checked_in()
+            if len(self._idle) < self._readers:
                 self._idle.append(conn)
+            else:
+                conn.close()
 
     async def close(self) -> None:
         async with self._write_lock:  # a commit under way finishes first

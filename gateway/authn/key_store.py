@@ -339,9 +339,9 @@ class KeyStore:
 def connect_key_store(url: str) -> KeyStore:
     """A store on an engine of its own for `url` (SQLite or PostgreSQL), whose schema the caller
     made sure is current (`cedarberg serve` upgrades it before any worker starts). The store owns
-    the engine: `close()` disposes of it."""
-    size = 2 if url.startswith("sqlite") else 4
-    return KeyStore(create_engine(url, size, size), owns_engine=True)
+    the engine: `close()` disposes of it. Two connections and two more under load: keys are
+    read on verification-cache misses and by the change feed's poll."""
+    return KeyStore(create_engine(url, 2, 2), owns_engine=True)
 
 
 async def open_key_store(url: str) -> KeyStore:
