@@ -182,8 +182,7 @@ class SqliteDriver:
             try:
                 yield tx
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")  # no sync: the WAL frames of this transaction are dropped
+                self._roll_back(conn)
                 raise
             future = asyncio.get_running_loop().run_in_executor(self._thread, _commit, conn)
             handed_over = True
@@ -197,6 +196,16 @@ class SqliteDriver:
                 self._write_lock.release()
                 self._watch.checked_in()
 
+    def _roll_back(self, conn: sqlite3.Connection) -> None:
+        """Undo the write transaction (no sync: its WAL frames are just dropped). A connection that
+        cannot roll back is closed, so the next writer starts on a fresh one."""
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._writer = None
+            conn.close()
+
     def _committed(self, future: asyncio.Future[None]) -> None:
         if not future.cancelled():
             future.exception()  # retrieved here too: its waiter may have been cancelled
@@ -209,6 +218,8 @@ class SqliteDriver:
         delay = _FIRST_BACKOFF
         while True:
             try:
+                if conn.in_transaction:  # never inherit what a failed COMMIT may have left open
+                    conn.execute("ROLLBACK")
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.Error as err:
