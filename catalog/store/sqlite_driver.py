@@ -22,12 +22,14 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from queue import SimpleQueue
+from typing import Any, TypeVar
 
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import Dialect
@@ -46,6 +48,7 @@ _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _FIRST_BACKOFF = 0.001
 _MAX_BACKOFF = 0.025
 DIALECT: Dialect = SQLiteDialect_pysqlite()
+T = TypeVar("T")
 
 
 def _is_busy(err: sqlite3.Error) -> bool:
@@ -73,6 +76,51 @@ def _commit(conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _settle(future: asyncio.Future[Any], error: BaseException | None, value: Any) -> None:
+    if not future.done():
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+
+class _CommitThread:
+    """One thread for what may block (COMMIT's sync, opening a connection). Lighter than an
+    executor: a queue in, `call_soon_threadsafe` out (the transaction's one crossing)."""
+
+    def __init__(self) -> None:
+        self._jobs: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]] | None] = (
+            SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="registry-commit", daemon=True)
+            self._thread.start()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((fn, args, future))
+        return future
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, args, future = job
+            error: BaseException | None = None
+            value = None
+            try:
+                value = fn(*args)
+            except BaseException as err:  # handed to the waiting task
+                error = err
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                future.get_loop().call_soon_threadsafe(_settle, future, error, value)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
 
 
 class SqliteConnection:
@@ -147,7 +195,7 @@ class SqliteDriver:
         self._idle: list[sqlite3.Connection] = []
         self._writer: sqlite3.Connection | None = None
         self._write_lock = asyncio.Lock()
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry-commit")
+        self._thread = _CommitThread()
         self._watch = PoolWatch()
 
     @property
@@ -162,9 +210,8 @@ class SqliteDriver:
         self._watch.checked_out, self._watch.checked_in = checked_out, checked_in
 
     async def _open(self) -> sqlite3.Connection:
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._thread, _connect, self._path, self._busy_timeout)
+            return await self._thread.run(_connect, self._path, self._busy_timeout)
         except sqlite3.Error as err:
             raise DatabaseError(type(err).__name__) from err
 
@@ -184,7 +231,7 @@ class SqliteDriver:
             except BaseException:
                 self._roll_back(conn)
                 raise
-            future = asyncio.get_running_loop().run_in_executor(self._thread, _commit, conn)
+            future = self._thread.run(_commit, conn)
             handed_over = True
             future.add_done_callback(self._committed)
             try:
@@ -249,4 +296,4 @@ class SqliteDriver:
             self._idle, self._writer = [], None
             for conn in connections:
                 conn.close()
-        self._thread.shutdown(wait=True)
+        self._thread.stop()
