@@ -10,10 +10,18 @@ so they run inline on the event loop. What can take long never does:
   power loss once acknowledged), runs on one dedicated thread: the transaction's only hop.
 - Opening a connection (once per connection: it may wait for WAL recovery) runs on that thread.
 
+Group commit: writers that queue up while a COMMIT syncs join the next transaction, each inside
+a savepoint, and share its COMMIT (at most MAX_GROUP of them): one sync and one thread crossing
+for all. A writer that fails rolls back to its savepoint, taking back only its own changes; every
+writer of the group returns only once the shared COMMIT has finished, and each learns its outcome
+(an error while committing is CommitStateUnknownError for all; a transaction SQLite rolled back
+entirely is DatabaseError for all).
+
 Invariants:
-- One writer connection; the in-process lock serialises write transactions and is released only
-  when the COMMIT (or ROLLBACK) has finished on the commit thread, even if the waiting task was
-  cancelled, so no two transactions ever share the connection.
+- One writer connection; the in-process lock serialises the writers' bodies (one at a time,
+  each in its savepoint) and is released only when the COMMIT (or ROLLBACK) has finished on the
+  commit thread, even if a waiting task was cancelled, so no two transactions share the
+  connection and nobody touches it mid-COMMIT.
 - Readers use their own connections (`readers` of them kept open), in autocommit: each statement
   reads the latest committed WAL snapshot and never sees the writer's uncommitted changes.
 - Every connection sets the pragmas of `SQLITE_PRAGMAS` (WAL, foreign keys, synchronous=FULL).
@@ -47,6 +55,7 @@ SQLITE_PRAGMAS = (
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _FIRST_BACKOFF = 0.001
 _MAX_BACKOFF = 0.025
+MAX_GROUP = 16  # most writers sharing one transaction (bounds the first one's wait)
 DIALECT: Dialect = SQLiteDialect_pysqlite()
 T = TypeVar("T")
 
@@ -183,6 +192,16 @@ async def _wait_busy(
     return deadline, min(delay * 2, _MAX_BACKOFF)
 
 
+class _Batch:
+    """One write transaction shared by the writers that joined it; `done` settles with its COMMIT."""
+
+    __slots__ = ("done", "members")
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.done = done
+        self.members = 0  # writers whose changes it holds
+
+
 class SqliteDriver:
     """The registry's SQLite connections (see the module docstring)."""
 
@@ -194,7 +213,10 @@ class SqliteDriver:
         self._readers = readers
         self._idle: list[sqlite3.Connection] = []
         self._writer: sqlite3.Connection | None = None
-        self._write_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()  # its holder uses the writer connection
+        self._waiting = 0  # writers waiting for the lock
+        self._batch: _Batch | None = None  # the open write transaction
+        self._takeovers: set[asyncio.Task[None]] = set()
         self._thread = _CommitThread()
         self._watch = PoolWatch()
 
@@ -217,31 +239,46 @@ class SqliteDriver:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[SqliteConnection]:
-        await self._write_lock.acquire()
-        handed_over = False  # True once the commit thread's callback releases the lock
+        self._waiting += 1
+        try:
+            await self._write_lock.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            batch = self._batch
+            if batch is None:
+                if self._writer is None:
+                    self._writer = await self._open()
+                await self._begin_immediate(self._writer)
+                batch = self._batch = _Batch(asyncio.get_running_loop().create_future())
+            conn = self._writer
+            assert conn is not None
+            conn.execute("SAVEPOINT member")
+        except sqlite3.Error as err:
+            self._end_turn()
+            raise DatabaseError(type(err).__name__) from err
+        except BaseException:
+            self._end_turn()
+            raise
         self._watch.checked_out()
         try:
-            if self._writer is None:
-                self._writer = await self._open()
-            conn = self._writer
-            tx = SqliteConnection(conn, self._busy_timeout)
-            await self._begin_immediate(conn)
-            try:
-                yield tx
-            except BaseException:
-                self._roll_back(conn)
-                raise
-            future = self._thread.run(_commit, conn)
-            handed_over = True
-            future.add_done_callback(self._committed)
-            try:
-                await asyncio.shield(future)
-            except sqlite3.Error as err:
-                raise CommitStateUnknownError("the registry did not confirm the commit") from err
-        finally:
-            if not handed_over:
-                self._write_lock.release()
-                self._watch.checked_in()
+            yield SqliteConnection(conn, self._busy_timeout)
+        except BaseException:
+            self._watch.checked_in()
+            self._undo_member(conn)
+            self._end_turn()
+            raise
+        self._watch.checked_in()
+        try:
+            conn.execute("RELEASE member")
+            batch.members += 1
+        except sqlite3.Error:
+            self._undo_member(conn)
+        self._end_turn()
+        try:
+            await asyncio.shield(batch.done)
+        except sqlite3.Error as err:
+            raise CommitStateUnknownError("the registry did not confirm the commit") from err
 
     def _roll_back(self, conn: sqlite3.Connection) -> None:
         """Undo the write transaction (no sync: its WAL frames are just dropped). A connection that
@@ -253,11 +290,66 @@ class SqliteDriver:
             self._writer = None
             conn.close()
 
-    def _committed(self, future: asyncio.Future[None]) -> None:
-        if not future.cancelled():
-            future.exception()  # retrieved here too: its waiter may have been cancelled
+    def _undo_member(self, conn: sqlite3.Connection) -> None:
+        """Undo one writer's changes, keeping the others' in the open transaction. If that fails
+        the whole transaction goes (`_end_turn` then fails the batch)."""
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK TO member")
+                conn.execute("RELEASE member")
+        except sqlite3.Error:
+            self._roll_back(conn)
+
+    def _end_turn(self) -> None:
+        """The lock holder is done with the open transaction: hand it to a waiting writer (group
+        commit: they share one COMMIT and its sync), or commit it on the commit thread (the lock is
+        released when the COMMIT has finished), or, with no member left, roll it back."""
+        batch, conn = self._batch, self._writer
+        if batch is None:
+            self._write_lock.release()
+            return
+        if conn is None or not conn.in_transaction:  # SQLite rolled everything back (I/O, full disk)
+            self._batch = None
+            _settle(batch.done, DatabaseError("TransactionRolledBack"), None)
+            self._write_lock.release()
+            return
+        if self._waiting and batch.members < MAX_GROUP:
+            self._write_lock.release()
+            # The woken writer runs before this callback; if it was cancelled instead, nobody
+            # holds the open transaction and the callback commits it.
+            asyncio.get_running_loop().call_soon(self._commit_if_abandoned, batch)
+            return
+        self._commit(batch, conn)
+
+    def _commit(self, batch: _Batch, conn: sqlite3.Connection) -> None:
+        self._batch = None
+        if batch.members == 0:
+            self._roll_back(conn)
+            _settle(batch.done, None, None)
+            self._write_lock.release()
+            return
+        self._thread.run(_commit, conn).add_done_callback(lambda future: self._committed(batch, future))
+
+    def _committed(self, batch: _Batch, future: asyncio.Future[None]) -> None:
+        error = None if future.cancelled() else future.exception()
+        _settle(batch.done, error, None)
+        if error is not None:
+            batch.done.exception()  # retrieved: every member may have been cancelled
         self._write_lock.release()
-        self._watch.checked_in()
+
+    def _commit_if_abandoned(self, batch: _Batch) -> None:
+        if self._batch is batch and not self._write_lock.locked():
+            task = asyncio.get_running_loop().create_task(self._take_over(batch))
+            self._takeovers.add(task)
+            task.add_done_callback(self._takeovers.discard)
+
+    async def _take_over(self, batch: _Batch) -> None:
+        await self._write_lock.acquire()
+        conn = self._writer
+        if self._batch is not batch or conn is None:
+            self._write_lock.release()
+            return
+        self._commit(batch, conn)
 
     async def _begin_immediate(self, conn: sqlite3.Connection) -> None:
         """Take the write lock, waiting asynchronously while another connection holds it."""

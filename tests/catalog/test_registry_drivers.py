@@ -164,9 +164,49 @@ async def test_commit_runs_on_the_commit_thread_and_other_statements_on_the_loop
     finally:
         await store.close()
     loop_thread = threading.get_ident()
-    assert [verb for verb, _ in seen] == ["INSERT", "COMMIT"]
-    assert seen[0][1] == loop_thread
-    assert seen[1][1] != loop_thread
+    assert [verb for verb, _ in seen] == ["INSERT", "RELEASE", "COMMIT"]
+    assert {thread for verb, thread in seen if verb != "COMMIT"} == {loop_thread}
+    assert seen[-1][1] != loop_thread
+
+
+async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_only_its_changes(
+    tmp_path: Path,
+) -> None:
+    """Group commit: writers that wait while a COMMIT syncs join one transaction (each in a
+    savepoint) and share the next COMMIT; a writer that fails takes back only its own changes."""
+    path = tmp_path / "registry.db"
+    await migrate_registry(f"sqlite+aiosqlite:///{path}")
+    driver = SqliteDriver(str(path))
+    store = Store(driver)
+    commits: list[str] = []
+    try:
+        async with store.write() as tx:
+            await tx.insert_namespace("w", "ns", None, {})
+        assert driver._writer is not None
+        driver._writer.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+
+        async def create(i: int) -> None:
+            async with store.write() as tx:
+                await tx.insert_object(_row(f"t{i}", f"s3://b/t{i}/metadata/0.json"))
+                await asyncio.sleep(0)  # let the others queue up behind this writer
+                if i == 3:
+                    raise RuntimeError("writer 3 fails after its insert")
+
+        outcomes = await asyncio.gather(*(create(i) for i in range(24)), return_exceptions=True)
+        driver._writer.set_trace_callback(None)
+    finally:
+        await store.close()
+    failed = [i for i, outcome in enumerate(outcomes) if outcome is not None]
+    assert failed == [3]
+    assert isinstance(outcomes[3], RuntimeError)
+    assert 1 <= len(commits) <= 12, commits  # one per writer would be 23
+    reopened = await Store.open(f"sqlite+aiosqlite:///{path}")
+    try:
+        async with reopened.read() as tx:
+            names = await tx.list_objects("w", "ns", "table", None, 100)
+    finally:
+        await reopened.close()
+    assert sorted(names) == sorted(f"t{i}" for i in range(24) if i != 3)
 
 
 async def test_a_transaction_failing_midway_leaves_the_registry_unchanged(
