@@ -6,6 +6,7 @@ registry transaction, on SQLite and on PostgreSQL.
 
 Measured (each a bounded loop of `--n` transactions, after a warm-up of `--n // 10`):
 - commit-registry: a write transaction as a table commit makes it: read the pointer, swap it;
+- commit-registry x8: the same by 8 concurrent writers on 8 tables (per transaction);
 - create-namespace: a write transaction inserting a namespace;
 - get-object: a read transaction reading one pointer (the read cache off);
 - catalog-commit: the whole in-process commit of a property change (`TableService.commit`,
@@ -42,6 +43,7 @@ from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
 
 WAREHOUSE = "w"
+WRITERS = 8  # concurrent writers, one table each
 SCHEMA = {
     "type": "struct",
     "schema-id": 0,
@@ -53,13 +55,14 @@ async def _allow(_effects: object) -> None:
     """The commit gate: everything is allowed (authorization is not measured here)."""
 
 
-async def _measure(name: str, n: int, step: Callable[[int], Awaitable[None]]) -> None:
+async def _measure(name: str, n: int, step: Callable[[int], Awaitable[None]], per_step: int = 1) -> None:
     for i in range(max(1, n // 10)):  # warm-up: connections opened, statements prepared
         await step(-1 - i)
     cpu, loop_cpu, wall = time.process_time(), time.thread_time(), time.perf_counter()
     for i in range(n):
         await step(i)
     cpu, loop_cpu, wall = time.process_time() - cpu, time.thread_time() - loop_cpu, time.perf_counter() - wall
+    n *= per_step
     print(
         f" {name:25s} n={n:5d}  cpu {cpu / n * 1e6:7.1f} µs/tx (loop {loop_cpu / n * 1e6:7.1f})"
         f"  wall {wall / n * 1e6:7.1f} µs/tx  {n / wall:6.0f} tx/s"
@@ -101,7 +104,37 @@ async def _store_benchmarks(store: Store, n: int) -> None:
         async with store.read() as tx:
             assert await tx.get_object(WAREHOUSE, "bench", "t") is not None
 
+    for i in range(WRITERS):
+        async with store.write() as tx:
+            await tx.insert_object(
+                ObjectRow(
+                    WAREHOUSE,
+                    "bench",
+                    f"t{i}",
+                    "table",
+                    str(uuid.uuid4()),
+                    "loc-0",
+                    b"m" * 200,
+                    1,
+                    "local:k",
+                    "1",
+                    b"k" * 60,
+                )
+            )
+
+    async def commit_concurrently(i: int) -> None:
+        """WRITERS commits at once, one per table (a step counts WRITERS transactions)."""
+
+        async def one(table: str) -> None:
+            async with store.write() as tx:
+                row = await tx.get_object(WAREHOUSE, "bench", table)
+                assert row is not None
+                assert await tx.swap_object(row, f"loc-{i}-{uuid.uuid4().hex[:6]}", b"n" * 200)
+
+        await asyncio.gather(*(one(f"t{w}") for w in range(WRITERS)))
+
     await _measure("commit-registry", n, commit_registry)
+    await _measure(f"commit-registry x{WRITERS}", max(1, n // WRITERS), commit_concurrently, per_step=WRITERS)
     await _measure("create-namespace", n, create_namespace)
     await _measure("get-object", n, get_object)
 
