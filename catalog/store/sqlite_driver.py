@@ -30,19 +30,17 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
-import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from queue import SimpleQueue
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine.interfaces import Dialect
 
 from cedarberg.catalog.errors import CommitStateUnknownError
+from cedarberg.catalog.store.commit_thread import CommitThread, settle
 from cedarberg.catalog.store.driver import DatabaseError, IntegrityViolation, PoolWatch
 from cedarberg.catalog.store.statements import NO_PARAMS, Rows, Sql
 
@@ -57,7 +55,6 @@ _FIRST_BACKOFF = 0.001
 _MAX_BACKOFF = 0.025
 MAX_GROUP = 16  # most writers sharing one transaction (bounds the first one's wait)
 DIALECT: Dialect = SQLiteDialect_pysqlite()
-T = TypeVar("T")
 
 
 def _is_busy(err: sqlite3.Error) -> bool:
@@ -85,51 +82,6 @@ def _commit(conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-
-
-def _settle(future: asyncio.Future[Any], error: BaseException | None, value: Any) -> None:
-    if not future.done():
-        if error is None:
-            future.set_result(value)
-        else:
-            future.set_exception(error)
-
-
-class _CommitThread:
-    """One thread for what may block (COMMIT's sync, opening a connection). Lighter than an
-    executor: a queue in, `call_soon_threadsafe` out (the transaction's one crossing)."""
-
-    def __init__(self) -> None:
-        self._jobs: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]] | None] = (
-            SimpleQueue()
-        )
-        self._thread: threading.Thread | None = None
-
-    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="registry-commit", daemon=True)
-            self._thread.start()
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._jobs.put((fn, args, future))
-        return future
-
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, args, future = job
-            error: BaseException | None = None
-            value = None
-            try:
-                value = fn(*args)
-            except BaseException as err:  # handed to the waiting task
-                error = err
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                future.get_loop().call_soon_threadsafe(_settle, future, error, value)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._jobs.put(None)
-            self._thread.join()
-            self._thread = None
 
 
 class SqliteConnection:
@@ -217,7 +169,7 @@ class SqliteDriver:
         self._waiting = 0  # writers waiting for the lock
         self._batch: _Batch | None = None  # the open write transaction
         self._takeovers: set[asyncio.Task[None]] = set()
-        self._thread = _CommitThread()
+        self._thread = CommitThread()
         self._watch = PoolWatch()
 
     @property
@@ -310,7 +262,7 @@ class SqliteDriver:
             return
         if conn is None or not conn.in_transaction:  # SQLite rolled everything back (I/O, full disk)
             self._batch = None
-            _settle(batch.done, DatabaseError("TransactionRolledBack"), None)
+            settle(batch.done, DatabaseError("TransactionRolledBack"), None)
             self._write_lock.release()
             return
         if self._waiting and batch.members < MAX_GROUP:
@@ -325,14 +277,14 @@ class SqliteDriver:
         self._batch = None
         if batch.members == 0:
             self._roll_back(conn)
-            _settle(batch.done, None, None)
+            settle(batch.done, None, None)
             self._write_lock.release()
             return
         self._thread.run(_commit, conn).add_done_callback(lambda future: self._committed(batch, future))
 
     def _committed(self, batch: _Batch, future: asyncio.Future[None]) -> None:
         error = None if future.cancelled() else future.exception()
-        _settle(batch.done, error, None)
+        settle(batch.done, error, None)
         if error is not None:
             batch.done.exception()  # retrieved: every member may have been cancelled
         self._write_lock.release()
