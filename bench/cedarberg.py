@@ -65,7 +65,8 @@ class Variant:
 
 def durability(store: str, postgres_settings: Mapping[str, str] | None = None) -> dict[str, str]:
     """What makes an acknowledged commit survive power loss in this variant, as measured."""
-    from cedarberg.catalog.store.sql import POSTGRES_SERVER_SETTINGS, SQLITE_SYNCHRONOUS
+    from cedarberg.catalog.store.postgres_driver import POSTGRES_SERVER_SETTINGS
+    from cedarberg.catalog.store.sqlite_driver import SQLITE_SYNCHRONOUS
 
     described = {
         "registry": store,

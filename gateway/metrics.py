@@ -24,8 +24,9 @@ principals or table names.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -36,8 +37,6 @@ from prometheus_client import (
     multiprocess,
     values,
 )
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,6 +58,12 @@ def _multiprocess() -> bool:
     enabled = bool(os.environ.get(MULTIPROC_ENV))
     values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
     return enabled
+
+
+class WatchedPool(Protocol):
+    """A connection pool that reports checkouts and checkins (catalog.store.sql.Store)."""
+
+    def watch_pool(self, checked_out: Callable[[], None], checked_in: Callable[[], None]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,13 +175,12 @@ class Metrics:
         grant = grant_type if grant_type in _GRANT_TYPES else "other"
         self.tokens.labels(grant, "issued" if issued else "refused").inc()
 
-    def watch_pool(self, engine: AsyncEngine, capacity: int) -> None:
-        """Count the registry's checked-out connections (SQLAlchemy pool events)."""
+    def watch_pool(self, pool: WatchedPool, capacity: int) -> None:
+        """Count the registry's checked-out connections (the store's pool callbacks)."""
         self.pool.labels("capacity").set(capacity)
         checked_out = self.pool.labels("checked_out")
         checked_out.set(0)
-        event.listen(engine.sync_engine, "checkout", lambda *_: checked_out.inc())
-        event.listen(engine.sync_engine, "checkin", lambda *_: checked_out.dec())
+        pool.watch_pool(checked_out.inc, checked_out.dec)
 
     # -- exposition --------------------------------------------------------------------------
     def exposition(self) -> bytes:

@@ -7,11 +7,15 @@ plan of another owner or table, or an expired one, is found exactly like one tha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
+from sqlalchemy import bindparam as param
 from sqlalchemy import delete, insert, select, update
 
 from cedarberg.catalog.store.schema import scan_plan_pages, scan_plans
-from cedarberg.catalog.store.sql import StoreTx
+from cedarberg.catalog.store.sql import StoreTx, in_params, values_of
+from cedarberg.catalog.store.statements import Sql
 
 SUBMITTED = "submitted"
 COMPLETED = "completed"
@@ -42,27 +46,81 @@ class PageRow:
     payload: bytes  # sealed
 
 
+_PLAN_FIELDS = tuple(PlanRow.__dataclass_fields__)
+_PAGE_FIELDS = tuple(PageRow.__dataclass_fields__)
+_plan = scan_plans.c
+_page = scan_plan_pages.c
+_INSERT_PLAN = Sql(insert(scan_plans).values(values_of(scan_plans, *_PLAN_FIELDS)))
+_FIND_PLAN = Sql(
+    select(*[_plan[name] for name in _PLAN_FIELDS]).where(
+        _plan.plan_id == param("plan_id"),
+        _plan.owner == param("owner"),
+        _plan.table_uuid == param("table_uuid"),
+        _plan.expires_at_ms > param("now"),
+    )
+)
+_FINISH_PLAN = Sql(
+    update(scan_plans)
+    .where(_plan.plan_id == param("plan_id"), _plan.status == SUBMITTED)
+    .values(status=param("status"), error_kind=param("error_kind"), error=param("error"))
+)
+_CANCEL_PLAN = Sql(update(scan_plans).where(_plan.plan_id == param("plan_id")).values(status=CANCELLED))
+_DELETE_PAGES = Sql(delete(scan_plan_pages).where(_page.plan_id == param("plan_id")))
+_INSERT_PAGE = Sql(insert(scan_plan_pages).values(values_of(scan_plan_pages, *_PAGE_FIELDS)))
+_PAGE_BY_NUMBER = Sql(
+    select(*[_page[name] for name in _PAGE_FIELDS]).where(
+        _page.plan_id == param("plan_id"), _page.page_no == param("page_no")
+    )
+)
+_PAGE_TOKENS = Sql(
+    select(_page.token).where(_page.plan_id == param("plan_id"), _page.page_no > 0).order_by(_page.page_no)
+)
+# The plan's columns, then the page's (its plan_id is the plan's).
+_FIND_PAGE = Sql(
+    select(*[_plan[name] for name in _PLAN_FIELDS], _page.token, _page.page_no, _page.payload)
+    .join_from(scan_plan_pages, scan_plans, _plan.plan_id == _page.plan_id)
+    .where(
+        _page.token == param("token"),
+        _plan.owner == param("owner"),
+        _plan.table_uuid == param("table_uuid"),
+        _plan.status == COMPLETED,
+        _plan.expires_at_ms > param("now"),
+    )
+)
+_EXPIRED = Sql(
+    select(_plan.plan_id)
+    .where(_plan.expires_at_ms <= param("now"))
+    .order_by(_plan.expires_at_ms)
+    .limit(param("limit"))
+)
+
+
+@lru_cache(maxsize=16)
+def _delete_plans(count: int) -> tuple[Sql, Sql]:
+    """(delete the pages of, delete) `count` plans named by id (one shape per count)."""
+    ids = [param(f"p{i}", type_=_plan.plan_id.type) for i in range(count)]
+    return (
+        Sql(delete(scan_plan_pages).where(_page.plan_id.in_(ids))),
+        Sql(delete(scan_plans).where(_plan.plan_id.in_(ids))),
+    )
+
+
+def _values(plan: PlanRow) -> dict[str, Any]:
+    return {name: getattr(plan, name) for name in _PLAN_FIELDS}
+
+
 async def insert_plan(tx: StoreTx, plan: PlanRow) -> None:
-    await tx.connection.execute(insert(scan_plans).values(**_values(plan)))
-
-
-def _values(plan: PlanRow) -> dict[str, object]:
-    return {name: getattr(plan, name) for name in PlanRow.__dataclass_fields__}
+    await tx.connection.execute(_INSERT_PLAN, _values(plan))
 
 
 async def find_plan(tx: StoreTx, plan_id: str, owner: str, table_uuid: str, now_ms: int) -> PlanRow | None:
     """The live plan `plan_id` of `owner` on table `table_uuid`, or None."""
     row = (
         await tx.connection.execute(
-            select(scan_plans).where(
-                scan_plans.c.plan_id == plan_id,
-                scan_plans.c.owner == owner,
-                scan_plans.c.table_uuid == table_uuid,
-                scan_plans.c.expires_at_ms > now_ms,
-            )
+            _FIND_PLAN, {"plan_id": plan_id, "owner": owner, "table_uuid": table_uuid, "now": now_ms}
         )
     ).first()
-    return None if row is None else PlanRow(**row._asdict())
+    return None if row is None else PlanRow(*row)
 
 
 async def finish_plan(
@@ -70,25 +128,21 @@ async def finish_plan(
 ) -> bool:
     """Move a submitted plan to `status`; False if it is no longer submitted (cancelled, swept)."""
     result = await tx.connection.execute(
-        update(scan_plans)
-        .where(scan_plans.c.plan_id == plan_id, scan_plans.c.status == SUBMITTED)
-        .values(status=status, error_kind=error_kind, error=error)
+        _FINISH_PLAN, {"plan_id": plan_id, "status": status, "error_kind": error_kind, "error": error}
     )
     return result.rowcount == 1
 
 
 async def cancel_plan(tx: StoreTx, plan_id: str) -> None:
     """Mark a plan cancelled and delete its pages (what it held is no longer needed)."""
-    await tx.connection.execute(
-        update(scan_plans).where(scan_plans.c.plan_id == plan_id).values(status=CANCELLED)
-    )
-    await tx.connection.execute(delete(scan_plan_pages).where(scan_plan_pages.c.plan_id == plan_id))
+    await tx.connection.execute(_CANCEL_PLAN, {"plan_id": plan_id})
+    await tx.connection.execute(_DELETE_PAGES, {"plan_id": plan_id})
 
 
 async def insert_pages(tx: StoreTx, pages: list[PageRow]) -> None:
     if pages:
-        await tx.connection.execute(
-            insert(scan_plan_pages),
+        await tx.connection.execute_many(
+            _INSERT_PAGE,
             [
                 {"token": p.token, "plan_id": p.plan_id, "page_no": p.page_no, "payload": p.payload}
                 for p in pages
@@ -97,23 +151,13 @@ async def insert_pages(tx: StoreTx, pages: list[PageRow]) -> None:
 
 
 async def page_by_number(tx: StoreTx, plan_id: str, page_no: int) -> PageRow | None:
-    row = (
-        await tx.connection.execute(
-            select(scan_plan_pages).where(
-                scan_plan_pages.c.plan_id == plan_id, scan_plan_pages.c.page_no == page_no
-            )
-        )
-    ).first()
-    return None if row is None else PageRow(**row._asdict())
+    row = (await tx.connection.execute(_PAGE_BY_NUMBER, {"plan_id": plan_id, "page_no": page_no})).first()
+    return None if row is None else PageRow(*row)
 
 
 async def page_tokens(tx: StoreTx, plan_id: str) -> list[str]:
     """The tokens of every page after the first, in page order."""
-    rows = await tx.connection.execute(
-        select(scan_plan_pages.c.token)
-        .where(scan_plan_pages.c.plan_id == plan_id, scan_plan_pages.c.page_no > 0)
-        .order_by(scan_plan_pages.c.page_no)
-    )
+    rows = await tx.connection.execute(_PAGE_TOKENS, {"plan_id": plan_id})
     return [str(row.token) for row in rows]
 
 
@@ -123,37 +167,21 @@ async def find_page(
     """The page `token` of a live, completed plan of `owner` on table `table_uuid`, or None."""
     row = (
         await tx.connection.execute(
-            select(scan_plan_pages, scan_plans)
-            .join(scan_plans, scan_plans.c.plan_id == scan_plan_pages.c.plan_id)
-            .where(
-                scan_plan_pages.c.token == token,
-                scan_plans.c.owner == owner,
-                scan_plans.c.table_uuid == table_uuid,
-                scan_plans.c.status == COMPLETED,
-                scan_plans.c.expires_at_ms > now_ms,
-            )
+            _FIND_PAGE, {"token": token, "owner": owner, "table_uuid": table_uuid, "now": now_ms}
         )
     ).first()
     if row is None:
         return None
-    values = row._asdict()
-    plan = PlanRow(**{name: values[name] for name in PlanRow.__dataclass_fields__})
-    page = PageRow(**{name: values[name] for name in PageRow.__dataclass_fields__})
-    return plan, page
+    plan = PlanRow(*row[: len(_PLAN_FIELDS)])
+    token_, page_no, payload = row[len(_PLAN_FIELDS) :]
+    return plan, PageRow(token_, plan.plan_id, page_no, payload)
 
 
 async def delete_expired(tx: StoreTx, now_ms: int, limit: int) -> int:
     """Delete up to `limit` expired plans with their pages. Returns how many plans went."""
-    ids = [
-        str(row.plan_id)
-        for row in await tx.connection.execute(
-            select(scan_plans.c.plan_id)
-            .where(scan_plans.c.expires_at_ms <= now_ms)
-            .order_by(scan_plans.c.expires_at_ms)
-            .limit(limit)
-        )
-    ]
+    ids = [str(row.plan_id) for row in await tx.connection.execute(_EXPIRED, {"now": now_ms, "limit": limit})]
     if ids:
-        await tx.connection.execute(delete(scan_plan_pages).where(scan_plan_pages.c.plan_id.in_(ids)))
-        await tx.connection.execute(delete(scan_plans).where(scan_plans.c.plan_id.in_(ids)))
+        delete_pages, delete_plans = _delete_plans(len(ids))
+        await tx.connection.execute(delete_pages, in_params("p", ids))
+        await tx.connection.execute(delete_plans, in_params("p", ids))
     return len(ids)

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, insert, or_, select, text
+from sqlalchemy import BigInteger, and_, delete, insert, or_, select, text
+from sqlalchemy import bindparam as param
 
 from cedarberg.catalog.roots import ancestors
 from cedarberg.catalog.store.schema import catalog_objects, dropped_objects, namespaces, object_roots
-from cedarberg.catalog.store.sql import ObjectRow, StoreTx
+from cedarberg.catalog.store.sql import ObjectRow, StoreTx, in_params, values_of
+from cedarberg.catalog.store.statements import Sql
 
 NAMESPACE = "namespace"
 # Serialises changes of roots across PostgreSQL transactions (check, then insert, must not
@@ -33,34 +37,79 @@ class Claim:
     warehouse: str
 
 
-def _claim(row: object) -> Claim:
-    values = row._asdict()  # type: ignore[attr-defined]
-    return Claim(bytes(values["root"]).decode(), values["kind"], values["owner"], values["warehouse"])
+def _claim(row: Any) -> Claim:
+    return Claim(bytes(row.root).decode(), row.kind, row.owner, row.warehouse)
+
+
+_roots = object_roots.c
+_LOCK = Sql(text("SELECT pg_advisory_xact_lock(:key)").bindparams(param("key", type_=BigInteger)))
+_HELD = Sql(select(_roots.root).where(_roots.kind == param("kind"), _roots.owner == param("owner")))
+_ADD = Sql(insert(object_roots).values(values_of(object_roots, "root", "kind", "owner", "warehouse")))
+_REMOVE = Sql(delete(object_roots).where(_roots.kind == param("kind"), _roots.owner == param("owner")))
+_LIVE_UUID = Sql(select(catalog_objects.c.uuid).where(catalog_objects.c.uuid == param("uuid")))
+_DROPPED_UUID = Sql(select(dropped_objects.c.uuid).where(dropped_objects.c.uuid == param("uuid")).limit(1))
+_OBJECT_BY_UUID = Sql(
+    select(*[catalog_objects.c[name] for name in ObjectRow.__dataclass_fields__]).where(
+        catalog_objects.c.uuid == param("uuid")
+    )
+)
+
+
+def _namespaces_without_roots() -> Sql:
+    owner = namespaces.c.warehouse + "\x1e" + namespaces.c.name
+    missing = ~select(_roots.owner).where(_roots.kind == NAMESPACE, _roots.owner == owner).exists()
+    return Sql(select(namespaces.c.warehouse, namespaces.c.name, namespaces.c.properties).where(missing))
+
+
+_NAMESPACES_WITHOUT_ROOTS = _namespaces_without_roots()
+_OWNERS_WITHOUT_ROOTS = [
+    (
+        table.name,
+        Sql(select(key).where(~select(_roots.owner).where(_roots.owner == table.c.uuid).exists())),
+    )
+    for table, key in (
+        (catalog_objects, catalog_objects.c.uuid),
+        (dropped_objects, dropped_objects.c.drop_id),
+    )
+]
+
+
+@lru_cache(maxsize=64)
+def _near(ancestor_count: int) -> Sql:
+    """Roots equal to one of `ancestor_count` ancestors, or inside the range below the candidate."""
+    return Sql(
+        select(object_roots).where(
+            or_(
+                _roots.root.in_([param(f"a{i}", type_=_roots.root.type) for i in range(ancestor_count)]),
+                and_(
+                    _roots.root > param("above", type_=_roots.root.type),
+                    _roots.root < param("below", type_=_roots.root.type),
+                ),
+            )
+        )
+    )
 
 
 async def lock(tx: StoreTx) -> None:
     """Hold the roots lock until `tx` ends (PostgreSQL; SQLite writers are serialised already)."""
-    if tx.connection.dialect.name == "postgresql":
-        await tx.connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_ROOTS_LOCK})
+    if tx.dialect == "postgresql":
+        await tx.connection.execute(_LOCK, {"key": _PG_ROOTS_LOCK})
 
 
 async def near(tx: StoreTx, root: str) -> list[Claim]:
     """Every recorded root that is `root`, above it or below it (any warehouse)."""
     base = root.rstrip("/")
-    query = select(object_roots).where(
-        or_(
-            object_roots.c.root.in_([item.encode() for item in ancestors(root)]),
-            and_(object_roots.c.root > (base + "/").encode(), object_roots.c.root < (base + "0").encode()),
-        )
+    found = [item.encode() for item in ancestors(root)]
+    rows = await tx.connection.execute(
+        _near(len(found)),
+        {"above": (base + "/").encode(), "below": (base + "0").encode(), **in_params("a", found)},
     )
-    return [_claim(row) for row in await tx.connection.execute(query)]
+    return [_claim(row) for row in rows]
 
 
 async def held(tx: StoreTx, kind: str, owner: str) -> list[str]:
     """The roots recorded for one object (kind table or view: past ones too) or namespace."""
-    rows = await tx.connection.execute(
-        select(object_roots.c.root).where(object_roots.c.kind == kind, object_roots.c.owner == owner)
-    )
+    rows = await tx.connection.execute(_HELD, {"kind": kind, "owner": owner})
     return sorted(bytes(row.root).decode() for row in rows)
 
 
@@ -69,28 +118,22 @@ async def add(tx: StoreTx, warehouse: str, kind: str, owner: str, roots: Iterabl
     have = set(await held(tx, kind, owner))
     fresh = sorted(set(roots) - have)
     if fresh:
-        await tx.connection.execute(
-            insert(object_roots),
+        await tx.connection.execute_many(
+            _ADD,
             [{"root": root.encode(), "kind": kind, "owner": owner, "warehouse": warehouse} for root in fresh],
         )
 
 
 async def remove(tx: StoreTx, kind: str, owner: str) -> None:
     """Forget every root of an object (purged or hard-dropped) or namespace (dropped)."""
-    await tx.connection.execute(
-        delete(object_roots).where(object_roots.c.kind == kind, object_roots.c.owner == owner)
-    )
+    await tx.connection.execute(_REMOVE, {"kind": kind, "owner": owner})
 
 
 async def uuid_in_use(tx: StoreTx, uuid: str) -> bool:
     """True if a live or soft-deleted table or view has this UUID."""
-    live = await tx.connection.execute(select(catalog_objects.c.uuid).where(catalog_objects.c.uuid == uuid))
-    if live.first() is not None:
+    if (await tx.connection.execute(_LIVE_UUID, {"uuid": uuid})).first() is not None:
         return True
-    dropped = await tx.connection.execute(
-        select(dropped_objects.c.uuid).where(dropped_objects.c.uuid == uuid).limit(1)
-    )
-    return dropped.first() is not None
+    return (await tx.connection.execute(_DROPPED_UUID, {"uuid": uuid})).first() is not None
 
 
 def namespace_owner(warehouse: str, key: str) -> str:
@@ -100,15 +143,7 @@ def namespace_owner(warehouse: str, key: str) -> str:
 
 async def namespaces_without_roots(tx: StoreTx) -> list[tuple[str, str, dict[str, str]]]:
     """(warehouse, key, properties) of namespaces whose directory is not recorded yet."""
-    owner = namespaces.c.warehouse + "\x1e" + namespaces.c.name
-    missing = (
-        ~select(object_roots.c.owner)
-        .where(object_roots.c.kind == NAMESPACE, object_roots.c.owner == owner)
-        .exists()
-    )
-    rows = await tx.connection.execute(
-        select(namespaces.c.warehouse, namespaces.c.name, namespaces.c.properties).where(missing)
-    )
+    rows = await tx.connection.execute(_NAMESPACES_WITHOUT_ROOTS)
     return [(row.warehouse, row.name, dict(orjson.loads(row.properties))) for row in rows]
 
 
@@ -116,18 +151,13 @@ async def owners_without_roots(tx: StoreTx) -> list[tuple[str, str]]:
     """(table, key) of objects without recorded roots: ("catalog_objects", uuid) or
     ("dropped_objects", drop id), for the backfill of rows that predate `object_roots`."""
     found: list[tuple[str, str]] = []
-    for table, key in (
-        (catalog_objects, catalog_objects.c.uuid),
-        (dropped_objects, dropped_objects.c.drop_id),
-    ):
-        missing = ~select(object_roots.c.owner).where(object_roots.c.owner == table.c.uuid).exists()
-        rows = await tx.connection.execute(select(key).where(missing))
-        found += [(table.name, str(row[0])) for row in rows]
+    for table_name, query in _OWNERS_WITHOUT_ROOTS:
+        rows = await tx.connection.execute(query)
+        found += [(table_name, str(row[0])) for row in rows]
     return found
 
 
 async def object_by_uuid(tx: StoreTx, uuid: str) -> ObjectRow | None:
     """The live table or view with this UUID."""
-    columns = [catalog_objects.c[name] for name in ObjectRow.__dataclass_fields__]
-    row = (await tx.connection.execute(select(*columns).where(catalog_objects.c.uuid == uuid))).first()
-    return None if row is None else ObjectRow(**row._asdict())
+    row = (await tx.connection.execute(_OBJECT_BY_UUID, {"uuid": uuid})).first()
+    return None if row is None else ObjectRow(*row)

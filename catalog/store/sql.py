@@ -1,10 +1,16 @@
-"""The registry on SQLAlchemy 2 async: SQLite (embedded default) or PostgreSQL (scale-out).
+"""The registry: SQLite (embedded default) or PostgreSQL (scale-out).
+
+Statements are written in SQLAlchemy Core, compiled once per dialect (catalog.store.statements)
+and run on the plain drivers: sqlite3 inline on the event loop (catalog.store.sqlite_driver) or
+asyncpg with prepared statements (catalog.store.postgres_driver). Migrations run on a SQLAlchemy
+engine of their own at start-up (catalog.store.engine).
 
 Invariants:
 - A table or view pointer changes only through `swap_object`, an `UPDATE ... WHERE
   metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap).
 - Writes on SQLite are serialised in-process and start with `BEGIN IMMEDIATE`, so concurrent
-  writers wait for the lock instead of failing half-way with "database is locked".
+  writers wait for the lock (asynchronously, up to the busy timeout) instead of failing half-way
+  with "database is locked".
 - Every database error that is not a known constraint violation becomes StorageUnavailableError;
   driver messages never reach clients.
 """
@@ -15,24 +21,26 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import Connection, and_, delete, event, func, insert, select, text, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy import BigInteger, Integer, Table, delete, func, insert, select, text, update
+from sqlalchemy import bindparam as param
+from sqlalchemy.sql.expression import ColumnElement
 
 from cedarberg.catalog.errors import (
     AlreadyExistsError,
-    CommitStateUnknownError,
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     StorageUnavailableError,
 )
 from cedarberg.catalog.store.cache import RegistryCache, Touched, note_uncached_read
+from cedarberg.catalog.store.driver import Connection, DatabaseError, Driver, IntegrityViolation
+from cedarberg.catalog.store.engine import migrate_registry, sqlite_path
+from cedarberg.catalog.store.postgres_driver import PostgresDriver
 from cedarberg.catalog.store.schema import (
     catalog_objects,
     dropped_objects,
@@ -41,12 +49,14 @@ from cedarberg.catalog.store.schema import (
     namespaces,
     registry_keys,
 )
+from cedarberg.catalog.store.sqlite_driver import SqliteDriver
+from cedarberg.catalog.store.statements import Sql
 from cedarberg.kms.keys import WrappedKey
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-_PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
+SQLITE_READERS = 4  # SQLite reads run inline in microseconds: a few connections serve them all
+SQLITE_BUSY_TIMEOUT_SECONDS = 10.0  # as long as the busy_timeout the registry always had
 
 
 def _now_ms() -> int:
@@ -117,7 +127,6 @@ class IdempotencyRecord:
 
 _OBJECT_FIELDS = tuple(ObjectRow.__dataclass_fields__)
 _OBJECT_COLUMNS = [catalog_objects.c[name] for name in _OBJECT_FIELDS]
-_DROPPED_COLUMNS = [dropped_objects.c[name] for name in _OBJECT_FIELDS]
 _KEY_TABLES = {
     "catalog_objects": (catalog_objects, catalog_objects.c.uuid),
     "dropped_objects": (dropped_objects, dropped_objects.c.drop_id),
@@ -143,54 +152,282 @@ class DuplicateKeyError(Exception):
     """An idempotency key was recorded by a concurrent request first."""
 
 
-def _is_foreign_key_violation(err: IntegrityError) -> bool:
-    message = str(err.orig).lower()
-    return "foreign key" in message or "fk_" in message
+def values_of(table: Table, *names: str) -> dict[str, Any]:
+    """INSERT values: a bind parameter per column, named like the column."""
+    return {name: param(name, type_=table.c[name].type) for name in names}
+
+
+def _in(column: ColumnElement[Any], prefix: str, count: int) -> ColumnElement[bool]:
+    """`column IN (:prefix0, ..., :prefix{count-1})`: one shape per list length."""
+    return column.in_([param(f"{prefix}{i}", type_=column.type) for i in range(count)])
+
+
+def in_params(prefix: str, values: Collection[Any]) -> dict[str, Any]:
+    return {f"{prefix}{i}": value for i, value in enumerate(values)}
+
+
+_LIMIT = param("limit", type_=Integer)
+_ns = namespaces.c
+_obj = catalog_objects.c
+_idem = idempotency_records.c
+_met = metrics_reports.c
+_drop = dropped_objects.c
+_ns_key = (_ns.warehouse == param("warehouse"), _ns.name == param("name"))
+_obj_key = (
+    _obj.warehouse == param("warehouse"),
+    _obj.namespace == param("namespace"),
+    _obj.name == param("name"),
+)
+
+_GET_NAMESPACE = Sql(select(_ns.properties).where(*_ns_key))
+_GET_NAMESPACE_FOR_UPDATE = Sql(select(_ns.properties).where(*_ns_key).with_for_update())
+_INSERT_NAMESPACE = Sql(
+    insert(namespaces).values(
+        values_of(namespaces, "warehouse", "name", "parent", "properties", "created_at_ms")
+    )
+)
+_SET_NAMESPACE_PROPERTIES = Sql(update(namespaces).where(*_ns_key).values(properties=param("properties")))
+_COUNT_CHILDREN = Sql(
+    select(func.count())
+    .select_from(namespaces)
+    .where(_ns.warehouse == param("warehouse"), _ns.parent == param("name"))
+)
+_COUNT_OBJECTS_IN = Sql(
+    select(func.count())
+    .select_from(catalog_objects)
+    .where(_obj.warehouse == param("warehouse"), _obj.namespace == param("name"))
+)
+_DELETE_NAMESPACE = Sql(delete(namespaces).where(*_ns_key))
+
+
+@lru_cache(maxsize=64)
+def _namespace_properties(count: int) -> Sql:
+    return Sql(
+        select(_ns.name, _ns.properties).where(_ns.warehouse == param("warehouse"), _in(_ns.name, "n", count))
+    )
+
+
+@lru_cache(maxsize=4)
+def _list_namespaces(top_level: bool, paged: bool) -> Sql:
+    query = select(_ns.name).where(_ns.warehouse == param("warehouse"))
+    query = query.where(_ns.parent.is_(None) if top_level else _ns.parent == param("parent"))
+    if paged:
+        query = query.where(_ns.name > param("after"))
+    return Sql(query.order_by(_ns.name).limit(_LIMIT))
+
+
+_GET_OBJECT = Sql(select(*_OBJECT_COLUMNS).where(*_obj_key))
+_OBJECT_LOCATIONS = Sql(
+    select(_obj.namespace, _obj.name, _obj.metadata_location).where(_obj.warehouse == param("warehouse"))
+)
+_INSERT_OBJECT = Sql(
+    insert(catalog_objects).values(values_of(catalog_objects, *_OBJECT_FIELDS, "updated_at_ms"))
+)
+_SWAP_OBJECT = Sql(
+    update(catalog_objects)
+    .where(*_obj_key, _obj.metadata_location == param("expected"))
+    .values(
+        metadata_location=param("new_location"),
+        metadata=param("new_metadata", type_=_obj.metadata.type),
+        version=_obj.version + 1,
+        updated_at_ms=param("now", type_=BigInteger),
+    )
+)
+_RENAME_OBJECT = Sql(
+    update(catalog_objects)
+    .where(*_obj_key, _obj.kind == param("kind"))
+    .values(
+        namespace=param("to_namespace"), name=param("to_name"), updated_at_ms=param("now", type_=BigInteger)
+    )
+)
+
+
+@lru_cache(maxsize=4)
+def _list_objects(paged: bool) -> Sql:
+    query = select(_obj.name).where(
+        _obj.warehouse == param("warehouse"), _obj.namespace == param("namespace"), _obj.kind == param("kind")
+    )
+    if paged:
+        query = query.where(_obj.name > param("after"))
+    return Sql(query.order_by(_obj.name).limit(_LIMIT))
+
+
+@lru_cache(maxsize=4)
+def _delete_object(expecting: bool) -> Sql:
+    query = delete(catalog_objects).where(*_obj_key, _obj.kind == param("kind"))
+    if expecting:
+        query = query.where(_obj.metadata_location == param("expected"))
+    return Sql(query)
+
+
+_GET_IDEMPOTENCY = Sql(
+    select(_idem.operation, _idem.request_hash, _idem.outcome, _idem.payload, _idem.created_at).where(
+        _idem.key == param("key"), _idem.created_at >= param("not_before")
+    )
+)
+_DELETE_EXPIRED_KEY = Sql(
+    delete(idempotency_records).where(_idem.key == param("key"), _idem.created_at < param("before"))
+)
+_INSERT_IDEMPOTENCY = Sql(
+    insert(idempotency_records).values(
+        values_of(idempotency_records, "key", "operation", "request_hash", "outcome", "payload", "created_at")
+    )
+)
+_PURGE_IDEMPOTENCY = Sql(delete(idempotency_records).where(_idem.created_at < param("before")))
+
+_metrics_key = (
+    _met.warehouse == param("warehouse"),
+    _met.namespace == param("namespace"),
+    _met.name == param("name"),
+)
+_INSERT_METRICS = Sql(
+    insert(metrics_reports).values(
+        values_of(
+            metrics_reports, "warehouse", "namespace", "name", "report_type", "report", "received_at_ms"
+        )
+    )
+)
+_COUNT_METRICS = Sql(select(func.count()).select_from(metrics_reports).where(*_metrics_key))
+_DELETE_METRICS = Sql(delete(metrics_reports).where(*_metrics_key))
+_DELETE_METRICS_BEFORE = Sql(
+    delete(metrics_reports).where(
+        _met.id.in_(
+            select(_met.id)
+            .where(_met.received_at_ms < param("before"))
+            .order_by(_met.received_at_ms)
+            .limit(_LIMIT)
+            .scalar_subquery()
+        )
+    )
+)
+
+_DROPPED_FIELDS = (
+    *_OBJECT_FIELDS,
+    "drop_id",
+    "moved_files",
+    "dropped_at_ms",
+    "purge_after_ms",
+    "purge_attempts",
+    "last_purge_error",
+    "next_purge_attempt_ms",
+)
+_INSERT_DROPPED = Sql(insert(dropped_objects).values(values_of(dropped_objects, *_DROPPED_FIELDS)))
+_GET_DROPPED = Sql(select(dropped_objects).where(_drop.drop_id == param("drop_id")))
+_CLAIM_PURGE = Sql(
+    update(dropped_objects)
+    .where(_drop.drop_id == param("drop_id"), _drop.purge_attempts == param("attempts"))
+    .values(purge_attempts=param("next_attempts"), next_purge_attempt_ms=param("next_attempt_ms"))
+)
+_RECORD_PURGE_FAILURE = Sql(
+    update(dropped_objects)
+    .where(_drop.drop_id == param("drop_id"), _drop.purge_attempts == param("attempts"))
+    .values(last_purge_error=param("error"), next_purge_attempt_ms=param("next_attempt_ms"))
+)
+_DELETE_DROPPED = Sql(delete(dropped_objects).where(_drop.drop_id == param("drop_id")))
+
+
+@lru_cache(maxsize=4)
+def _list_dropped(paged: bool) -> Sql:
+    query = select(dropped_objects).where(_drop.warehouse == param("warehouse"))
+    if paged:
+        query = query.where(_drop.drop_id > param("after"))
+    return Sql(query.order_by(_drop.drop_id).limit(_LIMIT))
+
+
+@lru_cache(maxsize=32)
+def _due_for_purge(warehouses: int) -> Sql:
+    return Sql(
+        select(dropped_objects)
+        .where(
+            _drop.next_purge_attempt_ms <= param("now"),
+            _drop.purge_after_ms <= param("now"),  # the retention holds whatever was recorded
+            _in(_drop.warehouse, "w", warehouses),
+        )
+        .order_by(_drop.next_purge_attempt_ms, _drop.drop_id)
+        .limit(_LIMIT)
+    )
+
+
+_GET_REGISTRY_KEY = Sql(select(registry_keys).where(registry_keys.c.name == param("name")))
+_INSERT_REGISTRY_KEY = Sql(
+    insert(registry_keys).values(
+        values_of(registry_keys, "name", "uuid", "kek_uri", "kek_version", "wrapped_key", "created_at_ms")
+    )
+)
+
+
+def _key_statements(table: Table, id_column: ColumnElement[Any]) -> tuple[Sql, Sql, Sql]:
+    """(keys not under a KEK version, their count, replace one) for one key-holding table."""
+    c = table.c
+    other_kek = (c.kek_uri != param("kek_uri")) | (c.kek_version != param("kek_version"))
+    columns = [id_column.label("row_id"), c.uuid, c.kek_uri, c.kek_version, c.wrapped_key]
+    if table is not registry_keys:
+        columns += [c.warehouse, c.kind]
+    return (
+        Sql(select(*columns).where(other_kek).limit(_LIMIT)),
+        Sql(select(func.count()).select_from(table).where(other_kek)),
+        Sql(
+            update(table)
+            .where(id_column == param("row_id"), c.wrapped_key == param("old_key", type_=c.wrapped_key.type))
+            .values(
+                kek_uri=param("new_kek_uri"),
+                kek_version=param("new_kek_version"),
+                wrapped_key=param("new_key", type_=c.wrapped_key.type),
+            )
+        ),
+    )
+
+
+_KEY_STATEMENTS = {
+    name: _key_statements(table, id_column) for name, (table, id_column) in _KEY_TABLES.items()
+}
 
 
 class StoreTx:
     """Operations inside one database transaction."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    __slots__ = ("_conn", "touched")
+
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self.touched = Touched()  # what this transaction changed, for the read cache
 
     @property
-    def connection(self) -> AsyncConnection:
-        """The transaction's connection, for the store modules beside this one (catalog.store.plans)."""
+    def connection(self) -> Connection:
+        """The transaction's connection, for the store modules beside this one (catalog.store.plans,
+        catalog.store.roots): it runs `Sql` statements."""
         return self._conn
+
+    @property
+    def dialect(self) -> str:
+        """ "sqlite" or "postgresql"."""
+        return str(self._conn.dialect.name)
 
     # -- namespaces -------------------------------------------------------------------------
     async def get_namespace(
         self, warehouse: str, name: str, for_update: bool = False
     ) -> dict[str, str] | None:
-        query = select(namespaces.c.properties).where(
-            namespaces.c.warehouse == warehouse, namespaces.c.name == name
-        )
-        row = (await self._conn.execute(query.with_for_update() if for_update else query)).first()
+        query = _GET_NAMESPACE_FOR_UPDATE if for_update else _GET_NAMESPACE
+        row = (await self._conn.execute(query, {"warehouse": warehouse, "name": name})).first()
         return None if row is None else dict(orjson.loads(row.properties))
 
     async def namespace_properties(self, warehouse: str, names: list[str]) -> dict[str, dict[str, str]]:
         """Properties of the named namespaces that exist (one query, for a namespace chain)."""
         if not names:
             return {}
+        unique = list(dict.fromkeys(names))
         rows = await self._conn.execute(
-            select(namespaces.c.name, namespaces.c.properties).where(
-                namespaces.c.warehouse == warehouse, namespaces.c.name.in_(names)
-            )
+            _namespace_properties(len(unique)), {"warehouse": warehouse, **in_params("n", unique)}
         )
         return {row.name: dict(orjson.loads(row.properties)) for row in rows}
 
     async def list_namespaces(
         self, warehouse: str, parent: str | None, after: str | None, limit: int
     ) -> list[str]:
-        query = select(namespaces.c.name).where(namespaces.c.warehouse == warehouse)
-        query = query.where(
-            namespaces.c.parent.is_(None) if parent is None else namespaces.c.parent == parent
+        rows = await self._conn.execute(
+            _list_namespaces(parent is None, after is not None),
+            {"warehouse": warehouse, "parent": parent, "after": after, "limit": limit},
         )
-        if after is not None:
-            query = query.where(namespaces.c.name > after)
-        rows = await self._conn.execute(query.order_by(namespaces.c.name).limit(limit))
         return [row.name for row in rows]
 
     async def insert_namespace(
@@ -199,47 +436,38 @@ class StoreTx:
         self.touched.namespaces.add((warehouse, name))
         try:
             await self._conn.execute(
-                insert(namespaces).values(
-                    warehouse=warehouse,
-                    name=name,
-                    parent=parent,
-                    properties=orjson.dumps(properties).decode(),
-                    created_at_ms=_now_ms(),
-                )
+                _INSERT_NAMESPACE,
+                {
+                    "warehouse": warehouse,
+                    "name": name,
+                    "parent": parent,
+                    "properties": orjson.dumps(properties).decode(),
+                    "created_at_ms": _now_ms(),
+                },
             )
-        except IntegrityError as err:
-            if _is_foreign_key_violation(err):
+        except IntegrityViolation as err:
+            if err.foreign_key:
                 raise NoSuchNamespaceError("parent namespace does not exist") from None
             raise AlreadyExistsError("namespace already exists") from None
 
     async def set_namespace_properties(self, warehouse: str, name: str, properties: dict[str, str]) -> None:
         self.touched.namespaces.add((warehouse, name))
         await self._conn.execute(
-            update(namespaces)
-            .where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
-            .values(properties=orjson.dumps(properties).decode())
+            _SET_NAMESPACE_PROPERTIES,
+            {"warehouse": warehouse, "name": name, "properties": orjson.dumps(properties).decode()},
         )
 
     async def delete_namespace(self, warehouse: str, name: str) -> bool:
         """Delete an empty namespace; False if absent. Raises NamespaceNotEmptyError."""
         self.touched.namespaces.add((warehouse, name))
-        children = await self._conn.execute(
-            select(func.count())
-            .select_from(namespaces)
-            .where(namespaces.c.warehouse == warehouse, namespaces.c.parent == name)
-        )
-        objects = await self._conn.execute(
-            select(func.count())
-            .select_from(catalog_objects)
-            .where(catalog_objects.c.warehouse == warehouse, catalog_objects.c.namespace == name)
-        )
+        key = {"warehouse": warehouse, "name": name}
+        children = await self._conn.execute(_COUNT_CHILDREN, key)
+        objects = await self._conn.execute(_COUNT_OBJECTS_IN, key)
         if children.scalar_one() or objects.scalar_one():
             raise NamespaceNotEmptyError("namespace is not empty")
         try:
-            result = await self._conn.execute(
-                delete(namespaces).where(namespaces.c.warehouse == warehouse, namespaces.c.name == name)
-            )
-        except IntegrityError:
+            result = await self._conn.execute(_DELETE_NAMESPACE, key)
+        except IntegrityViolation:
             raise NamespaceNotEmptyError("namespace is not empty") from None
         return bool(result.rowcount)
 
@@ -247,46 +475,34 @@ class StoreTx:
     async def get_object(self, warehouse: str, namespace: str, name: str) -> ObjectRow | None:
         row = (
             await self._conn.execute(
-                select(*_OBJECT_COLUMNS).where(
-                    catalog_objects.c.warehouse == warehouse,
-                    catalog_objects.c.namespace == namespace,
-                    catalog_objects.c.name == name,
-                )
+                _GET_OBJECT, {"warehouse": warehouse, "namespace": namespace, "name": name}
             )
         ).first()
-        return None if row is None else ObjectRow(**row._asdict())
+        return None if row is None else ObjectRow(*row)
 
     async def list_objects(
         self, warehouse: str, namespace: str, kind: str, after: str | None, limit: int
     ) -> list[str]:
-        query = select(catalog_objects.c.name).where(
-            catalog_objects.c.warehouse == warehouse,
-            catalog_objects.c.namespace == namespace,
-            catalog_objects.c.kind == kind,
+        rows = await self._conn.execute(
+            _list_objects(after is not None),
+            {"warehouse": warehouse, "namespace": namespace, "kind": kind, "after": after, "limit": limit},
         )
-        if after is not None:
-            query = query.where(catalog_objects.c.name > after)
-        rows = await self._conn.execute(query.order_by(catalog_objects.c.name).limit(limit))
         return [row.name for row in rows]
 
     async def object_locations(self, warehouse: str) -> list[tuple[str, str, str]]:
         """(namespace, name, metadata_location) of every object in a warehouse."""
-        rows = await self._conn.execute(
-            select(
-                catalog_objects.c.namespace, catalog_objects.c.name, catalog_objects.c.metadata_location
-            ).where(catalog_objects.c.warehouse == warehouse)
-        )
+        rows = await self._conn.execute(_OBJECT_LOCATIONS, {"warehouse": warehouse})
         return [(row.namespace, row.name, row.metadata_location) for row in rows]
 
     async def insert_object(self, row: ObjectRow) -> None:
         """Insert a new pointer. Raises AlreadyExistsError or NoSuchNamespaceError."""
         self.touched.objects.add((row.warehouse, row.namespace, row.name))
         try:
-            await self._conn.execute(insert(catalog_objects).values(**asdict(row), updated_at_ms=_now_ms()))
-        except IntegrityError as err:
-            if _is_foreign_key_violation(err):
+            await self._conn.execute(_INSERT_OBJECT, {**asdict(row), "updated_at_ms": _now_ms()})
+        except IntegrityViolation as err:
+            if err.foreign_key:
                 raise NoSuchNamespaceError("namespace does not exist") from None
-            if "uuid" in str(err.orig).lower():
+            if "uuid" in err.detail:
                 # Two pointers to one table's metadata would let their histories diverge.
                 raise AlreadyExistsError(
                     f"a table or view with UUID {row.uuid} is registered already"
@@ -299,19 +515,16 @@ class StoreTx:
         warehouse, namespace, name = base.warehouse, base.namespace, base.name
         self.touched.objects.add((warehouse, namespace, name))
         result = await self._conn.execute(
-            update(catalog_objects)
-            .where(
-                catalog_objects.c.warehouse == warehouse,
-                catalog_objects.c.namespace == namespace,
-                catalog_objects.c.name == name,
-                catalog_objects.c.metadata_location == base.metadata_location,
-            )
-            .values(
-                metadata_location=new_location,
-                metadata=new_metadata,
-                version=catalog_objects.c.version + 1,
-                updated_at_ms=_now_ms(),
-            )
+            _SWAP_OBJECT,
+            {
+                "warehouse": warehouse,
+                "namespace": namespace,
+                "name": name,
+                "expected": base.metadata_location,
+                "new_location": new_location,
+                "new_metadata": new_metadata,
+                "now": _now_ms(),
+            },
         )
         return result.rowcount == 1
 
@@ -320,15 +533,16 @@ class StoreTx:
     ) -> bool:
         """Delete a pointer (only if it still names `expected_location`, when given)."""
         self.touched.objects.add((warehouse, namespace, name))
-        query = delete(catalog_objects).where(
-            catalog_objects.c.warehouse == warehouse,
-            catalog_objects.c.namespace == namespace,
-            catalog_objects.c.name == name,
-            catalog_objects.c.kind == kind,
+        result = await self._conn.execute(
+            _delete_object(expected_location is not None),
+            {
+                "warehouse": warehouse,
+                "namespace": namespace,
+                "name": name,
+                "kind": kind,
+                "expected": expected_location,
+            },
         )
-        if expected_location is not None:
-            query = query.where(catalog_objects.c.metadata_location == expected_location)
-        result = await self._conn.execute(query)
         return result.rowcount == 1
 
     async def rename_object(
@@ -342,32 +556,26 @@ class StoreTx:
         self.touched.objects.update({(warehouse, source[0], source[1]), (warehouse, target[0], target[1])})
         try:
             result = await self._conn.execute(
-                update(catalog_objects)
-                .where(
-                    and_(
-                        catalog_objects.c.warehouse == warehouse,
-                        catalog_objects.c.namespace == source[0],
-                        catalog_objects.c.name == source[1],
-                        catalog_objects.c.kind == kind,
-                    )
-                )
-                .values(namespace=target[0], name=target[1], updated_at_ms=_now_ms())
+                _RENAME_OBJECT,
+                {
+                    "warehouse": warehouse,
+                    "namespace": source[0],
+                    "name": source[1],
+                    "kind": kind,
+                    "to_namespace": target[0],
+                    "to_name": target[1],
+                    "now": _now_ms(),
+                },
             )
-        except IntegrityError as err:
-            if _is_foreign_key_violation(err):
+        except IntegrityViolation as err:
+            if err.foreign_key:
                 raise NoSuchNamespaceError("target namespace does not exist") from None
             raise AlreadyExistsError("a table or view with the target name already exists") from None
         return result.rowcount == 1
 
     # -- idempotency ------------------------------------------------------------------------
     async def get_idempotency(self, key: str, not_before: float) -> IdempotencyRecord | None:
-        row = (
-            await self._conn.execute(
-                select(idempotency_records).where(
-                    idempotency_records.c.key == key, idempotency_records.c.created_at >= not_before
-                )
-            )
-        ).first()
+        row = (await self._conn.execute(_GET_IDEMPOTENCY, {"key": key, "not_before": not_before})).first()
         if row is None:
             return None
         return IdempotencyRecord(row.operation, row.request_hash, row.outcome, row.payload, row.created_at)
@@ -375,29 +583,24 @@ class StoreTx:
     async def put_idempotency(self, key: str, record: IdempotencyRecord, expired_before: float) -> None:
         """Record a final outcome under `key`, replacing a record created before `expired_before`.
         Raises DuplicateKeyError when a live record has the key."""
-        await self._conn.execute(
-            delete(idempotency_records).where(
-                idempotency_records.c.key == key, idempotency_records.c.created_at < expired_before
-            )
-        )
+        await self._conn.execute(_DELETE_EXPIRED_KEY, {"key": key, "before": expired_before})
         try:
             await self._conn.execute(
-                insert(idempotency_records).values(
-                    key=key,
-                    operation=record.operation,
-                    request_hash=record.request_hash,
-                    outcome=record.outcome,
-                    payload=record.payload,
-                    created_at=record.created_at,
-                )
+                _INSERT_IDEMPOTENCY,
+                {
+                    "key": key,
+                    "operation": record.operation,
+                    "request_hash": record.request_hash,
+                    "outcome": record.outcome,
+                    "payload": record.payload,
+                    "created_at": record.created_at,
+                },
             )
-        except IntegrityError:
+        except IntegrityViolation:
             raise DuplicateKeyError(key) from None
 
     async def purge_idempotency(self, before: float) -> int:
-        result = await self._conn.execute(
-            delete(idempotency_records).where(idempotency_records.c.created_at < before)
-        )
+        result = await self._conn.execute(_PURGE_IDEMPOTENCY, {"before": before})
         return int(result.rowcount)
 
     # -- metrics ----------------------------------------------------------------------------
@@ -405,78 +608,59 @@ class StoreTx:
         self, warehouse: str, namespace: str, name: str, report_type: str, report: bytes
     ) -> None:
         await self._conn.execute(
-            insert(metrics_reports).values(
-                warehouse=warehouse,
-                namespace=namespace,
-                name=name,
-                report_type=report_type,
-                report=report,
-                received_at_ms=_now_ms(),
-            )
+            _INSERT_METRICS,
+            {
+                "warehouse": warehouse,
+                "namespace": namespace,
+                "name": name,
+                "report_type": report_type,
+                "report": report,
+                "received_at_ms": _now_ms(),
+            },
         )
 
     async def count_metrics_reports(self, warehouse: str, namespace: str, name: str) -> int:
         result = await self._conn.execute(
-            select(func.count())
-            .select_from(metrics_reports)
-            .where(
-                metrics_reports.c.warehouse == warehouse,
-                metrics_reports.c.namespace == namespace,
-                metrics_reports.c.name == name,
-            )
+            _COUNT_METRICS, {"warehouse": warehouse, "namespace": namespace, "name": name}
         )
         return int(result.scalar_one())
 
     async def delete_metrics_reports(self, warehouse: str, namespace: str, name: str) -> None:
         await self._conn.execute(
-            delete(metrics_reports).where(
-                metrics_reports.c.warehouse == warehouse,
-                metrics_reports.c.namespace == namespace,
-                metrics_reports.c.name == name,
-            )
+            _DELETE_METRICS, {"warehouse": warehouse, "namespace": namespace, "name": name}
         )
 
     async def delete_metrics_reports_before(self, before_ms: int, limit: int) -> int:
         """Delete up to `limit` reports received before `before_ms` (oldest first, by the
         `ix_metrics_received` index); returns how many."""
-        oldest = (
-            select(metrics_reports.c.id)
-            .where(metrics_reports.c.received_at_ms < before_ms)
-            .order_by(metrics_reports.c.received_at_ms)
-            .limit(limit)
-        )
-        result = await self._conn.execute(
-            delete(metrics_reports).where(metrics_reports.c.id.in_(oldest.scalar_subquery()))
-        )
+        result = await self._conn.execute(_DELETE_METRICS_BEFORE, {"before": before_ms, "limit": limit})
         return int(result.rowcount)
 
     # -- soft-deleted objects ---------------------------------------------------------------
     async def insert_dropped(self, dropped: DroppedRow) -> None:
         await self._conn.execute(
-            insert(dropped_objects).values(
+            _INSERT_DROPPED,
+            {
                 **asdict(dropped.row),
-                drop_id=dropped.drop_id,
-                moved_files=orjson.dumps(dropped.moved_files).decode(),
-                dropped_at_ms=dropped.dropped_at_ms,
-                purge_after_ms=dropped.purge_after_ms,
-                purge_attempts=dropped.purge_attempts,
-                last_purge_error=dropped.last_purge_error,
-                next_purge_attempt_ms=dropped.next_attempt_ms,
-            )
+                "drop_id": dropped.drop_id,
+                "moved_files": orjson.dumps(dropped.moved_files).decode(),
+                "dropped_at_ms": dropped.dropped_at_ms,
+                "purge_after_ms": dropped.purge_after_ms,
+                "purge_attempts": dropped.purge_attempts,
+                "last_purge_error": dropped.last_purge_error,
+                "next_purge_attempt_ms": dropped.next_attempt_ms,
+            },
         )
 
     async def get_dropped(self, drop_id: str) -> DroppedRow | None:
-        row = (
-            await self._conn.execute(select(dropped_objects).where(dropped_objects.c.drop_id == drop_id))
-        ).first()
+        row = (await self._conn.execute(_GET_DROPPED, {"drop_id": drop_id})).first()
         return None if row is None else _dropped(row)
 
     async def list_dropped(self, warehouse: str, after: str | None, limit: int) -> list[DroppedRow]:
         """Soft-deleted objects of a warehouse in drop-id order (keyset pagination)."""
-        query = select(dropped_objects).where(dropped_objects.c.warehouse == warehouse)
-        if after is not None:
-            query = query.where(dropped_objects.c.drop_id > after)
-        rows = await self._conn.execute(query.order_by(dropped_objects.c.drop_id).limit(limit))
+        rows = await self._conn.execute(
+            _list_dropped(after is not None), {"warehouse": warehouse, "after": after, "limit": limit}
+        )
         return [_dropped(row) for row in rows]
 
     async def due_for_purge(self, now_ms: int, warehouses: Collection[str], limit: int) -> list[DroppedRow]:
@@ -486,15 +670,9 @@ class StoreTx:
         gateway does not serve."""
         if not warehouses:
             return []
+        names = sorted(set(warehouses))
         rows = await self._conn.execute(
-            select(dropped_objects)
-            .where(
-                dropped_objects.c.next_purge_attempt_ms <= now_ms,
-                dropped_objects.c.purge_after_ms <= now_ms,  # the retention holds whatever was recorded
-                dropped_objects.c.warehouse.in_(sorted(warehouses)),
-            )
-            .order_by(dropped_objects.c.next_purge_attempt_ms, dropped_objects.c.drop_id)
-            .limit(limit)
+            _due_for_purge(len(names)), {"now": now_ms, "limit": limit, **in_params("w", names)}
         )
         return [_dropped(row) for row in rows]
 
@@ -504,12 +682,13 @@ class StoreTx:
         the attempt count). False: another sweeper (instance or worker) has it, or it is gone.
         Claiming before purging also means an attempt that never finishes still waits its backoff."""
         result = await self._conn.execute(
-            update(dropped_objects)
-            .where(
-                dropped_objects.c.drop_id == dropped.drop_id,
-                dropped_objects.c.purge_attempts == dropped.purge_attempts,
-            )
-            .values(purge_attempts=dropped.purge_attempts + 1, next_purge_attempt_ms=next_attempt_ms)
+            _CLAIM_PURGE,
+            {
+                "drop_id": dropped.drop_id,
+                "attempts": dropped.purge_attempts,
+                "next_attempts": dropped.purge_attempts + 1,
+                "next_attempt_ms": next_attempt_ms,
+            },
         )
         return result.rowcount == 1
 
@@ -519,20 +698,19 @@ class StoreTx:
         """Record why attempt number `attempts` failed and when the next may start; False if the
         row is gone or another attempt has been claimed since."""
         result = await self._conn.execute(
-            update(dropped_objects)
-            .where(dropped_objects.c.drop_id == drop_id, dropped_objects.c.purge_attempts == attempts)
-            .values(last_purge_error=error, next_purge_attempt_ms=next_attempt_ms)
+            _RECORD_PURGE_FAILURE,
+            {"drop_id": drop_id, "attempts": attempts, "error": error, "next_attempt_ms": next_attempt_ms},
         )
         return result.rowcount == 1
 
     async def delete_dropped(self, drop_id: str) -> bool:
-        result = await self._conn.execute(delete(dropped_objects).where(dropped_objects.c.drop_id == drop_id))
+        result = await self._conn.execute(_DELETE_DROPPED, {"drop_id": drop_id})
         return result.rowcount == 1
 
     # -- data keys --------------------------------------------------------------------------
     async def get_registry_key(self, name: str) -> tuple[str, WrappedKey] | None:
         """(uuid, wrapped key) of a registry data key."""
-        row = (await self._conn.execute(select(registry_keys).where(registry_keys.c.name == name))).first()
+        row = (await self._conn.execute(_GET_REGISTRY_KEY, {"name": name})).first()
         if row is None:
             return None
         return row.uuid, WrappedKey(row.kek_uri, row.kek_version, row.wrapped_key)
@@ -541,39 +719,29 @@ class StoreTx:
         """Store a new registry key; False if another instance stored one first."""
         try:
             await self._conn.execute(
-                insert(registry_keys).values(
-                    name=name,
-                    uuid=key_uuid,
-                    kek_uri=wrapped.kek_uri,
-                    kek_version=wrapped.kek_version,
-                    wrapped_key=wrapped.ciphertext,
-                    created_at_ms=_now_ms(),
-                )
+                _INSERT_REGISTRY_KEY,
+                {
+                    "name": name,
+                    "uuid": key_uuid,
+                    "kek_uri": wrapped.kek_uri,
+                    "kek_version": wrapped.kek_version,
+                    "wrapped_key": wrapped.ciphertext,
+                    "created_at_ms": _now_ms(),
+                },
             )
-        except IntegrityError:
+        except IntegrityViolation:
             return False
         return True
 
     async def keys_not_under(self, kek_uri: str, kek_version: str, limit: int) -> list[KeyRef]:
         """Up to `limit` wrapped keys, over all key-holding tables, not wrapped by this KEK version."""
         refs: list[KeyRef] = []
-        for table_name, (table, id_column) in _KEY_TABLES.items():
+        for table_name, (select_keys, _count, _replace) in _KEY_STATEMENTS.items():
             if len(refs) >= limit:
                 break
-            is_registry = table is registry_keys
-            columns = [
-                id_column.label("row_id"),
-                table.c.uuid,
-                table.c.kek_uri,
-                table.c.kek_version,
-                table.c.wrapped_key,
-            ]
-            if not is_registry:
-                columns += [table.c.warehouse, table.c.kind]
+            is_registry = table_name == "registry_keys"
             rows = await self._conn.execute(
-                select(*columns)
-                .where((table.c.kek_uri != kek_uri) | (table.c.kek_version != kek_version))
-                .limit(limit - len(refs))
+                select_keys, {"kek_uri": kek_uri, "kek_version": kek_version, "limit": limit - len(refs)}
             )
             for row in rows:
                 refs.append(
@@ -590,95 +758,48 @@ class StoreTx:
 
     async def count_keys_not_under(self, kek_uri: str, kek_version: str) -> int:
         total = 0
-        for table, _id_column in _KEY_TABLES.values():
-            result = await self._conn.execute(
-                select(func.count())
-                .select_from(table)
-                .where((table.c.kek_uri != kek_uri) | (table.c.kek_version != kek_version))
-            )
+        for _select, count, _replace in _KEY_STATEMENTS.values():
+            result = await self._conn.execute(count, {"kek_uri": kek_uri, "kek_version": kek_version})
             total += int(result.scalar_one())
         return total
 
     async def replace_key(self, ref: KeyRef, new: WrappedKey) -> bool:
         """Swap a wrapped key for its rewrapped form, only if it is still the one read."""
         self.touched.everything = True
-        table, id_column = _KEY_TABLES[ref.table]
+        replace = _KEY_STATEMENTS[ref.table][2]
         result = await self._conn.execute(
-            update(table)
-            .where(id_column == ref.row_id, table.c.wrapped_key == ref.wrapped.ciphertext)
-            .values(kek_uri=new.kek_uri, kek_version=new.kek_version, wrapped_key=new.ciphertext)
+            replace,
+            {
+                "row_id": ref.row_id,
+                "old_key": ref.wrapped.ciphertext,
+                "new_kek_uri": new.kek_uri,
+                "new_kek_version": new.kek_version,
+                "new_key": new.ciphertext,
+            },
         )
         return result.rowcount == 1
 
 
-def run_migrations(connection: Connection, script_location: Path = MIGRATIONS) -> None:
-    """Upgrade the schema of `script_location`'s migrations to head on `connection`."""
-    # Imported here: Alembic is needed once at start-up and is slow to import.
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(script_location))
-    config.attributes["connection"] = connection
-    command.upgrade(config, "head")
+_PING = Sql(text("SELECT 1"))
 
 
-# Durability: a commit is acknowledged only once it survives power loss. SQLite in WAL mode with
-# synchronous=FULL syncs the WAL at every commit (NORMAL may lose the last commits); PostgreSQL
-# sessions keep synchronous_commit on whatever the server's default says.
-SQLITE_SYNCHRONOUS = "FULL"
-POSTGRES_SERVER_SETTINGS = {"synchronous_commit": "on"}
-
-
-def create_engine(url: str, pool_size: int, max_overflow: int) -> AsyncEngine:
-    """An engine for the registry at `url` (SQLite or PostgreSQL) with the durable settings."""
+def open_driver(url: str, capacity: int) -> Driver:
+    """The driver for a `sqlite+aiosqlite:///path` or `postgresql+asyncpg://` URL (on SQLite a
+    writer waits up to SQLITE_BUSY_TIMEOUT_SECONDS for another process's write lock)."""
     if url.startswith("sqlite"):
-        db_path = url.split("///", 1)[-1]
-        if db_path and db_path != ":memory:":
-            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
-        prepare_sqlite(engine)
-        return engine
-    return create_async_engine(
-        url,
-        pool_size=pool_size,
-        max_overflow=max_overflow,
-        pool_pre_ping=True,
-        connect_args={"server_settings": POSTGRES_SERVER_SETTINGS},
-    )
-
-
-def prepare_sqlite(engine: AsyncEngine) -> None:
-    """Take transaction control from pysqlite so BEGIN is explicit (and IMMEDIATE for writers)."""
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Writers take the lock up front; readers use WAL snapshots per statement and need no
-        # transaction at all (each BEGIN/COMMIT would cost two more hops to the driver thread).
-        if conn.get_execution_options().get("cedarberg_write", False):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        path = sqlite_path(url)
+        return SqliteDriver(path, readers=SQLITE_READERS, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+    if url.startswith("postgresql"):
+        return PostgresDriver(url, capacity)
+    raise StorageUnavailableError("the registry URL names neither SQLite nor PostgreSQL")
 
 
 class Store:
     """The registry connection pool. Open with `Store.open`, close with `close`."""
 
-    def __init__(
-        self, engine: AsyncEngine, pool_capacity: int = 0, cache: RegistryCache | None = None
-    ) -> None:
-        self._engine = engine
-        self._is_sqlite = engine.dialect.name == "sqlite"
-        self._sqlite_writer = asyncio.Lock()
-        self.pool_capacity = pool_capacity  # most connections the pool opens at once
+    def __init__(self, driver: Driver, cache: RegistryCache | None = None) -> None:
+        self._driver = driver
+        self.pool_capacity = driver.capacity  # most connections the pool opens at once
         # Off unless the caller gives one: CLI commands and migrations read the registry directly.
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
         self._reading: dict[Hashable, asyncio.Future[Any]] = {}
@@ -696,39 +817,26 @@ class Store:
     ) -> Store:
         """Connect and (unless `migrate` is False: the caller made sure the schema is current)
         apply migrations. The pool sizes apply to PostgreSQL (SQLite needs only a few
-        connections: its writers are serialised). Raises StorageUnavailableError if unreachable."""
-        if url.startswith("sqlite"):
-            # SQLite needs few connections: its writers are serialised.
-            pool_size, max_overflow = 4, 4
-        engine = create_engine(url, pool_size, max_overflow)
-        store = cls(engine, pool_size + max_overflow, cache)
-        if not migrate:
-            return store
-        try:
-            async with store._write_connection() as conn:
-                if not store._is_sqlite:
-                    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-                await conn.run_sync(run_migrations)
-        except (OSError, SQLAlchemyError) as err:
-            await engine.dispose()
-            raise StorageUnavailableError(f"cannot open the registry: {type(err).__name__}") from err
-        return store
+        connections: its statements run inline, its writers are serialised). Raises
+        StorageUnavailableError if unreachable."""
+        if migrate:
+            await migrate_registry(url)
+        return cls(open_driver(url, pool_size + max_overflow), cache)
 
     @property
     def dialect(self) -> str:
-        return self._engine.dialect.name
+        return str(self._driver.dialect.name)
 
-    @property
-    def engine(self) -> AsyncEngine:
-        """The engine, for instrumentation (pool events); queries go through read/write."""
-        return self._engine
+    def watch_pool(self, checked_out: Callable[[], None], checked_in: Callable[[], None]) -> None:
+        """Count connections taken from and given back to the pool (for the pool gauge)."""
+        self._driver.watch(checked_out, checked_in)
 
     async def ping(self) -> bool:
         """True if the registry answers a trivial query (callers bound the wait)."""
         try:
-            async with self._engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-        except (OSError, SQLAlchemyError):
+            async with self._driver.read() as conn:
+                await conn.execute(_PING)
+        except (DatabaseError, OSError):
             return False
         return True
 
@@ -736,38 +844,18 @@ class Store:
         for task in list(self._refreshes):
             task.cancel()
         await asyncio.gather(*self._refreshes, return_exceptions=True)
-        await self._engine.dispose()
-
-    @asynccontextmanager
-    async def _write_connection(self) -> AsyncIterator[AsyncConnection]:
-        """A connection inside a write transaction. An error raised by the body rolls back; an
-        error while committing means the outcome is unknown (CommitStateUnknownError)."""
-        async with AsyncExitStack() as stack:
-            if self._is_sqlite:
-                await stack.enter_async_context(self._sqlite_writer)
-            conn = await stack.enter_async_context(self._engine.connect())
-            if self._is_sqlite:
-                conn = await conn.execution_options(cedarberg_write=True)
-            transaction = await conn.begin()
-            try:
-                yield conn
-            except BaseException:
-                await transaction.rollback()
-                raise
-            try:
-                await transaction.commit()
-            except (DBAPIError, OSError) as err:
-                raise CommitStateUnknownError("the registry did not confirm the commit") from err
+        await self._driver.close()
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[StoreTx]:
-        """A read-write transaction: committed on normal exit, rolled back on error."""
+        """A read-write transaction: committed on normal exit, rolled back on error. An error
+        while committing means the outcome is unknown (CommitStateUnknownError)."""
         tx: StoreTx | None = None
         try:
-            async with self._write_connection() as conn:
+            async with self._driver.write() as conn:
                 tx = StoreTx(conn)
                 yield tx
-        except (DBAPIError, OSError) as err:
+        except (DatabaseError, IntegrityViolation, OSError) as err:
             raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err
         finally:
             # Committed, rolled back or unknown: cached reads of what it touched are not trusted.
@@ -832,12 +920,13 @@ class Store:
 
     @asynccontextmanager
     async def read(self, *, for_cache: bool = False) -> AsyncIterator[StoreTx]:
-        """A read-only transaction. `for_cache`: its results go into the read cache (which notes
-        them for request plans); any other read is noted as one that bypassed the cache."""
+        """A read-only transaction (each statement reads the latest committed state). `for_cache`:
+        its results go into the read cache (which notes them for request plans); any other read
+        is noted as one that bypassed the cache."""
         if not for_cache:
             note_uncached_read()
         try:
-            async with self._engine.connect() as conn, conn.begin():
+            async with self._driver.read() as conn:
                 yield StoreTx(conn)
-        except (DBAPIError, OSError) as err:
+        except (DatabaseError, IntegrityViolation, OSError) as err:
             raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err

@@ -2,7 +2,9 @@
 
 The table lives beside the catalog registry, possibly in the same database, and is created by the
 gateway's own Alembic migrations (`gateway/migrations/`, version table `alembic_version_gateway`),
-so the two schemas evolve independently.
+so the two schemas evolve independently. The store has a small engine of its own (the registry
+runs on plain drivers, catalog.store.sql): API keys are read on cache misses and by the change
+feed's poll, far from the registry's hot path.
 
 Invariants:
 - Only an Argon2id hash of a key's secret is stored; `ApiKeyRecord` (what callers list and show)
@@ -45,7 +47,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import create_engine, run_migrations
+from cedarberg.catalog.store.engine import create_engine, run_migrations
 from cedarberg.gateway.authn.principal import PrincipalKind, key_principal_id
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -334,15 +336,18 @@ class KeyStore:
             return [KeyChange(int(row.id), str(row.key_id), int(row.generation)) for row in rows]
 
 
-async def open_key_store(url: str) -> KeyStore:
-    """Create an engine for `url` (SQLite or PostgreSQL), apply migrations, return the store.
+def connect_key_store(url: str) -> KeyStore:
+    """A store on an engine of its own for `url` (SQLite or PostgreSQL), whose schema the caller
+    made sure is current (`cedarberg serve` upgrades it before any worker starts). The store owns
+    the engine: `close()` disposes of it. Two connections and two more under load: keys are
+    read on verification-cache misses and by the change feed's poll."""
+    return KeyStore(create_engine(url, 2, 2), owns_engine=True)
 
-    The store owns the engine: `close()` disposes of it. To share the registry's engine instead,
-    build `KeyStore(engine)` and call `migrate()`. Raises StorageUnavailableError.
-    """
-    size = 2 if url.startswith("sqlite") else 4
-    engine = create_engine(url, size, size)
-    store = KeyStore(engine, owns_engine=True)
+
+async def open_key_store(url: str) -> KeyStore:
+    """`connect_key_store(url)` with migrations applied. Raises StorageUnavailableError."""
+    store = connect_key_store(url)
+    engine = store._engine
     try:
         await store.migrate()
     except BaseException:

@@ -109,9 +109,10 @@ class Settings(FrozenSettings):
         10,
         ge=1,
         le=500,
-        description="PostgreSQL connections each worker keeps open for the registry (API keys "
-        "included). A deployment opens up to instances x workers x (store_pool_size + "
-        "store_max_overflow) connections; keep that under the server's max_connections.",
+        description="PostgreSQL connections each worker may open for the registry (the API key "
+        "store opens up to 4 more). A deployment opens up to instances x workers x "
+        "(store_pool_size + store_max_overflow + 4) connections; keep that under the server's "
+        "max_connections.",
     )
     store_max_overflow: int = Field(
         10, ge=0, le=500, description="Extra registry connections a worker may open under load."

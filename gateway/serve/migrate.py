@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from cedarberg.catalog.errors import CatalogError, StorageUnavailableError
-from cedarberg.catalog.store.sql import MIGRATIONS as CATALOG_MIGRATIONS
+from cedarberg.catalog.store.engine import MIGRATIONS as CATALOG_MIGRATIONS
 from cedarberg.catalog.store.sql import Store
 from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
 from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE

@@ -230,7 +230,7 @@ def create_app(settings: Settings) -> web.Application:
         # Objects from before exclusive locations get their roots recorded (never fails start-up).
         await confinement.backfill(ctx)
         ctx.sealer.keyring.observer = metrics
-        metrics.watch_pool(ctx.store.engine, ctx.store.pool_capacity)
+        metrics.watch_pool(ctx.store, ctx.store.pool_capacity)
         app[SERVICES] = Services.build(settings, ctx)
         sweepers = [
             asyncio.create_task(_sweep_idempotency(ctx.store, settings.idempotency_key_lifetime_seconds)),
@@ -253,8 +253,7 @@ def create_app(settings: Settings) -> web.Application:
         await close_catalog(ctx)
 
     async def security_services(app: web.Application) -> AsyncIterator[None]:
-        # catalog_resources (registered first) has opened the registry by now.
-        security = await Security.open(settings, app[SERVICES].ctx.store.engine)
+        security = await Security.open(settings)
         app[SECURITY] = security
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -11,13 +11,11 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from cedarberg.gateway.audit import AuditLog
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
-from cedarberg.gateway.authn.key_store import KeyStore
+from cedarberg.gateway.authn.key_store import KeyStore, connect_key_store
 from cedarberg.gateway.authn.oauth import Admission, TokenEndpoint
 from cedarberg.gateway.authn.oidc import OidcAuthenticator
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
@@ -49,11 +47,10 @@ class Security:
     watcher: PolicyWatcher | None = None
 
     @classmethod
-    async def open(cls, settings: Settings, registry: AsyncEngine) -> Security:
+    async def open(cls, settings: Settings) -> Security:
         """Build every service. Raises on unusable configuration (policies, keys, audit file).
 
-        API keys live beside the registry and use its connection pool (`registry`), so a worker
-        holds one pool, not two."""
+        API keys live beside the registry, in its database, on a small engine of their own."""
         policies = PolicyEngine(
             settings.authz.policy_dir,
             entity_cache_size=settings.authz.entity_cache_size,
@@ -64,7 +61,7 @@ class Security:
         )
         policies.load()
         # `serve` upgraded or checked the schema before any worker started (gateway.serve.server).
-        key_store = KeyStore(registry)
+        key_store = connect_key_store(settings.effective_store_url())
         api_keys = ApiKeyAuthenticator(key_store, settings.api_keys)
         tokens = TokenIssuer.open(settings.tokens, settings.data_dir)
         oidc = OidcAuthenticator(settings.oidc)
@@ -134,6 +131,7 @@ class Security:
         if self.watcher is not None:
             await self.watcher.stop()
         await self.api_keys.aclose()
+        await self.key_store.close()
         await self.oidc.close()
         await self.limiter.aclose()
         await self.audit.aclose()

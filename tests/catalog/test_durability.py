@@ -8,27 +8,36 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Integer, String, column, text
 
 from cedarberg.catalog import fileio
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.catalog.store.statements import Sql
 from cedarberg.gateway.authn.key_store import open_key_store
 
 SQLITE_SYNCHRONOUS_FULL = 2  # what PRAGMA synchronous answers for FULL
+_SYNCHRONOUS = Sql(text("PRAGMA synchronous").columns(column("synchronous", Integer)))
+_JOURNAL_MODE = Sql(text("PRAGMA journal_mode").columns(column("journal_mode", String)))
+_FOREIGN_KEYS = Sql(text("PRAGMA foreign_keys").columns(column("foreign_keys", Integer)))
+_SYNCHRONOUS_COMMIT = Sql(text("SHOW synchronous_commit").columns(column("synchronous_commit", String)))
 
 
-async def _sqlite_settings(store: Store) -> tuple[int, str]:
-    async with store.read() as tx:
-        synchronous = (await tx._conn.execute(text("PRAGMA synchronous"))).scalar_one()
-        journal = (await tx._conn.execute(text("PRAGMA journal_mode"))).scalar_one()
-    return int(synchronous), str(journal)
+async def _sqlite_settings(tx: StoreTx) -> tuple[int, str, int]:
+    synchronous = (await tx.connection.execute(_SYNCHRONOUS)).scalar_one()
+    journal = (await tx.connection.execute(_JOURNAL_MODE)).scalar_one()
+    foreign_keys = (await tx.connection.execute(_FOREIGN_KEYS)).scalar_one()
+    return int(synchronous), str(journal), int(foreign_keys)
 
 
 async def test_the_sqlite_registry_syncs_every_commit(tmp_path: Path) -> None:
+    """The writer connection (whose COMMIT runs on the commit thread) and the readers alike."""
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
     try:
-        assert await _sqlite_settings(store) == (SQLITE_SYNCHRONOUS_FULL, "wal")
+        async with store.write() as tx:
+            assert await _sqlite_settings(tx) == (SQLITE_SYNCHRONOUS_FULL, "wal", 1)
+        async with store.read() as tx:
+            assert await _sqlite_settings(tx) == (SQLITE_SYNCHRONOUS_FULL, "wal", 1)
     finally:
         await store.close()
 
@@ -49,9 +58,10 @@ async def test_postgres_sessions_keep_synchronous_commit_on(postgres_url: str) -
     gateway's sessions turn it on for themselves."""
     store = await Store.open(postgres_url)
     try:
+        async with store.write() as tx:
+            assert (await tx.connection.execute(_SYNCHRONOUS_COMMIT)).scalar_one() == "on"
         async with store.read() as tx:
-            setting = (await tx._conn.execute(text("SHOW synchronous_commit"))).scalar_one()
-        assert setting == "on"
+            assert (await tx.connection.execute(_SYNCHRONOUS_COMMIT)).scalar_one() == "on"
     finally:
         await store.close()
 

@@ -146,7 +146,7 @@ def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
     # The first load and the refused commit open the table's metadata with its cached data key;
     # the other loads of that version are answered from the load-result cache without unsealing.
     assert _value(samples, "cedarberg_kms_data_key_cache_total", result="hit") >= 2
-    assert _value(samples, "cedarberg_store_pool_connections", state="capacity") == 8  # SQLite: 4 + 4
+    assert _value(samples, "cedarberg_store_pool_connections", state="capacity") == 5  # SQLite: 4 + 1
     assert _value(samples, "cedarberg_store_pool_connections", state="checked_out") == 0
     # Labels never carry principals, table names or raw paths.
     assert "stranger" not in scraped.text
@@ -166,7 +166,7 @@ def test_metrics_are_summed_over_all_workers(tmp_path: Path) -> None:
         before, name, operation="getConfig", method="GET", status="200"
     )
     assert counted == 40
-    assert _value(after, "cedarberg_store_pool_connections", state="capacity") == 16  # 2 workers
+    assert _value(after, "cedarberg_store_pool_connections", state="capacity") == 10  # 2 workers
 
 
 def _ready(gw: GatewayProcess) -> requests.Response:

@@ -8,7 +8,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine
 
-from cedarberg.catalog.store.sql import MIGRATIONS
+from cedarberg.catalog.store.engine import MIGRATIONS
 
 
 def upgrade(url: str, revision: str) -> None:
