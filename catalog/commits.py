@@ -231,5 +231,12 @@ async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], 
         except BaseException:
             await asyncio.to_thread(fileio.delete_files, written)
             raise
+        for change in changes:
+            # The next commit to the object starts from the metadata this one built.
+            ctx.parsed_metadata.keep(
+                (change.kind, change.object_uuid, change.metadata_location),
+                change.metadata,
+                len(change.metadata_json),
+            )
         return body
     raise CommitFailedError(f"the {kind} changed concurrently too many times; reload and retry")
