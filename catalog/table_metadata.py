@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import CommitFailedException
@@ -39,8 +39,8 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
 )
-from pyiceberg.utils.datetime import datetime_to_millis
 from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
+from pyiceberg.utils.datetime import datetime_to_millis
 
 from cedarberg.catalog import metadata_ids
 from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
@@ -176,7 +176,7 @@ def _upgrade_to_v3(
     if base.format_version == 1 and base.partition_specs:
         # An existing v1 table goes through pyiceberg's own v1->v2 upgrade (the empty base of a
         # create has nothing to upgrade, and pyiceberg cannot validate it).
-        base = _update_table_metadata(base, (UpgradeFormatVersionUpdate(format_version=2),))
+        base = update_metadata(base, (UpgradeFormatVersionUpdate(format_version=2),))
     upgraded = TableMetadataUtil._construct_without_validation(  # pyiceberg's own v2->v3 path
         base.model_copy(update={"format_version": V3, "next_row_id": 0})
     )
@@ -186,7 +186,7 @@ def _upgrade_to_v3(
     return upgraded, rest
 
 
-def _update_table_metadata(
+def update_metadata(
     base: TableMetadata,
     updates: tuple[TableUpdate, ...],
     enforce_validation: bool = False,
@@ -226,7 +226,7 @@ def apply_updates(
         _refuse_uuid_change(base, updates)
     try:
         upgraded, updates = _upgrade_to_v3(start, updates)
-        new = _update_table_metadata(
+        new = update_metadata(
             upgraded,
             updates=metadata_ids.assign(upgraded, _tolerate_removed_statistics(upgraded, updates)),
             enforce_validation=base is None,
