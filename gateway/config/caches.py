@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from cedarberg.catalog import parsed_metadata
 from cedarberg.catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES
 from cedarberg.catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
 from cedarberg.gateway.config.base import FrozenSettings
@@ -38,4 +39,14 @@ class ReadCacheSettings(FrozenSettings):
         description="Longest an unsealed response stays in memory (a dropped table's plaintext "
         "leaves memory within this time). Never longer than kms.cache.max_age_seconds, and "
         "nothing is kept when the data-key cache is off: reads then always reach the KMS.",
+    )
+    parsed_metadata_max_bytes: int = Field(
+        parsed_metadata.DEFAULT_MAX_BYTES,
+        ge=0,
+        le=16 * 1024**3,
+        description="Memory per worker (estimated) for parsed table and view metadata, kept per "
+        "metadata version so that a commit does not parse again what the previous commit built; "
+        "the data key is still unwrapped and the stored copy opened on every commit. Kept no "
+        "longer than kms.cache.max_age_seconds, and not at all when the data-key cache is off. "
+        "0: off.",
     )
