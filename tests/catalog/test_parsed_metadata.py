@@ -44,12 +44,22 @@ SCHEMA = {
     "fields": [
         {"id": 1, "name": "id", "type": "long", "required": False},
         {"id": 2, "name": "name", "type": "string", "required": False},
+        # Defaults of types whose JSON is a string: kept as decoded values, written back as JSON.
+        {"id": 3, "name": "day", "type": "date", "required": False, "initial-default": "2020-01-02"},
+        {"id": 4, "name": "price", "type": "decimal(9, 2)", "required": False, "write-default": "1.50"},
+        {
+            "id": 5,
+            "name": "at",
+            "type": "timestamp",
+            "required": False,
+            "initial-default": "2020-01-02T03:04:05",
+        },
     ],
 }
 WIDER = {
     "type": "struct",
     "schema-id": 1,
-    "fields": [*SCHEMA["fields"], {"id": 3, "name": "amount", "type": "double", "required": False}],  # type: ignore[misc]
+    "fields": [*SCHEMA["fields"], {"id": 6, "name": "amount", "type": "double", "required": False}],  # type: ignore[misc]
 }
 
 
@@ -172,7 +182,20 @@ async def _create(ctx: CatalogContext, name: str, format_version: int) -> dict[s
         assert body is not None
     metadata: dict[str, Any] = json.loads(body)["metadata"]
     assert metadata["format-version"] == format_version
+    assert metadata["schemas"][0]["fields"][2]["initial-default"] == "2020-01-02"
+    assert metadata["schemas"][0]["fields"][3]["write-default"] == "1.50"
     return metadata
+
+
+async def _assert_kept_as_parsed(ctx: CatalogContext, landed: ObjectRow, what: str) -> None:
+    """The model kept for `landed`'s version is what parsing its stored JSON gives; it was kept as
+    built, not parsed, except for v1 metadata (its JSON leaves the snapshots' sequence numbers
+    out)."""
+    stored = await ctx.sealer.open_row(landed)
+    parse = _refuse if json.loads(stored)["format-version"] >= 2 else table_changes.parse_metadata
+    kept = ctx.parsed_metadata.get((TABLE, landed.uuid, landed.metadata_location), stored, parse)
+    assert kept == table_changes.parse_metadata(stored), what
+    assert documents.model_json(kept) == stored, what
 
 
 @pytest.mark.parametrize("format_version", [1, 2, 3])
@@ -182,6 +205,7 @@ async def test_every_update_type_leaves_the_shared_base_unchanged_and_keeps_what
     name = f"t{format_version}"
     identifier = Identifier.of(NAMESPACE, name)
     created = await _create(ctx, name, format_version)
+    await _assert_kept_as_parsed(ctx, await _row(ctx, name), "create")
     steps = _steps(created["location"], created["table-uuid"], format_version == 3)
     if format_version == 1:
         steps.append([{"action": "upgrade-format-version", "format-version": 2}])
@@ -203,12 +227,7 @@ async def test_every_update_type_leaves_the_shared_base_unchanged_and_keeps_what
         assert base.model_dump() == before_dump, updates[0]["action"]
         landed = await _row(ctx, name)
         assert landed.metadata_location != row.metadata_location, updates[0]["action"]
-        stored = await ctx.sealer.open_row(landed)
-        # Kept as built, except v1 metadata (its JSON leaves the snapshots' sequence numbers out).
-        parse = _refuse if json.loads(stored)["format-version"] >= 2 else table_changes.parse_metadata
-        kept = ctx.parsed_metadata.get((TABLE, landed.uuid, landed.metadata_location), stored, parse)
-        assert kept == table_changes.parse_metadata(stored), updates[0]["action"]
-        assert documents.model_json(kept) == stored
+        await _assert_kept_as_parsed(ctx, landed, updates[0]["action"])
     final = (await table_changes.open_table(ctx, await _row(ctx, name))).metadata  # type: ignore[union-attr]
     assert final.format_version == 3
     assert final.location.endswith("-moved")
