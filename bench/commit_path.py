@@ -5,7 +5,7 @@ over a real SQLite registry, the local KEK and a local warehouse, with no HTTP i
 
 Three loops, each bounded:
 
-- sequential `set-properties` commits on one table whose metadata is about 20 KB (a 24-column
+- sequential `set-properties` commits on one table whose metadata is about 25 KB (a 24-column
   schema, 8 snapshots, a full metadata log), in a sealing warehouse and in a plain one;
 - namespace creations.
 
