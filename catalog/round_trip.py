@@ -54,8 +54,19 @@ def _value_holds(value: Any, before: Any) -> bool:
     if isinstance(value, BaseModel):
         return _model_holds(value, before if type(before) is type(value) else None)
     if isinstance(value, list | tuple):
-        shared = {id(item) for item in before} if isinstance(before, list | tuple) else set()
-        return all(id(item) in shared or _value_holds(item, None) for item in value)
+        if not isinstance(before, list | tuple):
+            return all(_value_holds(item, None) for item in value)
+        # Set operations in C over the ids: a commit appends an entry or two to logs of up to a
+        # hundred, and those are looked for from the end.
+        fresh = set(map(id, value)).difference(map(id, before))
+        for item in reversed(value):
+            if not fresh:
+                break
+            if id(item) in fresh:
+                fresh.discard(id(item))
+                if not _value_holds(item, None):
+                    return False
+        return True
     if isinstance(value, dict):
         old = before if isinstance(before, dict) else {}
         return all(item is old.get(key) or _value_holds(item, None) for key, item in value.items())
