@@ -37,7 +37,7 @@ from typing import Generic, TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from cedarberg.catalog import confinement, documents, fileio, locations, registration
+from cedarberg.catalog import confinement, documents, fileio, locations, registration, round_trip
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
 from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError
@@ -182,6 +182,18 @@ async def _swap_all(
             await rec.record(tx, body)
 
 
+def _keep_parsed(ctx: CatalogContext, changes: Sequence[PlannedChange[M]]) -> None:
+    """Keep the metadata of landed changes as their versions' parsed form: the next commit to the
+    object starts from it instead of parsing the JSON just stored (when it is what parsing gives)."""
+    for change in changes:
+        if round_trip.round_trips(change.metadata, change.origin):
+            ctx.parsed_metadata.keep(
+                (change.kind, change.object_uuid, change.metadata_location),
+                change.metadata,
+                len(change.metadata_json),
+            )
+
+
 # Not slotted, like PlannedChange: it is built through its subscripted alias too.
 @dataclass(frozen=True)
 class CommitJob(Generic[M]):
@@ -231,5 +243,6 @@ async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], 
         except BaseException:
             await asyncio.to_thread(fileio.delete_files, written)
             raise
+        _keep_parsed(ctx, changes)
         return body
     raise CommitFailedError(f"the {kind} changed concurrently too many times; reload and retry")

@@ -147,13 +147,16 @@ def roots_of_document(kind: str, metadata_json: bytes) -> tuple[str, ...]:
 
 
 async def record_namespace(
-    tx: StoreTx, warehouse: Warehouse, namespace: Namespace, properties: dict[str, str]
+    tx: StoreTx, warehouse: Warehouse, namespace: Namespace, properties: dict[str, str], *, new: bool = False
 ) -> None:
     """Record (or move) a namespace's directory, inside `tx`. Raises LocationNotAllowedError if
-    the directory is or lies inside a table's or view's roots."""
+    the directory is or lies inside a table's or view's roots.
+
+    `new`: the namespace was inserted in `tx`, so it holds no directory yet (a dropped namespace's
+    directory goes with it) and there is nothing to look up or move: two statements fewer."""
     directory = roots.namespace_directory(warehouse.location, namespace, properties)
     owner = rows.namespace_owner(warehouse.name, namespace.key)
-    if await rows.held(tx, rows.NAMESPACE, owner) == [directory]:
+    if not new and await rows.held(tx, rows.NAMESPACE, owner) == [directory]:
         return
     await rows.lock(tx)
     for found in await rows.near(tx, directory):
@@ -161,7 +164,8 @@ async def record_namespace(
             raise LocationNotAllowedError(
                 f"namespace directory {directory!r} lies inside the location of a table or view"
             )
-    await rows.remove(tx, rows.NAMESPACE, owner)
+    if not new:
+        await rows.remove(tx, rows.NAMESPACE, owner)
     await rows.add(tx, warehouse.name, rows.NAMESPACE, owner, [directory])
 
 

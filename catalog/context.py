@@ -8,6 +8,7 @@ from cedarberg.catalog.commit_locks import CommitLocks
 from cedarberg.catalog.errors import NoSuchWarehouseError
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.load_results import LoadResultCache
+from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.sealing import KeyPurpose, Sealer
 from cedarberg.catalog.store.sql import Store
 
@@ -40,6 +41,7 @@ class CatalogContext:
     idempotency: Idempotency
     limits: Limits
     load_results: LoadResultCache = field(default_factory=lambda: LoadResultCache(max_bytes=0))
+    parsed_metadata: ParsedMetadataCache = field(default_factory=ParsedMetadataCache)
     commit_locks: CommitLocks = field(default_factory=CommitLocks)
 
     def warehouse(self, name: str | None) -> Warehouse:

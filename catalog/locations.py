@@ -16,6 +16,9 @@ from cedarberg.catalog.errors import InvalidRequestError, LocationNotAllowedErro
 SUPPORTED_SCHEMES = frozenset({"file", "s3", "s3a", "s3n", "gs", "abfs", "abfss"})
 # s3a/s3n are Hadoop's spellings of the same object store paths as s3.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+# One regular-expression search, not a Python loop over every character: a commit normalises
+# each of its roots several times.
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f]")
 
 
 def normalize(location: str) -> str:
@@ -23,7 +26,7 @@ def normalize(location: str) -> str:
 
     Raises InvalidRequestError for relative, unsupported or climbing locations.
     """
-    if not location or any(ord(ch) < 0x20 for ch in location):
+    if not location or _CONTROL_CHARACTER.search(location):
         raise InvalidRequestError("location must be a non-empty string without control characters")
     if location.startswith("/"):
         location = "file://" + location

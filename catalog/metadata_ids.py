@@ -81,8 +81,22 @@ def _order_identity(order: SortOrder) -> Hashable:
     return tuple(order.fields)
 
 
+_NUMBERED = (
+    AddSchemaUpdate,
+    AddPartitionSpecUpdate,
+    AddSortOrderUpdate,
+    SetCurrentSchemaUpdate,
+    SetDefaultSpecUpdate,
+    SetDefaultSortOrderUpdate,
+)
+
+
 def assign(base: TableMetadata, updates: Sequence[TableUpdate]) -> tuple[TableUpdate, ...]:
     """`updates` with the ids of added schemas, specs and sort orders assigned (see the module)."""
+    if not any(isinstance(update, _NUMBERED) for update in updates):
+        # Most commits (appends, properties) number nothing: the identities of every schema,
+        # spec and sort order are not worth computing for them.
+        return tuple(updates)
     schemas = _Numbering.of(((schema_identity(s), s.schema_id) for s in base.schemas), 0)
     specs = _Numbering.of(((_spec_identity(s), s.spec_id) for s in base.partition_specs), 0)
     orders = _Numbering.of(

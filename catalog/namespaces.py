@@ -138,7 +138,7 @@ class NamespaceService:
                 ) from None
             except AlreadyExistsError:
                 raise AlreadyExistsError(f"Namespace already exists: {namespace}") from None
-            await confinement.record_namespace(tx, warehouse, namespace, properties)
+            await confinement.record_namespace(tx, warehouse, namespace, properties, new=True)
             if rec is not None:
                 await rec.record(tx, body)
         return body

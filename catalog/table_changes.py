@@ -39,7 +39,11 @@ async def open_table(ctx: CatalogContext, row: ObjectRow | None) -> CurrentTable
     if row is None:
         return None
     key = await ctx.sealer.object_key(row)
-    return CurrentTable(row, key, parse_metadata(ctx.sealer.open_record(key, row)))
+    # Opened (the registry copy checked) before the parsed form is looked up: the cache saves
+    # the parse only.
+    metadata_json = ctx.sealer.open_record(key, row)
+    version = (TABLE, row.uuid, row.metadata_location)
+    return CurrentTable(row, key, ctx.parsed_metadata.get(version, metadata_json, parse_metadata))
 
 
 def _change(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import CommitFailedException
@@ -34,9 +35,12 @@ from pyiceberg.table.update import (
     TableRequirement,
     TableUpdate,
     UpgradeFormatVersionUpdate,
-    update_table_metadata,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
 )
 from pyiceberg.types import IcebergType, ListType, MapType, NestedField, StructType
+from pyiceberg.utils.datetime import datetime_to_millis
 
 from cedarberg.catalog import metadata_ids
 from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
@@ -172,7 +176,7 @@ def _upgrade_to_v3(
     if base.format_version == 1 and base.partition_specs:
         # An existing v1 table goes through pyiceberg's own v1->v2 upgrade (the empty base of a
         # create has nothing to upgrade, and pyiceberg cannot validate it).
-        base = update_table_metadata(base, (UpgradeFormatVersionUpdate(format_version=2),))
+        base = update_metadata(base, (UpgradeFormatVersionUpdate(format_version=2),))
     upgraded = TableMetadataUtil._construct_without_validation(  # pyiceberg's own v2->v3 path
         base.model_copy(update={"format_version": V3, "next_row_id": 0})
     )
@@ -180,6 +184,37 @@ def _upgrade_to_v3(
         u for u in updates if not (isinstance(u, UpgradeFormatVersionUpdate) and u.format_version == V3)
     )
     return upgraded, rest
+
+
+def update_metadata(
+    base: TableMetadata,
+    updates: tuple[TableUpdate, ...],
+    enforce_validation: bool = False,
+    metadata_location: str | None = None,
+) -> TableMetadata:
+    """pyiceberg's `update_table_metadata`, step for step, without its closing deep copy.
+
+    Each of pyiceberg's update steps builds a new model with `model_copy(update=...)` and new
+    lists and maps for what it changes; none changes the model it is given. So the result shares
+    every part it did not change with `base`, which stays as it was: the parsed metadata that
+    `catalog.parsed_metadata` hands to many commits is never mutated, and the deep copy (most of
+    the CPU of applying a small change to a large table) bought nothing. Every consumer of
+    metadata treats it as immutable.
+    """
+    context = _TableMetadataUpdateContext()
+    new = base
+    for update in updates:
+        new = _apply_table_update(update, new, context)
+    if context.has_changes():
+        if metadata_location:
+            new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == new.last_updated_ms:
+            new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    new.spec().check_compatible(new.schema())
+    new.sort_order().check_compatible(new.schema())
+    if enforce_validation:
+        return TableMetadataUtil.parse_obj(new.model_dump())
+    return new.model_copy()
 
 
 def apply_updates(
@@ -191,8 +226,8 @@ def apply_updates(
         _refuse_uuid_change(base, updates)
     try:
         upgraded, updates = _upgrade_to_v3(start, updates)
-        new = update_table_metadata(
-            base_metadata=upgraded,
+        new = update_metadata(
+            upgraded,
             updates=metadata_ids.assign(upgraded, _tolerate_removed_statistics(upgraded, updates)),
             enforce_validation=base is None,
             metadata_location=base_location,

@@ -105,7 +105,8 @@ async def plan_replace(
     async with ctx.store.read() as tx:
         row = await require_object(tx, warehouse.name, identifier, VIEW)
     key = await ctx.sealer.object_key(row)
-    base = parse(ctx.sealer.open_record(key, row))
+    metadata_json = ctx.sealer.open_record(key, row)  # checked first: the cache saves the parse only
+    base = ctx.parsed_metadata.get((VIEW, row.uuid, row.metadata_location), metadata_json, parse)
     view_metadata.validate_requirements(request.requirements, base)
     new = view_metadata.apply_updates(base, request.updates)
     if new == base:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from cedarberg.catalog import parsed_metadata
 from cedarberg.catalog.load_results import DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_BYTES
 from cedarberg.catalog.store.cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS
 from cedarberg.gateway.config.base import FrozenSettings
@@ -57,4 +58,14 @@ class ReadCacheSettings(FrozenSettings):
         le=16 * 1024**3,
         description="Memory per worker for request plans (they hold the answer's bytes). Plans "
         "follow the load-result cache's age limit and are off when it is. 0: off.",
+    )
+    parsed_metadata_max_bytes: int = Field(
+        parsed_metadata.DEFAULT_MAX_BYTES,
+        ge=0,
+        le=16 * 1024**3,
+        description="Memory per worker (estimated) for parsed table and view metadata, kept per "
+        "metadata version so that a commit does not parse again what the previous commit built; "
+        "the data key is still unwrapped and the stored copy opened on every commit. Kept no "
+        "longer than kms.cache.max_age_seconds, and not at all when the data-key cache is off. "
+        "0: off.",
     )

@@ -18,6 +18,7 @@ from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
 from cedarberg.catalog.dropped import purge_due
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.load_results import LoadResultCache
+from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.planning.service import PlanService
 from cedarberg.catalog.purge_failures import PurgeBackoff
 from cedarberg.catalog.sealing import Sealer
@@ -150,6 +151,7 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
         idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
         limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
         load_results=_load_result_cache(settings, serving),
+        parsed_metadata=_parsed_metadata_cache(settings, serving),
     )
 
 
@@ -164,6 +166,15 @@ def _load_result_cache(settings: Settings, serving: bool) -> LoadResultCache:
         settings.cache.load_result_max_bytes,
         min(settings.cache.load_result_max_age_seconds, keys.max_age_seconds),
     )
+
+
+def _parsed_metadata_cache(settings: Settings, serving: bool) -> ParsedMetadataCache:
+    """Parsed metadata is plaintext too: kept no longer than the data key that opened it may be,
+    and not at all with the data-key cache off (as unsealed load results)."""
+    keys = settings.kms.cache
+    if not serving or not keys.enabled:
+        return ParsedMetadataCache(max_bytes=0)
+    return ParsedMetadataCache(settings.cache.parsed_metadata_max_bytes, keys.max_age_seconds)
 
 
 async def close_catalog(ctx: CatalogContext) -> None:

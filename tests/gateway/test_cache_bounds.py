@@ -22,7 +22,9 @@ from cedarberg.gateway.authz import entities
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.byte_lru import ENTRY_OVERHEAD, ByteBoundedLru, estimate
+from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.resource_memo import ResourceMemo
+from cedarberg.gateway.web.app import close_catalog, open_catalog
 from tests.support.gateway import REPO_ROOT
 
 MIB = 1024**2
@@ -169,3 +171,27 @@ def test_the_resource_memo_is_bounded_in_bytes(grant_bytes: int) -> None:
         assert len(memo) == 0  # each over the entry cap: built per request, never kept
     else:
         assert 0 < len(memo) < 100
+
+
+@pytest.mark.parametrize(
+    ("serving", "key_cache", "expected"),
+    [
+        (True, {"max_age_seconds": 30.0}, (5 * MIB, 30.0)),
+        (True, {"max_entries": 0}, (0, None)),  # data keys always reach the KMS: no plaintext kept
+        (False, {}, (0, None)),  # CLI commands keep nothing
+    ],
+)
+async def test_the_parsed_metadata_cache_follows_its_setting_and_the_data_key_cache(
+    tmp_path: Path, serving: bool, key_cache: dict[str, float], expected: tuple[int, float | None]
+) -> None:
+    settings = Settings.model_validate(
+        {"data_dir": tmp_path, "cache": {"parsed_metadata_max_bytes": 5 * MIB}, "kms": {"cache": key_cache}}
+    )
+    ctx = await open_catalog(settings, serving=serving)
+    try:
+        max_bytes, max_age = expected
+        assert ctx.parsed_metadata.max_bytes == max_bytes
+        if max_age is not None:
+            assert ctx.parsed_metadata.max_age_seconds == max_age
+    finally:
+        await close_catalog(ctx)
