@@ -49,6 +49,7 @@ from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
     PRINCIPAL,
     REQUEST_ID,
+    ROUTE,
     VERDICT,
     metrics,
     request_id_of,
@@ -163,16 +164,20 @@ async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse
     retry = await sec.limiter.hit_address(request.remote)
     if retry is not None:
         raise _rate_limited(request, retry, "address", "any")
+    # A plan is looked up before anything else: one exists only for a request that was decided
+    # before on the same route (same method and path), a read.
+    key = sec.plans.key_of(request)
+    if key is not None:
+        plan = sec.plans.find(key, sec, services(request).ctx.store)
+        if plan is not None:
+            request[ROUTE] = plan.route
+            return await _replayed(request, plan)
     spec = _spec(request)
     if spec is None or spec.public:
         return await handler(request)
-    key = sec.plans.key_of(request, spec.group in _PLANNED_GROUPS)
-    if key is None:
+    if key is None or spec.group not in _PLANNED_GROUPS:
         return await _decided(request, spec, handler)
-    plan = sec.plans.find(key, sec, services(request).ctx.store)
-    if plan is not None:
-        return await _replayed(request, plan)
-    rec = replay.Recording(_CLASSES[spec.group])
+    rec = replay.Recording(_CLASSES[spec.group], route_of(request))
     with replay.recording(rec):
         try:
             response = await _decided(request, spec, handler)

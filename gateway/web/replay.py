@@ -50,6 +50,7 @@ from cedarberg.gateway.tls import peer_subject
 
 if TYPE_CHECKING:
     from cedarberg.catalog.store.sql import Store
+    from cedarberg.gateway.web.route import Route
     from cedarberg.gateway.web.security import Security
 
 DEFAULT_MAX_ENTRIES = DEFAULT_PLAN_MAX_ENTRIES
@@ -70,6 +71,7 @@ class Recording:
     """What one request's pipeline did, gathered while it runs (see `recording`)."""
 
     op_class: OperationClass
+    route: Route | None
     principal: Principal | None = None  # set once authenticated
     reads: ReadLog = field(default_factory=ReadLog)
     decisions: list[tuple[AuditEvent, Any]] = field(default_factory=list)  # (audit event, metric)
@@ -106,6 +108,7 @@ def note_unreplayable() -> None:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    route: Route  # the route the request was decided on (its method and path name it)
     principal: Principal
     budget_key: str  # the principal's rate-limit key
     op_class: OperationClass
@@ -147,9 +150,10 @@ class PlanCache:
     def estimated_bytes(self) -> int:
         return self._plans.estimated_bytes
 
-    def key_of(self, request: web.Request, read_operation: bool) -> PlanKey | None:
-        """The request's plan key; None when it may not be planned (see the module docstring)."""
-        if not (read_operation and self._plans.enabled and request.method in _METHODS):
+    def key_of(self, request: web.Request) -> PlanKey | None:
+        """The request's plan key; None when it may not be planned (see the module docstring;
+        the pipeline records plans of read operations only)."""
+        if not (self._plans.enabled and request.method in _METHODS):
             return None
         headers = request.headers
         if DELEGATION_HEADER in headers:
@@ -195,9 +199,10 @@ class PlanCache:
         response: web.StreamResponse,
     ) -> None:
         """Keep the plan of a request that ran with `rec`, if it may be replayed."""
-        reads, principal = rec.reads, rec.principal
+        reads, principal, route = rec.reads, rec.principal, rec.route
         if (
             principal is None
+            or route is None
             or not rec.replayable
             or reads.opaque
             or principal.auth_method not in _AUTH_METHODS
@@ -217,6 +222,7 @@ class PlanCache:
                 return
             expires_at = min(expires_at, bounds[1])
         plan = Plan(
+            route=route,
             principal=principal,
             budget_key=f"{principal.kind}:{principal.id}",
             op_class=rec.op_class,
