@@ -215,3 +215,16 @@ async def test_plans_are_bounded_in_bytes(make_gateway: MakeGateway) -> None:
     assert plans.recorded == 30
     assert 0 < plans.estimated_bytes <= 8192
     assert 0 < len(plans) < 30
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/namespaces/shared", "/v1/namespaces", "/v1/namespaces/shared/tables", TABLE]
+)
+async def test_the_reads_engines_repeat_are_replayed(make_gateway: MakeGateway, path: str) -> None:
+    gw = await _gateway(make_gateway)
+    ana = await _token(gw, "ana")
+    answers = [await gw.client.get(path, headers=ana) for _ in range(3)]
+    assert [a.status for a in answers] == [200, 200, 200]
+    bodies = [await a.read() for a in answers]
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert (_plans(gw).recorded, _plans(gw).replayed) == (1, 2)
