@@ -9,9 +9,9 @@ plaintext does not linger); a body larger than a quarter of the budget is not ke
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+
+from cedarberg.catalog.aged_lru import AgedLru
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_AGE_SECONDS = 300.0
@@ -19,39 +19,18 @@ DEFAULT_MAX_AGE_SECONDS = 300.0
 Key = tuple[str, str, str]
 
 
-class LoadResultCache:
+class LoadResultCache(AgedLru[Key, bytes]):
     """Used from the event loop only."""
 
     def __init__(
         self, max_bytes: int = DEFAULT_MAX_BYTES, max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
     ) -> None:
-        self.max_bytes = max_bytes
-        self.max_age_seconds = max_age_seconds
-        self.bytes = 0
-        self._entries: OrderedDict[Key, tuple[float, bytes]] = OrderedDict()
+        super().__init__(max_bytes, max_age_seconds)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    async def get(self, key: Key, render: Callable[[], Awaitable[bytes]]) -> bytes:
+    async def get_or_render(self, key: Key, render: Callable[[], Awaitable[bytes]]) -> bytes:
         """The cached body for `key`, or `render()`'s (kept if it fits)."""
-        entry = self._entries.get(key)
-        now = time.monotonic()
-        if entry is not None:
-            if now - entry[0] <= self.max_age_seconds:
-                self._entries.move_to_end(key)
-                return entry[1]
-            self._drop(key)
-        body = await render()
-        if len(body) * 4 <= self.max_bytes:
-            self._drop(key)
-            self._entries[key] = (now, body)
-            self.bytes += len(body)
-            while self.bytes > self.max_bytes:
-                self._drop(next(iter(self._entries)))
+        body = self.get(key)
+        if body is None:
+            body = await render()
+            self.put(key, body, len(body))
         return body
-
-    def _drop(self, key: Key) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.bytes -= len(entry[1])

@@ -84,7 +84,7 @@ async def load_object(
             metadata_json = transform(metadata_json)
         return documents.load_result(row.metadata_location, metadata_json, settings)
 
-    return await ctx.load_results.get((row.uuid, row.metadata_location, variant), render)
+    return await ctx.load_results.get_or_render((row.uuid, row.metadata_location, variant), render)
 
 
 async def list_objects(

@@ -20,10 +20,10 @@ quarter of the budget is not kept. Used from the event loop only.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeVar, cast
+
+from cedarberg.catalog.aged_lru import AgedLru
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_AGE_SECONDS = 300.0
@@ -34,45 +34,24 @@ T = TypeVar("T")
 Key = tuple[str, str, str]
 
 
-class ParsedMetadataCache:
+class ParsedMetadataCache(AgedLru[Key, object]):
     """See the module docstring."""
 
     def __init__(
         self, max_bytes: int = DEFAULT_MAX_BYTES, max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
     ) -> None:
-        self.max_bytes = max_bytes
-        self.max_age_seconds = max_age_seconds
-        self.bytes = 0
-        self._entries: OrderedDict[Key, tuple[float, object, int]] = OrderedDict()
+        super().__init__(max_bytes, max_age_seconds)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Key, metadata_json: bytes, parse: Callable[[bytes], T]) -> T:
+    def get_or_parse(self, key: Key, metadata_json: bytes, parse: Callable[[bytes], T]) -> T:
         """The model of version `key`, whose JSON is `metadata_json`: kept, or `parse`d (and kept
         if it fits). `parse` must be the one parser of `key`'s kind."""
-        entry = self._entries.get(key)
-        if entry is not None:
-            if time.monotonic() - entry[0] <= self.max_age_seconds:
-                self._entries.move_to_end(key)
-                return cast(T, entry[1])
-            self._drop(key)
+        kept = self.get(key)
+        if kept is not None:
+            return cast(T, kept)
         parsed = parse(metadata_json)
         self.keep(key, parsed, len(metadata_json))
         return parsed
 
     def keep(self, key: Key, metadata: object, json_bytes: int) -> None:
         """Keep `metadata` (whose JSON is `json_bytes` long) as version `key`, if it fits."""
-        size = json_bytes * SIZE_FACTOR
-        if size * 4 > self.max_bytes:
-            return
-        self._drop(key)
-        self._entries[key] = (time.monotonic(), metadata, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            self._drop(next(iter(self._entries)))
-
-    def _drop(self, key: Key) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.bytes -= entry[2]
+        self.put(key, metadata, json_bytes * SIZE_FACTOR)

@@ -43,7 +43,7 @@ async def open_table(ctx: CatalogContext, row: ObjectRow | None) -> CurrentTable
     # the parse only.
     metadata_json = ctx.sealer.open_record(key, row)
     version = (TABLE, row.uuid, row.metadata_location)
-    return CurrentTable(row, key, ctx.parsed_metadata.get(version, metadata_json, parse_metadata))
+    return CurrentTable(row, key, ctx.parsed_metadata.get_or_parse(version, metadata_json, parse_metadata))
 
 
 def _change(

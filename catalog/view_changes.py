@@ -106,7 +106,7 @@ async def plan_replace(
         row = await require_object(tx, warehouse.name, identifier, VIEW)
     key = await ctx.sealer.object_key(row)
     metadata_json = ctx.sealer.open_record(key, row)  # checked first: the cache saves the parse only
-    base = ctx.parsed_metadata.get((VIEW, row.uuid, row.metadata_location), metadata_json, parse)
+    base = ctx.parsed_metadata.get_or_parse((VIEW, row.uuid, row.metadata_location), metadata_json, parse)
     view_metadata.validate_requirements(request.requirements, base)
     new = view_metadata.apply_updates(base, request.updates)
     if new == base:

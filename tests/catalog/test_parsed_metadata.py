@@ -193,7 +193,7 @@ async def _assert_kept_as_parsed(ctx: CatalogContext, landed: ObjectRow, what: s
     out)."""
     stored = await ctx.sealer.open_row(landed)
     parse = _refuse if json.loads(stored)["format-version"] >= 2 else table_changes.parse_metadata
-    kept = ctx.parsed_metadata.get((TABLE, landed.uuid, landed.metadata_location), stored, parse)
+    kept = ctx.parsed_metadata.get_or_parse((TABLE, landed.uuid, landed.metadata_location), stored, parse)
     assert kept == table_changes.parse_metadata(stored), what
     assert documents.model_json(kept) == stored, what
 
@@ -258,7 +258,7 @@ async def test_metadata_that_would_not_parse_back_the_same_is_not_kept(ctx: Cata
         parsed.append(content)
         return table_changes.parse_metadata(content)
 
-    metadata = ctx.parsed_metadata.get((TABLE, landed.uuid, landed.metadata_location), stored, parse)
+    metadata = ctx.parsed_metadata.get_or_parse((TABLE, landed.uuid, landed.metadata_location), stored, parse)
     assert parsed == [stored]
     assert metadata.last_sequence_number == 0
 
@@ -323,7 +323,7 @@ async def test_a_view_replace_keeps_what_parsing_gives_and_leaves_its_base_uncha
         [{"action": "remove-properties", "removals": ["owner"]}],
     ):
         row = await _row(ctx, "v", VIEW)
-        base = ctx.parsed_metadata.get(
+        base = ctx.parsed_metadata.get_or_parse(
             (VIEW, row.uuid, row.metadata_location), await ctx.sealer.open_row(row), view_changes.parse
         )
         before = documents.model_json(base)
@@ -332,7 +332,9 @@ async def test_a_view_replace_keeps_what_parsing_gives_and_leaves_its_base_uncha
         assert documents.model_json(base) == before
         landed = await _row(ctx, "v", VIEW)
         stored = await ctx.sealer.open_row(landed)
-        kept = ctx.parsed_metadata.get((VIEW, landed.uuid, landed.metadata_location), stored, _refuse)
+        kept = ctx.parsed_metadata.get_or_parse(
+            (VIEW, landed.uuid, landed.metadata_location), stored, _refuse
+        )
         assert kept == view_changes.parse(stored)
         assert documents.model_json(kept) == stored
 
@@ -347,23 +349,23 @@ def test_the_cache_is_bounded_in_bytes_and_age_and_keeps_kinds_apart() -> None:
     document = b"x" * 1000
     cache = ParsedMetadataCache(max_bytes=4 * 1000 * SIZE_FACTOR, max_age_seconds=60)
     for i in range(5):
-        assert cache.get((TABLE, "u", f"v{i}"), document, parse) == document.decode()
+        assert cache.get_or_parse((TABLE, "u", f"v{i}"), document, parse) == document.decode()
     assert len(cache) == 4
     assert cache.bytes == 4 * 1000 * SIZE_FACTOR
-    cache.get((TABLE, "u", "v4"), document, parse)
+    cache.get_or_parse((TABLE, "u", "v4"), document, parse)
     assert len(parses) == 5  # kept: not parsed again
-    cache.get((TABLE, "u", "v0"), document, parse)
+    cache.get_or_parse((TABLE, "u", "v0"), document, parse)
     assert len(parses) == 6  # evicted: parsed again
-    cache.get((VIEW, "u", "v4"), document, parse)
+    cache.get_or_parse((VIEW, "u", "v4"), document, parse)
     assert len(parses) == 7  # a view's version is not a table's
     for _twice in range(2):
-        cache.get((TABLE, "u", "big"), b"y" * 1001, parse)  # over a quarter of the budget
+        cache.get_or_parse((TABLE, "u", "big"), b"y" * 1001, parse)  # over a quarter of the budget
     assert len(parses) == 9
     assert len(cache) == 4
 
     expired = ParsedMetadataCache(max_bytes=10**9, max_age_seconds=0)
-    expired.get((TABLE, "u", "v"), document, parse)
-    expired.get((TABLE, "u", "v"), document, parse)
+    expired.get_or_parse((TABLE, "u", "v"), document, parse)
+    expired.get_or_parse((TABLE, "u", "v"), document, parse)
     assert len(parses) == 11  # too old at once: parsed every time
     off = ParsedMetadataCache(max_bytes=0)
     off.keep((TABLE, "u", "v"), "model", 1)

@@ -137,19 +137,19 @@ async def test_load_results_are_bounded_by_bytes_and_age() -> None:
 
         return render
 
-    assert await cache.get(("u", "v1", "all"), body(100)) == b"x" * 100
-    assert await cache.get(("u", "v1", "all"), body(100)) == b"x" * 100
+    assert await cache.get_or_render(("u", "v1", "all"), body(100)) == b"x" * 100
+    assert await cache.get_or_render(("u", "v1", "all"), body(100)) == b"x" * 100
     assert renders == 1
-    await cache.get(("u", "v2", "all"), body(100))
-    await cache.get(("u", "v3", "all"), body(100))
-    await cache.get(("u", "v4", "all"), body(100))
+    await cache.get_or_render(("u", "v2", "all"), body(100))
+    await cache.get_or_render(("u", "v3", "all"), body(100))
+    await cache.get_or_render(("u", "v4", "all"), body(100))
     assert cache.bytes <= 400
     kept = len(cache)
-    await cache.get(("big", "v1", "all"), body(200))
+    await cache.get_or_render(("big", "v1", "all"), body(200))
     assert len(cache) == kept  # over a quarter of the budget: answered, not kept
     await asyncio.sleep(0.06)
     renders = 0
-    await cache.get(("u", "v4", "all"), body(100))
+    await cache.get_or_render(("u", "v4", "all"), body(100))
     assert renders == 1, "an entry past its age is rendered again"
 
 
