@@ -35,7 +35,7 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
 from cedarberg.gateway.authn.errors import AuthenticationError
-from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.entities import EntityType
@@ -193,7 +193,8 @@ async def _replayed(request: web.Request, plan: replay.Plan) -> web.StreamRespon
     """`_decided`'s steps with the plan's outcome: the failure budget and the principal's budget
     are checked and spent as for any request; the decisions are audited and counted as recorded."""
     sec = security(request)
-    await _check_failure_budget(request, sec)
+    if plan.principal.auth_method is not AuthMethod.ANONYMOUS:  # a credential was presented
+        await _check_failure_budget(request, sec)
     request[PRINCIPAL] = plan.principal
     bind_principal(plan.budget_key)
     await _spend_principal_budget(request, sec, plan.budget_key, plan.op_class)

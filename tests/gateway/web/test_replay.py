@@ -228,3 +228,23 @@ async def test_the_reads_engines_repeat_are_replayed(make_gateway: MakeGateway, 
     bodies = [await a.read() for a in answers]
     assert bodies[0] == bodies[1] == bodies[2]
     assert (_plans(gw).recorded, _plans(gw).replayed) == (1, 2)
+
+
+async def test_a_replay_checks_the_failure_budget_exactly_when_a_fresh_request_would(
+    make_gateway: MakeGateway,
+) -> None:
+    """Over its failed-authentication budget, an address is refused anything with a credential,
+    replayed or not (attack); anonymous reads, which present none, go on in both ways (control)."""
+    gw = await make_gateway(config={"rate_limits": {"auth_failures_per_address": "2/minute"}})
+    await gw.create_namespace("shared", {"cedarberg.readers": "analysts"})
+    await gw.create_table("shared", "t")
+    assert [(await _load(gw, {}))[0] for _ in range(2)] == [200, 200]  # anonymous: recorded, replayed
+    token = await _token(gw, "ana")
+    assert (await _load(gw, token))[0] == 200  # recorded
+    assert (_plans(gw).recorded, _plans(gw).replayed) == (2, 1)
+    bad = bearer("cbk_aaaaaaaaaaaaaaaa_" + "A" * 43)
+    assert [(await gw.client.get(TABLE, headers=bad)).status for _ in range(3)] == [401, 401, 429]
+    assert (await _load(gw, token))[0] == 429  # its plan is valid, and the budget still refuses
+    assert _plans(gw).replayed == 2
+    assert [(await _load(gw, {}))[0] for _ in range(2)] == [200, 200]
+    assert _plans(gw).replayed == 4
