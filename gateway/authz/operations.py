@@ -116,6 +116,10 @@ class OperationSpec:
     body: type[BaseModel] | None = None
     max_body_bytes: int | None = None
     changes: tuple[str, ...] = ()
+    # A GET/HEAD whose answer derives only from registry reads made through the registry's read
+    # cache, the settings and its decisions: the pipeline may record and replay it
+    # (`gateway.web.replay`). Metrics, planning results and credentials are not.
+    replayable: bool = False
 
     @property
     def public(self) -> bool:
@@ -134,7 +138,7 @@ R, W, M, A = ActionGroup.READ, ActionGroup.WRITE, ActionGroup.MANAGE, ActionGrou
 
 _TABLE: tuple[OperationSpec, ...] = (
     # configuration and tokens
-    _op("getConfig", Scope.WAREHOUSE, R),
+    _op("getConfig", Scope.WAREHOUSE, R, replayable=True),
     _op("getToken", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("getJwks", Scope.PUBLIC, ActionGroup.PUBLIC),
     # operations: probes are public (they say "ok" or name a failing dependency, nothing else);
@@ -143,7 +147,7 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("checkReadiness", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("readMetrics", Scope.CATALOG, ActionGroup.OPERATE),
     # namespaces
-    _op("listNamespaces", Scope.CONTAINER, R, lists=EntityType.NAMESPACE),
+    _op("listNamespaces", Scope.CONTAINER, R, lists=EntityType.NAMESPACE, replayable=True),
     _op(
         "createNamespace",
         Scope.NAMESPACE,
@@ -153,8 +157,8 @@ _TABLE: tuple[OperationSpec, ...] = (
         body=req.CreateNamespaceRequest,
         changes=("properties",),
     ),
-    _op("loadNamespaceMetadata", Scope.NAMESPACE, R),
-    _op("namespaceExists", Scope.NAMESPACE, R),
+    _op("loadNamespaceMetadata", Scope.NAMESPACE, R, replayable=True),
+    _op("namespaceExists", Scope.NAMESPACE, R, replayable=True),
     _op("dropNamespace", Scope.NAMESPACE, M),
     _op(
         "updateProperties",
@@ -164,11 +168,11 @@ _TABLE: tuple[OperationSpec, ...] = (
         changes=("updates", "removals"),
     ),
     # tables
-    _op("listTables", Scope.NAMESPACE, R, lists=EntityType.TABLE),
+    _op("listTables", Scope.NAMESPACE, R, lists=EntityType.TABLE, replayable=True),
     _op("createTable", Scope.TABLE, W, creates=True, naming=_BY_NAME, body=req.CreateTableRequest),
     _op("registerTable", Scope.TABLE, W, creates=True, naming=_BY_NAME, body=req.RegisterTableRequest),
-    _op("loadTable", Scope.TABLE, R),
-    _op("tableExists", Scope.TABLE, R),
+    _op("loadTable", Scope.TABLE, R, replayable=True),
+    _op("tableExists", Scope.TABLE, R, replayable=True),
     _op("updateTable", Scope.TABLE, W, body=req.CommitTableRequest),
     _op("dropTable", Scope.TABLE, W),
     # Unregistering hands the table out of the catalog (and, in a sealing warehouse, out of its
@@ -195,11 +199,11 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("signRequest", Scope.TABLE, R),
     _op("writeTableData", Scope.TABLE, W),
     # views
-    _op("listViews", Scope.NAMESPACE, R, lists=EntityType.VIEW),
+    _op("listViews", Scope.NAMESPACE, R, lists=EntityType.VIEW, replayable=True),
     _op("createView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.CreateViewRequest),
     _op("registerView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.RegisterViewRequest),
-    _op("loadView", Scope.VIEW, R),
-    _op("viewExists", Scope.VIEW, R),
+    _op("loadView", Scope.VIEW, R, replayable=True),
+    _op("viewExists", Scope.VIEW, R, replayable=True),
     _op("replaceView", Scope.VIEW, W, body=req.CommitViewRequest),
     _op("dropView", Scope.VIEW, W),
     _op("renameView", Scope.VIEW, W, extra=Extra.RENAME_VIEW, naming=_RENAME, body=req.RenameRequest),

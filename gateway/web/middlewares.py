@@ -78,9 +78,8 @@ _CLASSES = {
     ActionGroup.OPERATE: OperationClass.READ,
     ActionGroup.PUBLIC: OperationClass.TOKEN,
 }
-# Reads (and the operator's reads): decided on cached grants, never audited as mutations, and
-# the only operations a plan may be recorded for.
-_PLANNED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
+# Reads (and the operator's reads): never audited as mutations.
+_READ_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
 _HIDDEN: dict[EntityType, type[NotFoundError]] = {
     EntityType.WAREHOUSE: NoSuchWarehouseError,
     EntityType.NAMESPACE: NoSuchNamespaceError,
@@ -165,7 +164,7 @@ async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse
     if retry is not None:
         raise _rate_limited(request, retry, "address", "any")
     # A plan is looked up before anything else: one exists only for a request that was decided
-    # before on the same route (same method and path), a read.
+    # before on the same route (same method and path), of a replayable operation.
     key = sec.plans.key_of(request)
     if key is not None:
         plan = sec.plans.find(key, sec, services(request).ctx.store)
@@ -175,7 +174,7 @@ async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse
     spec = _spec(request)
     if spec is None or spec.public:
         return await handler(request)
-    if key is None or spec.group not in _PLANNED_GROUPS:
+    if key is None or not spec.replayable:
         return await _decided(request, spec, handler)
     rec = replay.Recording(_CLASSES[spec.group], route_of(request))
     with replay.recording(rec):
@@ -276,7 +275,7 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     response = await handler(request)
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
-    if spec.group not in _PLANNED_GROUPS:
+    if spec.group not in _READ_GROUPS:
         sec.audit.record(
             AuditEvent(
                 EventKind.MUTATION,

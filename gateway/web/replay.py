@@ -16,7 +16,9 @@ and metrics — while everything the plan was derived from is unchanged:
   revocation ends every plan of the key's tokens; a stale key feed ends them all);
 - the plan's age (`max_age_seconds`: plans hold plaintext metadata, like the load-result cache).
 
-What is never recorded: mutations and any request that is not a GET or HEAD of a read operation;
+What is never recorded: mutations and any request that is not a GET or HEAD of an operation the
+operation table marks `replayable` (its answer derives only from registry reads made through the
+cache, the settings and its decisions: not metrics, planning results or credentials);
 requests asking for storage credentials (`X-Iceberg-Access-Delegation`) or answered `no-store`;
 requests authenticated by an API key or a client certificate alone (their lockouts and
 per-request checks are not plain data); any request that read the registry around its cache or

@@ -18,6 +18,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from cedarberg.gateway.authz.operations import ActionGroup
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 from cedarberg.gateway.web.keys import METRICS, SECURITY
 from cedarberg.gateway.web.replay import PlanCache
@@ -248,3 +249,38 @@ async def test_a_replay_checks_the_failure_budget_exactly_when_a_fresh_request_w
     assert _plans(gw).replayed == 2
     assert [(await _load(gw, {}))[0] for _ in range(2)] == [200, 200]
     assert _plans(gw).replayed == 4
+
+
+async def test_answers_that_do_not_derive_from_the_registry_are_never_replayed(
+    make_gateway: MakeGateway,
+) -> None:
+    """/metrics changes with every request, and is not a registry read: each scrape is decided and
+    answered afresh (it would otherwise repeat its first numbers)."""
+    gw = await _gateway(make_gateway)
+    scraper = await _token(gw, "prometheus")
+    first = await gw.client.get("/metrics", headers=scraper)
+    assert first.status == 200, await first.text()
+    await _load(gw, await _token(gw, "ana"))
+    second = await gw.client.get("/metrics", headers=scraper)
+    assert second.status == 200
+    assert await second.read() != await first.read()
+    assert _plans(gw).replayed == 0
+
+
+def test_only_reads_of_the_registry_are_marked_replayable() -> None:
+    from cedarberg.gateway.authz.operations import OPERATIONS
+
+    replayable = {name for name, spec in OPERATIONS.items() if spec.replayable}
+    assert replayable == {
+        "getConfig",
+        "listNamespaces",
+        "loadNamespaceMetadata",
+        "namespaceExists",
+        "listTables",
+        "loadTable",
+        "tableExists",
+        "listViews",
+        "loadView",
+        "viewExists",
+    }
+    assert all(OPERATIONS[name].group is ActionGroup.READ for name in replayable)
