@@ -22,10 +22,12 @@ Every line has the same keys, in this order (``null`` where a key does not apply
 Invariants:
 
 - **Recording never blocks the event loop on I/O.** `record` scrubs and serialises (orjson, a few
-  µs) and hands the line to a writer thread through a bounded queue; the thread writes whatever
-  has queued up in one ``write`` and flushes after each batch. Records are never dropped: if the
-  writer falls ``queue_size`` lines behind, recording waits for it (back-pressure) rather than
-  losing audit records. A write error is logged (``cedarberg.audit``) and makes `healthy` false.
+  µs) and appends the line to a deque the writer thread drains (an append is atomic under the
+  interpreter lock: no lock, no condition and no wake-up per record; the writer is woken only when
+  it had gone idle); the thread writes whatever has queued up in one ``write`` and flushes after
+  each batch. Records are never dropped: if the writer falls ``queue_size`` lines behind,
+  recording waits for it (back-pressure) rather than losing audit records. A write error is
+  logged (``cedarberg.audit``) and makes `healthy` false.
 - **No secret reaches the log**, even when passed by mistake: every string is scrubbed before it
   is serialised (see `scrub`): bearer/basic credentials, ``cbk_`` API keys, JWT/JWE-looking
   strings, PEM private keys, ``secret=...``/``"token": "..."`` pairs and values of mapping keys
@@ -41,10 +43,10 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import os
-import queue
 import re
 import sys
 import threading
@@ -290,7 +292,10 @@ class AuditLog:
 
     def __init__(self, settings: AuditSettings) -> None:
         self._settings = settings
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=settings.queue_size)
+        # Lines and markers (flush events, _REOPEN, _STOP) in order; drained by the writer.
+        self._pending: collections.deque[object] = collections.deque()
+        self._wake = threading.Event()  # set by a producer that finds the writer idle
+        self._writer_idle = False
         self._stream: IO[bytes] | None = None
         self._text_stream: IO[str] | None = None
         self._healthy = True
@@ -354,7 +359,7 @@ class AuditLog:
         once the log is closed."""
         if self._closed:
             raise RuntimeError("audit log is closed")
-        self._queue.put(
+        self._put(
             b"".join(
                 (
                     template.head,
@@ -373,7 +378,7 @@ class AuditLog:
         if not self._thread.is_alive():
             return True
         done = threading.Event()
-        self._queue.put(done)
+        self._put(done)
         return done.wait(timeout)
 
     async def aflush(self) -> bool:
@@ -382,7 +387,7 @@ class AuditLog:
 
     def reopen(self) -> None:
         """Close and reopen the file destination (after log rotation); no-op for stdout."""
-        self._queue.put(_REOPEN)
+        self._put(_REOPEN)
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is queued, stop the writer and close the file. Idempotent."""
@@ -390,7 +395,7 @@ class AuditLog:
             if self._closed:
                 return
             self._closed = True
-        self._queue.put(_STOP)
+        self._put(_STOP)
         self._thread.join(timeout)
         self._close_stream()
 
@@ -434,17 +439,43 @@ class AuditLog:
             self._healthy = False
             log.exception("audit log write to %s failed", self._settings.destination)
 
+    def _put(self, item: object) -> None:
+        """Hand `item` to the writer; wait while it is `queue_size` lines behind."""
+        pending = self._pending
+        if len(pending) >= self._settings.queue_size:
+            self._wait_for_room()
+        pending.append(item)
+        if self._writer_idle:
+            self._wake.set()
+
+    def _wait_for_room(self) -> None:
+        # Back-pressure, as a bounded queue's put would block; rare (the writer drains every
+        # batch pause), so polled rather than signalled per record.
+        while len(self._pending) >= self._settings.queue_size and self._thread.is_alive():
+            self._wake.set()
+            time.sleep(_BATCH_PAUSE_SECONDS / 10)
+
+    def _take_batch(self) -> list[object]:
+        """Everything pending, waiting (idle) until there is something."""
+        pending = self._pending
+        while not pending:
+            # Idle is announced before the emptiness is checked again, so a producer that
+            # appends in between sees it and wakes the writer: no record waits for a timeout.
+            self._writer_idle = True
+            if not pending:
+                self._wake.wait()
+            self._wake.clear()
+            self._writer_idle = False
+        batch = []
+        while pending:
+            batch.append(pending.popleft())
+        return batch
+
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
             lines: list[bytes] = []
             stop = False
-            for item in batch:
+            for item in self._take_batch():
                 if isinstance(item, bytes):
                     lines.append(item)
                     continue
