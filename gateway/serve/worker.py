@@ -7,6 +7,7 @@ on a shared socket (`gateway.serve.supervisor`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import ssl
@@ -14,6 +15,7 @@ import ssl
 from aiohttp import web
 
 from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.web import front
 from cedarberg.gateway.web.app import create_app
 
 log = logging.getLogger("cedarberg")
@@ -44,14 +46,47 @@ def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: soc
             "event loop debug mode: every callback holding the loop longer than %g ms is logged",
             settings.slow_callback_warning_ms,
         )
-    web.run_app(
-        app,
-        loop=loop,
-        host=None if sock is not None else settings.host,
-        port=None if sock is not None else settings.port,
-        sock=sock,
-        ssl_context=ssl_context,
-        print=None,
-        access_log=None,
-        shutdown_timeout=settings.shutdown_timeout_seconds,
+    # What `web.run_app` does, with the pipeline's front installed on the server (it has no
+    # hook for that): SIGTERM/SIGINT raise GracefulExit out of the loop; then the serving task is
+    # cancelled, which shuts the runner down (in-flight requests get shutdown_timeout_seconds).
+    serving = loop.create_task(_serve(app, settings, ssl_context, sock))
+    try:
+        loop.run_until_complete(serving)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(serving)
+        _cancel_remaining(loop)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+async def _serve(
+    app: web.Application, settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket | None
+) -> None:
+    runner = web.AppRunner(
+        app, handle_signals=True, access_log=None, shutdown_timeout=settings.shutdown_timeout_seconds
     )
+    await runner.setup()
+    try:
+        front.install(runner)
+        site: web.BaseSite
+        if sock is not None:
+            site = web.SockSite(runner, sock, ssl_context=ssl_context)
+        else:
+            site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
+        await site.start()
+        await asyncio.Event().wait()  # until a signal ends the loop
+    finally:
+        await runner.cleanup()
+
+
+def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending after shutdown and let them finish unwinding."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))

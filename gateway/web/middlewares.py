@@ -1,7 +1,9 @@
-"""The security pipeline: one aiohttp middleware, `pipeline`, the only thing in `MIDDLEWARES`.
+"""The security pipeline: its first steps (`run`) and its routed steps, in one aiohttp middleware,
+`pipeline`, the only thing in `MIDDLEWARES`.
 
-request id and errors → limit by client address → authenticate (→ limit by principal) →
-authorize → handler. Routes are looked up in the one route table; an operation without an entry
+request id and errors → limit by client address → (replay a plan, or:) route → authenticate
+(→ limit by principal) → authorize → handler. A worker's server runs the first steps before
+aiohttp routes the request (`gateway.web.front`); without the front, the middleware runs them. Routes are looked up in the one route table; an operation without an entry
 in the authorization table cannot be registered (`gateway.web.app`), so nothing reaches a handler
 undecided. Errors become responses through the one error table (`gateway.web.errors`).
 
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import itertools
 import logging
 import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -47,9 +51,13 @@ from cedarberg.gateway.web import errors, http, replay, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
+    METRICS,
+    PLAN_KEY,
     PRINCIPAL,
     REQUEST_ID,
     ROUTE,
+    SECURITY,
+    SERVICES,
     VERDICT,
     metrics,
     request_id_of,
@@ -60,6 +68,8 @@ from cedarberg.gateway.web.keys import (
 from cedarberg.gateway.web.route import Handler
 
 if TYPE_CHECKING:
+    from cedarberg.catalog.store.sql import Store
+    from cedarberg.gateway.metrics import Metrics
     from cedarberg.gateway.web.security import Security
 
 access_log = logging.getLogger("cedarberg.access")
@@ -117,63 +127,99 @@ def _new_request_id() -> str:
     return next(_request_ids)
 
 
+@dataclass(frozen=True, slots=True)
+class Front:
+    """What the pipeline's first steps read from the application. They run before aiohttp has
+    routed the request (`gateway.web.front`), when `request.app` is not known yet."""
+
+    security: Security
+    metrics: Metrics
+    store: Store
+    access_log: bool
+
+    @classmethod
+    def of(cls, app: web.Application) -> Front:
+        return cls(app[SECURITY], app[METRICS], app[SERVICES].ctx.store, app[ACCESS_LOG])
+
+
+Rest = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 @web.middleware
 async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give every request an id, run it through the security steps, turn every exception into an
-    Iceberg ErrorModel response, and count and log what was answered."""
+    """The pipeline's routed steps (authenticate, authorize, handle). Its first steps ran before
+    routing when the server answers through `gateway.web.front` (the request has its id then);
+    on a server without it (e.g. aiohttp's test server) they run here, first."""
+    if REQUEST_ID in request:
+        return await _routed(request, handler)
+    return await run(request, Front.of(request.app), functools.partial(_routed, handler=handler))
+
+
+async def run(request: web.Request, front: Front, rest: Rest) -> web.StreamResponse:
+    """Give every request an id, limit it by client address, replay its plan if it has a valid
+    one or else pass it on to `rest`, turn every exception into an Iceberg ErrorModel response,
+    and count and log what was answered."""
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _CLIENT_REQUEST_ID.match(offered) else _new_request_id()
     request[REQUEST_ID] = request_id
     bind_request(request_id)
     started = time.perf_counter()
     error_type = None
-    stats = metrics(request)
+    stats = front.metrics
     stats.in_flight.inc()
     try:
-        response = await _secured(request, handler)
+        response = await _limited_or_replayed(request, front, rest)
     except Exception as err:
         response, error_type = errors.answer(request, request_id, err)
     finally:
         stats.in_flight.dec()
     elapsed = time.perf_counter() - started
     response.headers[REQUEST_ID_HEADER] = request_id
-    route = route_of(request)
+    # Set by the routed steps (or from a plan); absent when routing itself failed.
+    route = request.get(ROUTE)
     operation = route.operation if route is not None else "unmatched"
     method = request.method if request.method in _METHODS else "other"
     stats.child(stats.requests, operation, method, str(response.status)).inc()
     stats.child(stats.latency, operation).observe(elapsed)
     if error_type == _CONFLICT:
         stats.conflicts.labels(operation).inc()
-    if request.app[ACCESS_LOG]:
+    if front.access_log:
         access_log.info(
             "%s %s %d %.1fms", request.method, request.rel_url.raw_path, response.status, elapsed * 1000
         )
     return response
 
 
-def _rate_limited(request: web.Request, retry: RetryAfter, scope: str, op_class: str) -> RateLimitedError:
-    metrics(request).rate_limited.labels(scope, op_class).inc()
+def _rate_limited(stats: Metrics, retry: RetryAfter, scope: str, op_class: str) -> RateLimitedError:
+    stats.rate_limited.labels(scope, op_class).inc()
     return RateLimitedError(retry)
 
 
-async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Limit by address, then (unless the route is public) replay the request's plan if it has a
-    valid one, or authenticate and authorize it (recording a plan when it may have one)."""
-    sec = security(request)
+async def _limited_or_replayed(request: web.Request, front: Front, rest: Rest) -> web.StreamResponse:
+    """Limit by address, then replay the request's plan if it has a valid one; else `rest`."""
+    sec = front.security
     retry = await sec.limiter.hit_address(request.remote)
     if retry is not None:
-        raise _rate_limited(request, retry, "address", "any")
+        raise _rate_limited(front.metrics, retry, "address", "any")
     # A plan is looked up before anything else: one exists only for a request that was decided
     # before on the same route (same method and path), of a replayable operation.
     key = sec.plans.key_of(request)
     if key is not None:
-        plan = sec.plans.find(key, sec, services(request).ctx.store)
+        plan = sec.plans.find(key, sec, front.store)
         if plan is not None:
             request[ROUTE] = plan.route
-            return await _replayed(request, plan)
+            return await _replayed(request, plan, front)
+    request[PLAN_KEY] = key
+    return await rest(request)
+
+
+async def _routed(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unless the route is public, authenticate and authorize the request (recording a plan
+    when it may have one) and run the handler."""
     spec = _spec(request)
     if spec is None or spec.public:
         return await handler(request)
+    key = request.get(PLAN_KEY)
     if key is None or not spec.replayable:
         return await _decided(request, spec, handler)
     rec = replay.Recording(_CLASSES[spec.group], route_of(request))
@@ -184,19 +230,20 @@ async def _secured(request: web.Request, handler: Handler) -> web.StreamResponse
             # Answered here so that a denial's answer is recorded too; answered once either way.
             response, _error_type = errors.answer(request, request_id_of(request) or "", err)
     rec.principal = request.get(PRINCIPAL)
+    sec = security(request)
     sec.plans.keep(key, rec, sec, response)
     return response
 
 
-async def _replayed(request: web.Request, plan: replay.Plan) -> web.StreamResponse:
+async def _replayed(request: web.Request, plan: replay.Plan, front: Front) -> web.StreamResponse:
     """`_decided`'s steps with the plan's outcome: the failure budget and the principal's budget
     are checked and spent as for any request; the decisions are audited and counted as recorded."""
-    sec = security(request)
+    sec = front.security
     if plan.principal.auth_method is not AuthMethod.ANONYMOUS:  # a credential was presented
-        await _check_failure_budget(request, sec)
+        await _check_failure_budget(request, sec, front.metrics)
     request[PRINCIPAL] = plan.principal
     bind_principal(plan.budget_key)
-    await _spend_principal_budget(request, sec, plan.budget_key, plan.op_class)
+    await _spend_principal_budget(sec, front.metrics, plan.budget_key, plan.op_class)
     request_id = request_id_of(request)
     for template in plan.audits:
         sec.audit.record_template(template, request_id)
@@ -214,19 +261,17 @@ def _credential(request: web.Request) -> str | None:
     return api_key or None
 
 
-async def _check_failure_budget(request: web.Request, sec: Security) -> None:
+async def _check_failure_budget(request: web.Request, sec: Security, stats: Metrics) -> None:
     """Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch)."""
     retry = await sec.limiter.auth_failures_exceeded(request.remote)
     if retry is not None:
-        raise _rate_limited(request, retry, "auth_failures", "any")
+        raise _rate_limited(stats, retry, "auth_failures", "any")
 
 
-async def _spend_principal_budget(
-    request: web.Request, sec: Security, who: str, op_class: OperationClass
-) -> None:
+async def _spend_principal_budget(sec: Security, stats: Metrics, who: str, op_class: OperationClass) -> None:
     retry = await sec.limiter.hit_principal(who, op_class)
     if retry is not None:
-        raise _rate_limited(request, retry, "principal", op_class.value)
+        raise _rate_limited(stats, retry, "principal", op_class.value)
 
 
 async def _authenticate(request: web.Request) -> Principal:
@@ -236,7 +281,7 @@ async def _authenticate(request: web.Request) -> Principal:
         if sec.anonymous is not None:
             return sec.anonymous
         raise AuthenticationError()
-    await _check_failure_budget(request, sec)
+    await _check_failure_budget(request, sec, metrics(request))
     try:
         principal = await sec.authenticate_bearer(credential, request.remote)
     except AuthenticationError:
@@ -258,7 +303,7 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     request[PRINCIPAL] = principal
     who = f"{principal.kind}:{principal.id}"
     bind_principal(who)
-    await _spend_principal_budget(request, sec, who, _CLASSES[spec.group])
+    await _spend_principal_budget(sec, metrics(request), who, _CLASSES[spec.group])
     if spec.body is not None:
         # One parse, before any decision: the resources and the context are built from the same
         # typed objects the handler applies, and a malformed body is a 400 with nothing decided.

@@ -2,8 +2,9 @@
 
 `gateway.web.app.create_app(settings)` is the application `cedarberg serve` runs in each worker:
 the same middlewares, routes, SQLite registry, local KEK, bundled Cedar policies, rate limiter and
-audit log. Here it is served by aiohttp's test server on loopback and driven by aiohttp's test
-client (the `aiohttp_client` fixture of pytest-aiohttp), with no process to start and no engine.
+audit log. Here it is served by aiohttp's test server on loopback, with the pipeline's front
+installed as a worker installs it (`fronted`), and driven by aiohttp's test client (the
+`aiohttp_client` fixture of pytest-aiohttp), with no process to start and no engine.
 
 What `cedarberg serve` does once before any worker starts (`gateway.serve.server.prepare`:
 migrate the registry, create the KEK and the token signing key, validate the policies) is done
@@ -11,7 +12,7 @@ once per test session into a template data directory; each application gets a co
 test starts from an empty catalog in a few tens of milliseconds.
 
     settings = inprocess_settings(template, tmp_path, anonymous=False, config={...})
-    client = await aiohttp_client(create_app(settings))
+    client = await aiohttp_client(await fronted(create_app(settings)))
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.key_store import open_key_store
 from cedarberg.gateway.authn.principal import PrincipalKind
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.serve.server import prepare
+from cedarberg.gateway.web import front
 from tests.support.audit import audit_log
 from tests.support.gateway import TEST_DEFAULTS
 
@@ -114,6 +119,16 @@ def inprocess_settings(
     if anonymous:
         base = _merge(TEST_DEFAULTS, base)
     return Settings.model_validate(_merge(base, config or {}))
+
+
+async def fronted(app: web.Application) -> TestServer:
+    """`app` on a started test server whose requests enter the pipeline at its front, as in a
+    worker (`gateway.web.front`); pass it to `aiohttp_client`."""
+    server = TestServer(app)
+    await server.start_server()
+    assert server.runner is not None
+    front.install(server.runner)
+    return server
 
 
 def audit_records(settings: Settings) -> list[dict[str, Any]]:

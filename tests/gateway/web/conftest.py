@@ -27,7 +27,7 @@ from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.web.app import create_app
 from cedarberg.gateway.web.keys import ROUTE_TABLE, SECURITY
 from cedarberg.gateway.web.route import Route
-from tests.support.inprocess import Template, audit_records, inprocess_settings, prepare_template
+from tests.support.inprocess import Template, audit_records, fronted, inprocess_settings, prepare_template
 
 SCHEMA: dict[str, Any] = {
     "type": "struct",
@@ -118,7 +118,7 @@ async def make_gateway(
         settings = inprocess_settings(template, tmp_path / f"app{count}", anonymous=anonymous, config=config)
         app = create_app(settings)
         add_routes(app, extra_routes)
-        client = await aiohttp_client(app)
+        client = await aiohttp_client(await fronted(app))
         return InProcessGateway(client, settings, template.keys)
 
     yield make

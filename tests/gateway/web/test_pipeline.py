@@ -5,21 +5,35 @@ kinds of requests to a gateway process.)"""
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import web
+from pytest_aiohttp import AiohttpClient
 
 from cedarberg.catalog import requests as req
 from cedarberg.gateway.authn.principal import AuthMethod, PrincipalKind
-from cedarberg.gateway.web import middlewares
-from cedarberg.gateway.web.keys import METRICS, PARSED_BODY, PRINCIPAL, REQUEST_ID, ROUTE, VERDICT, route_of
+from cedarberg.gateway.web import front, middlewares
+from cedarberg.gateway.web.app import create_app
+from cedarberg.gateway.web.keys import (
+    METRICS,
+    PARSED_BODY,
+    PRINCIPAL,
+    REQUEST_ID,
+    ROUTE,
+    SECURITY,
+    VERDICT,
+    route_of,
+)
 from cedarberg.gateway.web.middlewares import MIDDLEWARES, REQUEST_ID_HEADER
 from cedarberg.gateway.web.route import Route
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway
+from tests.support.inprocess import Template, fronted, inprocess_settings
 
 _GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -86,6 +100,42 @@ async def test_a_request_refused_by_the_outer_middlewares_never_reaches_the_inne
     assert (await gw.client.get("/health")).status == 429
     rejected = _samples(gw.app[METRICS].exposition().decode(), "cedarberg_rate_limit_rejections_total")
     assert rejected == {'op_class="any",scope="address"': 2.0}
+
+
+@pytest.mark.parametrize("entry", ["front", "middleware"])
+async def test_the_pipeline_runs_once_per_request_from_either_entry(
+    aiohttp_client: AiohttpClient, template: Template, tmp_path: Path, entry: str
+) -> None:
+    """A worker's server enters the pipeline at its front, before routing (`gateway.web.front`); a
+    server without the front (aiohttp's own) enters it at the middleware. Either way each request
+    gets one id, is counted once under its route, and a repeated read is replayed from its plan."""
+    app = create_app(inprocess_settings(template, tmp_path))
+    client = await aiohttp_client(await fronted(app) if entry == "front" else app)
+    try:
+        answers = [await client.get("/v1/namespaces") for _ in range(2)]
+        answers.append(await client.get("/v1/no-such-route"))
+        answers.append(await client.delete("/v1/config"))
+        assert [a.status for a in answers] == [200, 200, 404, 405]
+        assert all(_GENERATED_ID.match(a.headers[REQUEST_ID_HEADER]) for a in answers)
+        assert len({a.headers[REQUEST_ID_HEADER] for a in answers}) == 4
+        assert await answers[0].read() == await answers[1].read()
+        assert app[SECURITY].plans.replayed == 1
+        exposition = app[METRICS].exposition().decode()
+        counted = _samples(exposition, "cedarberg_http_requests_total")
+        assert counted == {
+            'method="GET",operation="listNamespaces",status="200"': 2,
+            'method="GET",operation="unmatched",status="404"': 1,
+            'method="DELETE",operation="unmatched",status="405"': 1,
+        }
+        assert re.search(r"^cedarberg_http_requests_in_flight 0\.0$", exposition, re.MULTILINE)
+    finally:
+        gc.unfreeze()  # the application froze its start-up heap, as a worker does
+
+
+async def test_the_front_is_installed_on_a_set_up_runner_only(template: Template, tmp_path: Path) -> None:
+    runner = web.AppRunner(create_app(inprocess_settings(template, tmp_path)))
+    with pytest.raises(RuntimeError, match=r"after runner\.setup"):
+        front.install(runner)
 
 
 # -- request ids -----------------------------------------------------------------------------------
