@@ -3,9 +3,10 @@
 
 request id and errors → limit by client address → (replay a plan, or:) route → authenticate
 (→ limit by principal) → authorize → handler. A worker's server runs the first steps before
-aiohttp routes the request (`gateway.web.front`); without the front, the middleware runs them. Routes are looked up in the one route table; an operation without an entry
-in the authorization table cannot be registered (`gateway.web.app`), so nothing reaches a handler
-undecided. Errors become responses through the one error table (`gateway.web.errors`).
+aiohttp routes the request (`gateway.web.front`); without the front, the middleware runs them.
+Routes are looked up in the one route table; an operation without an entry in the authorization
+table cannot be registered (`gateway.web.app`), so nothing reaches a handler undecided. Errors
+become responses through the one error table (`gateway.web.errors`).
 
 A read may be recorded as a plan and replayed by the next identical request while everything it
 was derived from is unchanged (`gateway.web.replay`): the replay runs the same steps in the same
