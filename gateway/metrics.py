@@ -4,7 +4,9 @@
 import: a worker forked by the supervisor (`gateway.serve.supervisor`) must create them after the fork,
 in multiprocess mode, so that each worker writes its own files under PROMETHEUS_MULTIPROC_DIR and
 `/metrics` sums them whichever worker answers. Without that variable (one process) the families
-live in a private registry.
+live in a private registry, and the four families every request touches (requests, latency,
+in-flight, decisions) are plain numbers read at scrape time (`gateway.plain_metrics`: no lock per
+increment).
 
 Families (labels):
     cedarberg_http_requests_total              operation, method, status
@@ -38,6 +40,8 @@ from prometheus_client import (
     values,
 )
 
+from cedarberg.gateway.plain_metrics import PlainCollector, PlainCounter, PlainGauge, PlainHistogram
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -60,6 +64,18 @@ def _multiprocess() -> bool:
     return enabled
 
 
+class CounterFamily(Protocol):
+    """A labelled counter family: prometheus_client's, or a plain one (`gateway.plain_metrics`)."""
+
+    def labels(self, *values: str) -> Any: ...
+
+
+class GaugeLike(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+    def dec(self, amount: float = 1) -> None: ...
+
+
 class WatchedPool(Protocol):
     """A connection pool that reports checkouts and checkins (catalog.store.sql.Store)."""
 
@@ -70,10 +86,12 @@ class WatchedPool(Protocol):
 class Metrics:
     multiprocess: bool
     registry: CollectorRegistry | None  # None in multiprocess mode: families go to files
-    requests: Counter
-    latency: Histogram
-    in_flight: Gauge
-    decisions: Counter
+    # The families every request touches: plain numbers exported at scrape time in one process
+    # (`gateway.plain_metrics`), prometheus_client's shared files across workers.
+    requests: CounterFamily
+    latency: CounterFamily
+    in_flight: GaugeLike
+    decisions: CounterFamily
     conflicts: Counter
     kms_calls: Counter
     data_key_cache: Counter
@@ -84,7 +102,7 @@ class Metrics:
     # call; label values here are bounded (operations, methods, statuses, actions, outcomes).
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(default_factory=dict)
 
-    def child(self, family: Counter | Histogram, *labels: str) -> Any:
+    def child(self, family: CounterFamily, *labels: str) -> Any:
         """`family.labels(*labels)`, looked up once per distinct label set."""
         key = (id(family), labels)
         found = self._children.get(key)
@@ -97,34 +115,47 @@ class Metrics:
         multi = _multiprocess()
         registry = None if multi else CollectorRegistry(auto_describe=True)
         where: dict[str, Any] = {"registry": registry}
-        return cls(
-            multiprocess=multi,
-            registry=registry,
-            requests=Counter(
-                "cedarberg_http_requests",
-                "HTTP requests answered, by operation, method and status.",
-                ["operation", "method", "status"],
-                **where,
-            ),
-            latency=Histogram(
+        requests_doc = "HTTP requests answered, by operation, method and status."
+        latency_doc = "Time from receiving a request to its response, by operation."
+        in_flight_doc = "Requests being served."
+        decisions_doc = "Cedar authorization decisions, by action and outcome."
+        requests: CounterFamily
+        latency: CounterFamily
+        in_flight: GaugeLike
+        decisions: CounterFamily
+        if registry is None:
+            requests = Counter(
+                "cedarberg_http_requests", requests_doc, ["operation", "method", "status"], **where
+            )
+            latency = Histogram(
                 "cedarberg_http_request_duration_seconds",
-                "Time from receiving a request to its response, by operation.",
+                latency_doc,
                 ["operation"],
                 buckets=_LATENCY_BUCKETS,
                 **where,
-            ),
-            in_flight=Gauge(
-                "cedarberg_http_requests_in_flight",
-                "Requests being served.",
-                multiprocess_mode="livesum",
-                **where,
-            ),
-            decisions=Counter(
-                "cedarberg_authz_decisions",
-                "Cedar authorization decisions, by action and outcome.",
-                ["action", "outcome"],
-                **where,
-            ),
+            )
+            in_flight = Gauge(
+                "cedarberg_http_requests_in_flight", in_flight_doc, multiprocess_mode="livesum", **where
+            )
+            decisions = Counter("cedarberg_authz_decisions", decisions_doc, ["action", "outcome"], **where)
+        else:
+            plain = (
+                PlainCounter("cedarberg_http_requests", requests_doc, ["operation", "method", "status"]),
+                PlainHistogram(
+                    "cedarberg_http_request_duration_seconds", latency_doc, ["operation"], _LATENCY_BUCKETS
+                ),
+                PlainGauge("cedarberg_http_requests_in_flight", in_flight_doc),
+                PlainCounter("cedarberg_authz_decisions", decisions_doc, ["action", "outcome"]),
+            )
+            registry.register(PlainCollector(plain))
+            requests, latency, in_flight, decisions = plain
+        return cls(
+            multiprocess=multi,
+            registry=registry,
+            requests=requests,
+            latency=latency,
+            in_flight=in_flight,
+            decisions=decisions,
             conflicts=Counter(
                 "cedarberg_commit_conflicts",
                 "Commits refused because their requirements no longer held (409), by operation.",
