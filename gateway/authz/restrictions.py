@@ -21,8 +21,9 @@ Restrictions are checked when the policy set loads, so a typo is a refused set, 
 only permits may carry them, the permit must be able to allow `planTableScan`, `columns` must name
 at least one column, `row_filter` must parse as an Iceberg row filter (pyiceberg's syntax, the
 one `table.scan(row_filter=...)` takes), and `mask` must pair columns the permit lets through with
-the Iceberg REST spec's read-restriction actions (`MASK_ACTIONS`). Whether the columns exist is known only per table, at scan
-time; a row filter naming a column the table lacks refuses the scan (fail closed).
+the Iceberg REST spec's read-restriction actions (`MASK_ACTIONS`). Whether the columns exist is
+known only per table, at scan time; a row filter naming a column the table lacks refuses the scan,
+and a mask naming one refuses the load (fail closed).
 
 A principal allowed only through restricted permits gets no vended credentials and no signed
 requests for that table: the files hold every row and column, so only planned scans can honour the
