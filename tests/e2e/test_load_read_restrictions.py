@@ -160,3 +160,25 @@ def test_planning_refuses_masked_columns_and_restricted_readers_get_no_files(gat
     assert clear.status_code == 200, clear.text
     credentials = auditor.get(gateway.catalog_url("namespaces/hr/tables/people/credentials"), timeout=TIMEOUT)
     assert credentials.status_code == 403, credentials.text
+
+
+def test_the_admin_explain_shows_the_masks_a_decision_carries(gateway: SecureGateway) -> None:
+    table = {"type": "table", "namespace": ["hr"], "name": "people"}
+    url = f"{gateway.url}/admin/v1/explain"
+
+    def explain(group: str) -> dict[str, Any]:
+        body = {"principal": "ida", "groups": [group], "action": "loadTable", "resource": table}
+        answer = gateway.admin.post(url, json=body, timeout=TIMEOUT)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()
+        return result
+
+    assert explain("hr-auditors")["restrictions"] == [
+        {
+            "policy_id": "hr-auditors-people",
+            "columns": ["email", "id", "region", "ssn"],
+            "row_filter": "region = 'eu'",
+            "masks": {"email": "mask-alphanum", "ssn": "show-last-4"},
+        }
+    ]
+    assert explain("hr-readers")["restrictions"] == []
