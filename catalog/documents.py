@@ -36,6 +36,13 @@ def load_result(
     return head + sep + b'"metadata":' + metadata_json + b',"config":' + orjson.dumps(config or {}) + b"}"
 
 
+def with_member(document: bytes, name: str, value: Any) -> bytes:
+    """A JSON object document (as `load_result` makes) with one more top-level member."""
+    if not document.endswith(b"}"):  # pragma: no cover - every document here is an object
+        raise ValueError("not a JSON object document")
+    return document[:-1] + b"," + orjson.dumps(name) + b":" + orjson.dumps(value) + b"}"
+
+
 def unregister_result(metadata_location: str, metadata_json: bytes) -> bytes:
     """An UnregisterTableResult document: the last metadata location and its metadata."""
     return b'{"metadata-location":' + orjson.dumps(metadata_location) + b',"metadata":' + metadata_json + b"}"

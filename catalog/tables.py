@@ -39,6 +39,7 @@ from cedarberg.catalog.objects import (
 )
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.planning import mode as planning_mode
+from cedarberg.catalog.planning.read_restrictions import ReadView, read_restrictions
 from cedarberg.catalog.requests import (
     CommitTableRequest,
     CreateTableRequest,
@@ -115,18 +116,44 @@ class TableService:
         return await commit(self._ctx, warehouse, job, gate)
 
     async def load(
-        self, warehouse_name: str | None, identifier: Identifier, snapshots: str, if_none_match: str | None
+        self,
+        warehouse_name: str | None,
+        identifier: Identifier,
+        snapshots: str,
+        if_none_match: str | None,
+        view: ReadView | None = None,
     ) -> tuple[str, bytes | None]:
-        """(ETag, LoadTableResult); the body is None when `if_none_match` names the current ETag."""
+        """(ETag, LoadTableResult); the body is None when `if_none_match` names the current ETag.
+
+        A restricted caller's `view` adds its `read-restrictions` (raises ForbiddenError when the
+        table cannot honour them); its ETag and cached body are its view's own, so no caller is
+        answered (or told "not modified" about) another view of the same version."""
         if snapshots not in SNAPSHOT_MODES:
             raise InvalidRequestError("snapshots must be 'all' or 'refs'")
         warehouse = self._ctx.warehouse(warehouse_name)
         row = await read_object(self._ctx.store, warehouse.name, identifier, TABLE)
-        tag = documents.etag(row.metadata_location, snapshots)
+        variant = snapshots if view is None else f"{snapshots}\x00read-view:{view.key}"
+        tag = documents.etag(row.metadata_location, variant)
         if if_none_match is not None and documents.etag_matches(if_none_match, tag):
             return tag, None
         transform = _refs_only if snapshots == "refs" else None
-        return tag, await load_object(self._ctx, row, snapshots, transform, planning_mode.load_config)
+        body = await load_object(self._ctx, row, snapshots, transform, planning_mode.load_config)
+        if view is None:
+            return tag, body
+        return tag, await self._restricted(row, variant, body, view)
+
+    async def _restricted(self, row: ObjectRow, variant: str, body: bytes, view: ReadView) -> bytes:
+        """`body` with the `read-restrictions` of `view`, kept per version and view."""
+
+        async def render() -> bytes:
+            current = await open_table(self._ctx, row)
+            assert current is not None  # a row was given
+            restrictions = read_restrictions(current.metadata, view.grants)
+            if restrictions is None:
+                return body
+            return documents.with_member(body, "read-restrictions", restrictions)
+
+        return await self._ctx.load_results.get_or_render((row.uuid, row.metadata_location, variant), render)
 
     async def exists(self, warehouse_name: str | None, identifier: Identifier) -> None:
         warehouse = self._ctx.warehouse(warehouse_name)

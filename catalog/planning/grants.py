@@ -7,6 +7,11 @@ table is partitioned by, whose values the tasks' partition tuples and file paths
 granted column or lies inside one (granting `address` covers `address.zip`). The row filters of
 all covering grants are OR-ed (a grant without a filter lifts the restriction) and AND-ed into the
 scan filter by the planner.
+
+A masked column (`masks`) may be read only through its mask. Planning hands out files, which hold
+the raw values, and the planner cannot apply a mask to them: a scan touching a masked column (or a
+field inside one, or a struct holding one) is not covered by that grant (fail closed). Readers that
+apply masks get them from loadTable (`catalog.planning.read_restrictions`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ class ScanGrant:
 
     columns: frozenset[str] | None
     row_filter: BooleanExpression | None  # unbound pyiceberg expression
+    masks: tuple[tuple[str, str], ...] = ()  # (column, spec action): readable only masked
+
+    @property
+    def restricted(self) -> bool:
+        return self.columns is not None or self.row_filter is not None or bool(self.masks)
 
 
 UNRESTRICTED = (ScanGrant(None, None),)
@@ -67,16 +77,25 @@ def referenced_fields(
     return frozenset(names)
 
 
-def _covered(name: str, columns: frozenset[str]) -> bool:
+def covered(name: str, columns: frozenset[str]) -> bool:
+    """Whether the dotted field `name` is one of `columns` or lies inside one."""
     parts = name.split(".")
     return any(".".join(parts[:end]) in columns for end in range(1, len(parts) + 1))
 
 
+def _masked(name: str, masked: frozenset[str]) -> bool:
+    """Whether reading `name` reads a masked column: it is one, lies inside one, or holds one."""
+    return covered(name, masked) or any(column.startswith(name + ".") for column in masked)
+
+
 def _uncovered(grant: ScanGrant, fields: Iterable[str]) -> list[str]:
-    if grant.columns is None:
-        return []
     columns = grant.columns
-    return sorted(name for name in fields if not _covered(name, columns))
+    masked = frozenset(column for column, _action in grant.masks)
+    return sorted(
+        name
+        for name in fields
+        if (columns is not None and not covered(name, columns)) or _masked(name, masked)
+    )
 
 
 def effective_row_filter(

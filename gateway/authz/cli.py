@@ -178,7 +178,8 @@ def _print_decision(engine: PolicyEngine, decision: Decision, principal: Princip
     for rule in describe(engine.scan_rules(decision)):
         columns = ", ".join(rule["columns"]) if rule["columns"] is not None else "all"
         rows = rule["row_filter"] or "all"
-        print(f"restricted by {rule['policy_id']}: columns {columns}; rows {rows}", file=out)
+        masks = ", ".join(f"{column}: {action}" for column, action in rule["masks"].items()) or "none"
+        print(f"restricted by {rule['policy_id']}: columns {columns}; rows {rows}; masks {masks}", file=out)
     for error in decision.errors:
         print(f"error:     {error}", file=out)
     print(f"policy set version: {decision.version}", file=out)

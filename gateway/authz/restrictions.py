@@ -6,6 +6,7 @@ A permit that lets a principal plan scans of a table may narrow what those scans
     @columns("order_id, region, amount")      // the only columns a scan may select, filter or
                                               // ask statistics for (a struct covers its fields)
     @row_filter("region = 'eu'")              // ANDed into every scan the permit allows
+    @mask("customer: show-first-4")           // readers see this column only masked
     permit (principal in Cedarberg::Group::"analysts",
             action in [Cedarberg::Action::"loadTable", Cedarberg::Action::"planTableScan"],
             resource == Cedarberg::Table::"default/sales/orders");
@@ -18,13 +19,16 @@ satisfied permit is one way to scan (`ScanRule`); the catalog picks the ones cov
 
 Restrictions are checked when the policy set loads, so a typo is a refused set, not an open table:
 only permits may carry them, the permit must be able to allow `planTableScan`, `columns` must name
-at least one column, and `row_filter` must parse as an Iceberg row filter (pyiceberg's syntax, the
-one `table.scan(row_filter=...)` takes). Whether the columns exist is known only per table, at scan
-time; a row filter naming a column the table lacks refuses the scan (fail closed).
+at least one column, `row_filter` must parse as an Iceberg row filter (pyiceberg's syntax, the
+one `table.scan(row_filter=...)` takes), and `mask` must pair columns the permit lets through with
+the Iceberg REST spec's read-restriction actions (`MASK_ACTIONS`). Whether the columns exist is
+known only per table, at scan time; a row filter naming a column the table lacks refuses the scan,
+and a mask naming one refuses the load (fail closed).
 
 A principal allowed only through restricted permits gets no vended credentials and no signed
 requests for that table: the files hold every row and column, so only planned scans can honour the
-restriction.
+restriction. loadTable tells such a principal its restrictions in the spec's `read-restrictions`
+form (`catalog.planning.read_restrictions`).
 """
 
 from __future__ import annotations
@@ -36,9 +40,13 @@ from typing import Any
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.parser import parse as parse_row_filter
 
+from cedarberg.catalog.planning.grants import covered
+from cedarberg.catalog.planning.masks import MASK_ACTIONS
+
 COLUMNS = "columns"
 ROW_FILTER = "row_filter"
-ANNOTATIONS = (COLUMNS, ROW_FILTER)
+MASK = "mask"
+ANNOTATIONS = (COLUMNS, ROW_FILTER, MASK)
 
 # The action restrictions govern, and the groups that contain it.
 _PLAN_ACTIONS = frozenset({"planTableScan", "read"})
@@ -53,10 +61,11 @@ class ScanRule:
     columns: frozenset[str] | None
     row_filter: str | None  # as written, for messages and the audit log
     expression: BooleanExpression | None  # parsed, unbound
+    masks: tuple[tuple[str, str], ...] = ()  # (column, spec action), sorted by column
 
     @property
     def restricted(self) -> bool:
-        return self.columns is not None or self.expression is not None
+        return self.columns is not None or self.expression is not None or bool(self.masks)
 
 
 UNRESTRICTED = ScanRule("", None, None, None)
@@ -79,7 +88,40 @@ def parse_restriction(policy_id: str, policy: Mapping[str, Any]) -> ScanRule | N
     if ROW_FILTER in annotations:
         row_filter = str(annotations[ROW_FILTER]).strip()
         expression = _row_filter(row_filter)
-    return ScanRule(policy_id, columns, row_filter, expression)
+    masks = parse_masks(annotations[MASK], columns) if MASK in annotations else ()
+    return ScanRule(policy_id, columns, row_filter, expression, masks)
+
+
+def parse_masks(value: object, columns: frozenset[str] | None) -> tuple[tuple[str, str], ...]:
+    """`@mask("ssn: show-last-4, email: mask-alphanum")` as sorted (column, action) pairs.
+
+    A mask narrows a column the permit lets through (one `@columns` covers, or any column when
+    the permit has no `@columns`): masking a column the permit hides would say nothing. No column
+    may be masked twice, nor a field inside a masked one (the spec defines no combination)."""
+    text = str(value)
+    if len(text) > _MAX_ANNOTATION_CHARS:
+        raise ValueError(f"@{MASK} is longer than {_MAX_ANNOTATION_CHARS} characters")
+    masks: dict[str, str] = {}
+    for entry in text.split(","):
+        column, colon, action = (part.strip() for part in entry.partition(":"))
+        if not colon or not column or not action:
+            raise ValueError(f'@{MASK} entries are "column: action", comma-separated; got {entry.strip()!r}')
+        if action not in MASK_ACTIONS:
+            raise ValueError(
+                f"@{MASK} action {action!r} for {column} is not one of: {', '.join(MASK_ACTIONS)}"
+            )
+        if column in masks:
+            raise ValueError(f"@{MASK} names {column} twice")
+        if columns is not None and not covered(column, columns):
+            raise ValueError(
+                f"@{MASK} masks {column}, which @{COLUMNS} does not let through "
+                "(a masked column must be one the permit allows)"
+            )
+        masks[column] = action
+    for column in masks:
+        if any(covered(column, frozenset({other})) for other in masks if other != column):
+            raise ValueError(f"@{MASK} masks {column} inside another masked column")
+    return tuple(sorted(masks.items()))
 
 
 def _columns(value: object) -> frozenset[str]:
@@ -145,6 +187,7 @@ def describe(rules: tuple[ScanRule, ...]) -> list[dict[str, Any]]:
             "policy_id": rule.policy_id,
             "columns": sorted(rule.columns) if rule.columns is not None else None,
             "row_filter": rule.row_filter,
+            "masks": dict(rule.masks),
         }
         for rule in rules
         if rule.restricted

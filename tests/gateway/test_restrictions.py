@@ -113,12 +113,63 @@ def test_a_valid_restriction_is_kept_with_its_parsed_filter(tmp_path: Path) -> N
             f'@id("q") @row_filter("") permit (principal, action, resource == {ORDERS});',
             "is empty",
         ),
+        (
+            f'@id("m1") @mask("ssn: blur") permit (principal, action, resource == {ORDERS});',
+            "action 'blur' for ssn is not one of: mask-alphanum, mask-to-fixed-value",
+        ),
+        (
+            f'@id("m2") @mask("ssn") permit (principal, action, resource == {ORDERS});',
+            'entries are "column: action"',
+        ),
+        (
+            f'@id("m3") @mask("ssn: show-last-4, ssn: sha-256-global") permit (principal, action, '
+            f"resource == {ORDERS});",
+            "names ssn twice",
+        ),
+        (
+            f'@id("m4") @columns("id") @mask("ssn: show-last-4") permit (principal, action, '
+            f"resource == {ORDERS});",
+            "masks ssn, which @columns does not let through",
+        ),
+        (
+            f'@id("m5") @mask("address: mask-to-fixed-value, address.zip: mask-alphanum") '
+            f"permit (principal, action, resource == {ORDERS});",
+            "masks address.zip inside another masked column",
+        ),
+        (
+            f'@id("m6") @mask("ssn: show-last-4") forbid (principal, action, resource == {ORDERS});',
+            "a forbid policy cannot carry it",
+        ),
     ],
 )
 def test_an_unusable_restriction_refuses_the_whole_set(tmp_path: Path, policy: str, expected: str) -> None:
-    message = _refusal(tmp_path, policy)
+    message = _refusal(tmp_path, "\n" + policy)
     assert expected in message
-    assert "restrictions.cedar" in message
+    assert "restrictions.cedar:2" in message  # file:line of the policy
+
+
+def test_masks_are_kept_with_the_columns_they_narrow(tmp_path: Path) -> None:
+    engine = _engine(
+        tmp_path,
+        f"""
+@id("masked")
+@columns("order_id, customer, address")
+@mask("customer: show-first-4, address.zip: mask-alphanum")
+permit (principal in Cedarberg::Group::"analysts", action in {PLAN_ACTIONS}, resource == {ORDERS});
+""",
+    )
+    (rule,) = _rules(engine, _principal("analysts"), _orders())
+    assert rule.masks == (("address.zip", "mask-alphanum"), ("customer", "show-first-4"))
+    assert rule.restricted
+    # A permit with only a mask is a restriction too: its reader gets no files, only the mask.
+    only_mask = _engine(
+        tmp_path / "only",
+        f'@id("m") @mask("customer: sha-256-global") permit (principal in Cedarberg::Group::"analysts", '
+        f"action in {PLAN_ACTIONS}, resource == {ORDERS});",
+    )
+    (masked,) = _rules(only_mask, _principal("analysts"), _orders())
+    assert masked.restricted
+    assert masked.columns is None
 
 
 def test_a_refused_restriction_keeps_the_last_good_set(tmp_path: Path) -> None:
@@ -205,8 +256,8 @@ def test_explain_shows_the_restrictions_of_an_allow(tmp_path: Path) -> None:
     assert explain(directory, query, out=out) == 0
     text = out.getvalue()
     assert (
-        "restricted by analysts-eu-orders: columns amount, customer, order_id, region; rows region = 'eu'"
-        in text
+        "restricted by analysts-eu-orders: columns amount, customer, order_id, region; rows region = 'eu'; "
+        "masks none" in text
     )
     out = io.StringIO()
     granted = ["sales:cedarberg.readers=analysts"]

@@ -8,9 +8,10 @@ from aiohttp import web
 from cedarberg.catalog import requests as req
 from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier
+from cedarberg.gateway.authz.scan_grants import read_view
 from cedarberg.gateway.web import http
 from cedarberg.gateway.web.effect_gate import effect_gate
-from cedarberg.gateway.web.keys import services
+from cedarberg.gateway.web.keys import VERDICT, security, services
 from cedarberg.gateway.web.route import Route
 from cedarberg.gateway.web.routes import data_access, signing
 from cedarberg.gateway.web.services import mutate
@@ -57,6 +58,8 @@ async def load_table(request: web.Request) -> web.Response:
         identifier,
         request.query.get("snapshots", "all"),
         None if storage_config else request.headers.get("If-None-Match"),
+        # A caller allowed only through restricted permits is told its read-restrictions.
+        read_view(security(request).policies, request.get(VERDICT)),
     )
     if body is None:
         return web.Response(status=304, headers={"ETag": etag})
