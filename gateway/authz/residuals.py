@@ -8,7 +8,8 @@ folds such constants, drops residuals that can never be satisfied, names what ea
 reads (`principal`, `principal.groups`, `context.auth_method`, ...) and the groups it names, and
 renders it as Cedar text in terms of `principal` and `context`.
 
-Folding keeps Cedar's semantics: an identity (`true && x` is `x`) is replaced anywhere; a residual
+Folding keeps Cedar's semantics: an identity (`true && x` is `x`; `principal.groups.containsAny([])`
+is `false`, a Set attribute being required in the schema) is replaced anywhere; a residual
 is dropped as unsatisfiable only when a `when` condition is a conjunction with a literal `false`
 (or an `unless` a disjunction with a literal `true`): it then evaluates to false or to an error,
 and Cedar skips a policy whose condition errors, so it applies to no request.
@@ -130,12 +131,32 @@ def _fold(expr: Json) -> Json:
                 return {"Value": left}  # false && x == false;  true || x == true (x not evaluated)
             if right is unit:
                 return node["left"]  # x && true == x (a Boolean x, as the validator guarantees)
+    for op, empty in (("containsAny", False), ("containsAll", True)):
+        node = expr.get(op)
+        if (
+            isinstance(node, dict)
+            and len(expr) == 1
+            and _attribute(node.get("left"))
+            and _empty(node.get("right"))
+        ):
+            return {"Value": empty}  # a set attribute contains none of [] and all of []
     node = expr.get("!")
     if isinstance(node, dict) and len(expr) == 1:
         value = _literal(node.get("arg"))
         if value is not None:
             return {"Value": not value}
     return expr
+
+
+def _attribute(expr: Json) -> bool:
+    """`principal.x` or `context.x`: in this schema every Set-valued attribute of the principal
+    and the context is required, so reading one never errs."""
+    node = expr.get(".") if isinstance(expr, dict) and len(expr) == 1 else None
+    return isinstance(node, dict) and _var(node.get("left")) is not None
+
+
+def _empty(expr: Json) -> bool:
+    return isinstance(expr, dict) and (expr.get("Set") == [] or expr.get("Value") == [])
 
 
 def _top(expr: Json, op: str) -> Iterator[Json]:
@@ -185,9 +206,9 @@ def _walk(expr: Json, reads: set[str], groups: set[str]) -> None:
         reads.add(var)
         return
     entity = expr.get("Value")
-    if isinstance(entity, dict) and isinstance(entity.get("__entity"), dict):
-        if entity["__entity"].get("type") == GROUP_TYPE:
-            groups.add(str(entity["__entity"].get("id")))
+    uid = entity.get("__entity") if isinstance(entity, dict) else None
+    if isinstance(uid, dict) and uid.get("type") == GROUP_TYPE:
+        groups.add(str(uid.get("id")))
     for op in _MEMBERSHIP:  # principal.groups.containsAny(["a", "b"]) names groups a and b
         node = expr.get(op)
         if isinstance(node, dict) and _reads_groups(node.get("left")):

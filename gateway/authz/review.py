@@ -149,12 +149,27 @@ class KnownPrincipal:
     source: SubjectSource
 
 
+@dataclass(frozen=True, slots=True)
+class Audience:
+    """The subjects a review decides, and whether their list was cut at its bound."""
+
+    subjects: list[Subject]
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The objects a principal review decides on, and whether their list was cut at its bound."""
+
+    objects: list[Resource]
+    truncated: bool = False
+
+
 def known_subjects(
     principals: Iterable[KnownPrincipal], groups: Iterable[str], limit: int = MAX_SUBJECTS
-) -> tuple[list[Subject], bool]:
+) -> Audience:
     """The subjects to decide: each distinct principal (by id and groups), a member of each group
-    named in `groups` or held by a principal, and a member of no group. Returns them and whether
-    the list was cut at `limit`."""
+    named in `groups` or held by a principal, and a member of no group; at most `limit`."""
     subjects: dict[tuple[str, frozenset[str]], Subject] = {}
     all_groups: set[str] = set(groups)
     for known in principals:
@@ -162,7 +177,7 @@ def known_subjects(
         subjects.setdefault(key, Subject(known.principal, known.source))
         all_groups.update(known.principal.groups)
     found = [*subjects.values(), *(group_member(g) for g in sorted(all_groups)), no_group_member()]
-    return found[:limit], len(found) > limit
+    return Audience(found[:limit], len(found) > limit)
 
 
 # -- reviewing a resource -------------------------------------------------------------------------
@@ -211,8 +226,7 @@ class ResourceReview:
     version: str
     context: ReviewContext
     actions: list[ActionReview]
-    subjects: list[Subject]
-    truncated: bool
+    audience: Audience
 
     def to_json(self, locations: Mapping[str, str]) -> dict[str, Any]:
         return {
@@ -220,8 +234,8 @@ class ResourceReview:
             "type": self.resource.kind.value.lower(),
             "version": self.version,
             "context": self.context.to_json(),
-            "subjects_decided": len(self.subjects),
-            "truncated": self.truncated,
+            "subjects_decided": len(self.audience.subjects),
+            "truncated": self.audience.truncated,
             "actions": [a.to_json(locations) for a in self.actions],
         }
 
@@ -247,9 +261,8 @@ def review_resource(
     engine: PolicyEngine,
     resource: Resource,
     actions: Sequence[str],
-    subjects: Sequence[Subject],
+    audience: Audience,
     context: ReviewContext = ReviewContext(),
-    truncated: bool = False,
 ) -> ResourceReview:
     """Who may perform each of `actions` on `resource`: the residual conditions for anyone, and
     the definite answer for each subject (decided as the gateway decides requests)."""
@@ -257,7 +270,7 @@ def review_resource(
     by_action: dict[str, list[Allowed]] = {action: [] for action in actions}
     errors: dict[str, set[str]] = {action: set() for action in actions}
     checks = [(action, resource, context.request()) for action in actions]
-    for subject in subjects:
+    for subject in audience.subjects:
         decisions = engine.decide_many(subject.principal, checks)
         for decision in decisions:
             errors[decision.action].update(decision.errors)
@@ -276,7 +289,7 @@ def review_resource(
                 errors=sorted(errors[action] | set(anyone.diagnostics.errors)),
             )
         )
-    return ResourceReview(resource, version, context, reviews, list(subjects), truncated)
+    return ResourceReview(resource, version, context, reviews, audience)
 
 
 def residual_groups(engine: PolicyEngine, resource: Resource, actions: Sequence[str]) -> set[str]:
@@ -339,14 +352,14 @@ class PrincipalReview:
 def review_principal(
     engine: PolicyEngine,
     principal: Principal,
-    objects: Sequence[Resource],
+    listing: Listing,
     context: ReviewContext = ReviewContext(),
     *,
     groups_from: str = "request",
-    truncated: bool = False,
 ) -> PrincipalReview:
     """Every action `principal` may perform on each of `objects` (a namespace, its tables and views),
     with the determining policies and restrictions of each Allow."""
+    objects = listing.objects
     request_context = context.request()
     checks = [(action, obj, request_context) for obj in objects for action in actions_for(obj.kind)]
     decisions = iter(engine.decide_many(principal, checks))
@@ -358,4 +371,4 @@ def review_principal(
             if decision.allowed:
                 allowed.append((decision, describe(engine.scan_rules(decision))))
         found.append(ObjectAccess(obj, allowed))
-    return PrincipalReview(principal, groups_from, engine.version, context, found, truncated)
+    return PrincipalReview(principal, groups_from, engine.version, context, found, listing.truncated)
