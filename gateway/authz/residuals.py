@@ -42,7 +42,7 @@ class Residual:
 
     policy_id: str
     effect: str  # "permit" | "forbid"
-    condition: str  # e.g. `when { principal.groups.containsAny(["etl"]) }`
+    condition: str  # e.g. `when { principal.groups.containsAny(["etl"]) }`; "": every request
     reads: tuple[str, ...]  # "principal" (its identity or membership), "principal.groups", "context.refs"
     groups: frozenset[str]
 
@@ -68,9 +68,8 @@ def residuals_of(result: cedarpy.PartialAuthzResult) -> list[Residual]:
         conditions = [_folded_condition(c) for c in policy.get("conditions") or ()]
         if any(_never_satisfied(c) for c in conditions):
             continue
+        # Folded to no condition at all, it applies to every request (condition "").
         conditions = [c for c in conditions if not _always_satisfied(c)]
-        if not conditions:  # decided: Cedar lists it in the diagnostics, not as a residual
-            continue
         reads: set[str] = set()
         groups: set[str] = set()
         for condition in conditions:
@@ -237,7 +236,10 @@ def _strings(expr: Json) -> Iterator[str]:
 
 
 def _render(effect: str, conditions: list[dict[str, Json]]) -> str:
-    """The conditions as Cedar text (`when { ... } unless { ... }`), through Cedar's own printer."""
+    """The conditions as Cedar text (`when { ... } unless { ... }`), through Cedar's own printer;
+    "" for none."""
+    if not conditions:
+        return ""
     policy = {
         "effect": effect,
         "principal": {"op": "All"},

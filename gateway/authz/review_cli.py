@@ -177,7 +177,7 @@ def print_resource_review(document: Mapping[str, Any], out: TextIO) -> None:
             where = " (depends on the request's context)" if condition["context_dependent"] else ""
             print(
                 f"  {condition['effect']} {condition['policy_id']} ({condition['location']}): "
-                f"{condition['condition']}{where}",
+                f"{condition['condition'] or 'every request'}{where}",
                 file=out,
             )
         for error in action["errors"]:
