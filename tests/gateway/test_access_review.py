@@ -35,6 +35,7 @@ from cedarberg.gateway.authz.entities import (
 )
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.residuals import residuals_of
+from cedarberg.gateway.authz.review_cli import print_resource_review
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 GROUPS = ("g0", "g1", "g2", "admins")
@@ -257,7 +258,8 @@ def test_bundled_policies_review_a_granted_table(bundled: PolicyEngine) -> None:
     load = by_action["loadTable"]
     assert {g["group"] for g in load["groups"]} == {"admins", "bi", "etl", "analysts"}
     assert [p["id"] for p in load["principals"]] == ["key:erin"]  # key:zed is in no granted group
-    assert not load["everyone"] and not load["members_of_no_group"]
+    assert not load["everyone"]
+    assert not load["members_of_no_group"]
     assert {g["group"] for g in by_action["updateTable"]["groups"]} == {"admins", "etl"}
 
     # The restricted permit's columns and rows show where it is the only way in; a grant lifts them.
@@ -269,8 +271,11 @@ def test_bundled_policies_review_a_granted_table(bundled: PolicyEngine) -> None:
 
     # The guard on protected refs is a condition on the context, said so, not decided by guessing.
     guards = [c for c in by_action["updateTable"]["conditions"] if c["policy_id"] == "protected-refs"]
-    assert guards and guards[0]["effect"] == "forbid" and guards[0]["context_dependent"]
-    assert "context.refs" in guards[0]["reads"] and '"main"' in guards[0]["condition"]
+    assert guards
+    assert guards[0]["effect"] == "forbid"
+    assert guards[0]["context_dependent"]
+    assert "context.refs" in guards[0]["reads"]
+    assert '"main"' in guards[0]["condition"]
     grant = [c for c in by_action["updateTable"]["conditions"] if c["policy_id"] == "writers-write-granted"]
     assert grant[0]["condition"] == 'when { (principal.groups).containsAny(["etl"]) }'
     assert grant[0]["location"] == "grants.cedar:26"
@@ -300,20 +305,24 @@ def test_an_unconditional_permit_is_everyone_and_a_forbid_on_context_stays_a_con
     resource = _orders()
     audience = review.known_subjects([], [])
     (by_key,) = review.review_resource(engine, resource, ["loadTable"], audience).actions
-    assert by_key.everyone and by_key.allowed  # with an API key, anyone at all
+    assert by_key.everyone
+    assert by_key.allowed
     jwt = review.ReviewContext(AuthMethod.JWT)
     (by_jwt,) = review.review_resource(engine, resource, ["loadTable"], audience, jwt).actions
-    assert not by_jwt.everyone and not by_jwt.allowed
+    assert not by_jwt.everyone
+    assert not by_jwt.allowed
     conditions = {r.policy_id: r for r in by_jwt.residuals}
     assert conditions["all"].condition == ""  # applies to every request
     assert not conditions["all"].context_dependent
     assert conditions["no-jwt"].condition == 'when { (context.auth_method) == "jwt" }'
-    assert conditions["no-jwt"].context_dependent and conditions["no-jwt"].effect == "forbid"
+    assert conditions["no-jwt"].context_dependent
+    assert conditions["no-jwt"].effect == "forbid"
 
 
 def test_actions_are_those_of_the_resource_type() -> None:
     table_actions = review.chosen_actions(_orders().kind, [])
-    assert "loadTable" in table_actions and "loadView" not in table_actions
+    assert "loadTable" in table_actions
+    assert "loadView" not in table_actions
     assert "createNamespace" not in table_actions
     with pytest.raises(ResourceError, match="loadView"):
         review.chosen_actions(_orders().kind, ["loadView"])
@@ -328,7 +337,8 @@ def test_subjects_are_bounded() -> None:
         for i in range(30)
     ]
     audience = review.known_subjects(known, [], limit=40)
-    assert len(audience.subjects) == 40 and audience.truncated
+    assert len(audience.subjects) == 40
+    assert audience.truncated
     assert not review.known_subjects(known, []).truncated  # 30 principals + 30 groups + no group
 
 
@@ -342,7 +352,8 @@ def test_principal_review_lists_what_it_may_do(bundled: PolicyEngine) -> None:
     table_actions = {a["action"] for a in document["objects"][1]["actions"]}
     assert {"loadNamespaceMetadata", "listTables"} <= ns_actions
     assert "createNamespace" not in ns_actions  # manage: admins only
-    assert {"loadTable", "planTableScan"} <= table_actions and "updateTable" not in table_actions
+    assert {"loadTable", "planTableScan"} <= table_actions
+    assert "updateTable" not in table_actions
     for action in ("loadTable", "updateTable", "dropTable"):
         truth = bundled.decide(bi, action, orders, review.ReviewContext().request()).allowed
         assert (action in table_actions) == truth
@@ -393,14 +404,14 @@ def test_cli_reviews_a_principal_and_refuses_bad_input() -> None:
     assert "loadTable: readers-read-granted" in run.stdout
     assert "updateTable" not in run.stdout
     wrong = _cli("--resource", "default/sales/orders", "--action", "loadView")
-    assert wrong.returncode == 2 and "loadView" in wrong.stderr
+    assert wrong.returncode == 2
+    assert "loadView" in wrong.stderr
     not_namespace = _cli("--principal", "key:bea", "--resource", "default/sales/orders")
-    assert not_namespace.returncode == 2 and "namespace" in not_namespace.stderr
+    assert not_namespace.returncode == 2
+    assert "namespace" in not_namespace.stderr
 
 
 def test_run_review_prints_to_the_given_streams(bundled: PolicyEngine) -> None:
-    from cedarberg.gateway.authz.review_cli import print_resource_review  # noqa: PLC0415
-
     audience = review.known_subjects([], ["bi"])
     document = review.review_resource(bundled, _orders(), ["loadTable"], audience).to_json({})
     out = io.StringIO()
