@@ -127,7 +127,7 @@ class ReviewContext:
         return RequestContext(self.auth_method.value, self.client_address)
 
     def to_json(self) -> dict[str, Any]:
-        return {"auth_method": self.auth_method.value, "client_address": self.client_address, "changes": None}
+        return {"auth_method": self.auth_method.value, "client_address": self.client_address}
 
 
 def group_member(group: str) -> Subject:

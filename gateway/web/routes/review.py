@@ -17,6 +17,7 @@ a malformed query a 400. Work is bounded: `review.MAX_SUBJECTS` principals and g
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -170,7 +171,9 @@ async def _resource_review(
     if keys_truncated:
         audience = review.Audience(audience.subjects, truncated=True)
     locations = engine.active.locations if engine.active is not None else {}
-    document = review.review_resource(engine, target, actions, audience, context).to_json(locations)
+    # Thousands of decisions: made off the event loop (the engine is thread-safe).
+    reviewed = await asyncio.to_thread(review.review_resource, engine, target, actions, audience, context)
+    document = reviewed.to_json(locations)
     document["not_enumerated"] = _not_enumerated(request)
     return document
 
@@ -230,7 +233,10 @@ async def review_access(request: web.Request) -> web.Response:
     who, groups_from = await _reviewed_principal(request, principal_id, context)
     listing = await _listing(request, target)
     engine = security(request).policies
-    return _json(review.review_principal(engine, who, listing, context, groups_from=groups_from).to_json())
+    reviewed = await asyncio.to_thread(
+        lambda: review.review_principal(engine, who, listing, context, groups_from=groups_from)
+    )
+    return _json(reviewed.to_json())
 
 
 ROUTES = [Route("GET", PATH, review_access, "reviewAccess", advertised=False)]
