@@ -6,6 +6,9 @@
         --resource default/sales/orders --property 'sales:cedarberg.writers=etl'
                                           print the decision and its determining policies;
                                           exit 0 allow, 1 deny, 2 bad input or refused set
+    cedarberg policies review --resource default/sales/orders [--action loadTable] ...
+                                          who may do what there, and under which conditions
+                                          (`review_cli.py`)
 
 Wiring (gateway/cli/main.py): `add_policy_commands(subparsers)` once, and
 `if args.command == "policies": return run_policy_command(args, settings_policy_dir)`.
@@ -31,6 +34,7 @@ from cedarberg.gateway.authz.fixtures import run_fixtures
 from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
+from cedarberg.gateway.authz.review_cli import add_review_command, run_review
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 COMMAND = "policies"
@@ -115,22 +119,8 @@ def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource
         key = ResourceName(EntityType.API_KEY, name=spec.path, owner=spec.key_owner or owner)
         return asyncio.run(naming.build(key, StatedGrants()))
     warehouse, levels, _name = parse_path(spec.path)
-    grants = _stated_grants(warehouse, levels, spec.properties)
+    grants = naming.stated_grants(warehouse, levels, spec.properties)
     return asyncio.run(naming.build(_shaped(action, operation.scope, spec.path), grants))
-
-
-def _stated_grants(warehouse: str, levels: tuple[str, ...], properties: Sequence[str]) -> StatedGrants:
-    """The grants the `--property NS:KEY=VALUE` options state for the namespace chain `levels`."""
-    by_namespace: dict[tuple[str, ...], dict[str, str]] = {}
-    for item in properties:
-        ns, sep, assignment = item.partition(":")
-        if not sep:
-            raise ResourceError(f"a property must look like NS:KEY=VALUE, not {item!r}")
-        ns_levels = tuple(parse_path(f"{warehouse}/{ns}")[1]) if ns else ()
-        for key, value in _pairs([assignment], "a property"):
-            by_namespace.setdefault(ns_levels, {})[key] = value
-    chain = [by_namespace.get(tuple(levels[: i + 1]), {}) for i in range(len(levels))]
-    return StatedGrants(chain, by_namespace.get((), {}))
 
 
 _EXPECTED = {
@@ -316,6 +306,7 @@ def add_policy_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     ex.add_argument("--property-key", action="append", default=[], help="property key set or removed")
     ex.add_argument("--creates", action="store_true", help="the change creates the object")
     ex.add_argument("--key-owner", help="owner of the API key (key actions; default: the principal)")
+    add_review_command(commands, help_dir)
 
 
 def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None) -> int:
@@ -325,4 +316,7 @@ def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None
         return validate(args.dir or fallback)
     if args.policies_command == "test":
         return run_fixture_tests(args.dir or fallback)
+    if args.policies_command == "review":
+        engine = _load(args.dir or fallback, sys.stderr)
+        return 2 if engine is None else run_review(engine, args, sys.stdout, sys.stderr)
     return explain(args.dir or fallback, ExplainQuery.from_args(args))

@@ -62,6 +62,22 @@ class StatedGrants:
         return entities.child_view(parent, name) if view else entities.child_table(parent, name)
 
 
+def stated_grants(warehouse: str, levels: Sequence[str], properties: Sequence[str]) -> StatedGrants:
+    """The grants that `NS:KEY=VALUE` texts (the offline tools' `--property`) state for the
+    namespace chain `levels` of `warehouse`; an empty `NS` is the warehouse. Raises
+    `ResourceError` for a text of another shape."""
+    by_namespace: dict[tuple[str, ...], dict[str, str]] = {}
+    for item in properties:
+        ns, sep, assignment = item.partition(":")
+        key, equals, value = assignment.partition("=")
+        if not sep or not equals or not key:
+            raise ResourceError(f"a property must look like NS:KEY=VALUE, not {item!r}")
+        ns_levels = tuple(entities.parse_path(f"{warehouse}/{ns}")[1]) if ns else ()
+        by_namespace.setdefault(ns_levels, {})[key] = value
+    chain = [by_namespace.get(tuple(levels[: i + 1]), {}) for i in range(len(levels))]
+    return StatedGrants(chain, by_namespace.get((), {}))
+
+
 async def build(name: ResourceName, grants: GrantSource) -> Resource:
     """The resource `name` names, with the grants of `grants`. Raises `ResourceError` for a kind
     that is not a resource (a principal's)."""

@@ -215,6 +215,7 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("revokeApiKey", Scope.API_KEY, A),
     _op("showPolicies", Scope.CATALOG, A),
     _op("explainDecision", Scope.CATALOG, A),
+    _op("reviewAccess", Scope.CATALOG, A),
     _op("listDroppedObjects", Scope.CATALOG, A),
     _op("undropObject", Scope.CATALOG, A),
     _op("showKms", Scope.CATALOG, A),

@@ -50,6 +50,7 @@ from cedarberg.gateway.web.routes import (
     ops,
     planning,
     recovery,
+    review,
     tables,
     views,
 )
@@ -67,6 +68,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *planning.ROUTES,
     *views.ROUTES,
     *admin.ROUTES,
+    *review.ROUTES,
     *recovery.ROUTES,
     *ops.ROUTES,
 )

@@ -10,6 +10,7 @@ in `gateway.authz.operations`), so the handlers only do the work.
     DELETE /admin/v1/api-keys/{key_id}        revokeApiKey   record (idempotent)
     GET    /admin/v1/policies                 showPolicies   version, files, policies, refusal
     POST   /admin/v1/explain                  explainDecision decision and determining policies
+    GET    /admin/v1/review                   reviewAccess   the access review (routes/review.py)
 
 Promises:
 - no response except create and rotate carries key material, and those two carry

@@ -1,0 +1,200 @@
+"""`cedarberg policies review`: the access review (`review.py`), offline, with the policies of a
+directory and grants stated as explain states them.
+
+    cedarberg policies review --resource default/sales/orders [--action loadTable] \\
+        --property 'sales:cedarberg.readers=bi' --subject 'key:erin=etl,bi' [--json]
+        who may do what on the table: groups, principals, determining policies, restrictions,
+        and the conditions (residuals) that decide anyone else
+    cedarberg policies review --principal key:erin --group etl --resource default/sales \\
+        --table orders --view daily [--json]
+        what the principal may do on the namespace and on each table and view named
+
+Offline, the known principals are the ones given with `--subject` (the admin endpoint adds the
+API key store's and the anonymous principal); the tables and views of a namespace are the ones
+named with `--table` / `--view` (the endpoint lists the registry's). Exit 0, or 2 for bad input
+or a refused policy set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz import naming, review
+from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.authz.entities import EntityType, Resource, child_table, child_view, parse_path
+from cedarberg.gateway.authz.errors import ResourceError
+from cedarberg.gateway.authz.naming import ResourceName
+
+_KINDS = {1: EntityType.WAREHOUSE, 2: EntityType.NAMESPACE, 3: EntityType.TABLE}
+
+
+def add_review_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], help_dir: str) -> None:
+    """Add `review` to the `policies` sub-commands."""
+    rv = commands.add_parser("review", help="who may do what on a resource, or what a principal may do")
+    rv.add_argument("--dir", type=Path, help=help_dir)
+    rv.add_argument("--resource", required=True, help="WAREHOUSE[/NS.NS[/NAME]] as in entity ids")
+    rv.add_argument("--is-view", action="store_true", help="WAREHOUSE/NS/NAME names a view, not a table")
+    rv.add_argument("--action", action="append", default=[], help="only these actions (repeatable)")
+    rv.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        help="namespace property NS:KEY=VALUE (empty NS: warehouse), e.g. 'sales:cedarberg.readers=bi'",
+    )
+    rv.add_argument(
+        "--subject",
+        action="append",
+        default=[],
+        help="a known principal ID[=GROUP,GROUP] to decide (repeatable), e.g. 'key:erin=etl'",
+    )
+    rv.add_argument("--principal", help="review this principal instead: what it may do in --resource")
+    rv.add_argument("--kind", default="user", choices=[k.value for k in PrincipalKind])
+    rv.add_argument("--group", action="append", default=[], help="a group of --principal (repeatable)")
+    rv.add_argument(
+        "--table", action="append", default=[], help="a table of the namespace (with --principal)"
+    )
+    rv.add_argument("--view", action="append", default=[], help="a view of the namespace (with --principal)")
+    rv.add_argument("--auth-method", default="api-key", choices=[m.value for m in AuthMethod])
+    rv.add_argument("--client-address", default="127.0.0.1")
+    rv.add_argument("--json", action="store_true", help="print the review as JSON")
+
+
+def run_review(engine: PolicyEngine, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run `policies review` with a loaded engine; 0, or 2 with the reason on `err`."""
+    try:
+        context = review.ReviewContext(AuthMethod(args.auth_method), args.client_address)
+        target = _resource(args.resource, args.is_view, args.property)
+        if args.principal is not None:
+            document = _principal_review(engine, args, target, context)
+        else:
+            document = _resource_review(engine, args, target, context)
+    except (ResourceError, ValueError) as error:
+        print(f"cedarberg policies review: {error}", file=err)
+        return 2
+    if args.json:
+        out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.principal is not None:
+        print_principal_review(document, out)
+    else:
+        print_resource_review(document, out)
+    return 0
+
+
+def _resource(path: str, is_view: bool, properties: list[str]) -> Resource:
+    warehouse, levels, name = parse_path(path)
+    kind = _KINDS[1 + len(levels[:1]) + (name is not None)]
+    if is_view and kind is EntityType.TABLE:
+        kind = EntityType.VIEW
+    grants = naming.stated_grants(warehouse, levels, properties)
+    return asyncio.run(naming.build(ResourceName(kind, warehouse, levels, name or ""), grants))
+
+
+def _subject(text: str) -> review.KnownPrincipal:
+    principal_id, _, groups = text.partition("=")
+    if not principal_id:
+        raise ResourceError(f"a subject must look like ID[=GROUP,GROUP], not {text!r}")
+    members = frozenset(g.strip() for g in groups.split(",") if g.strip())
+    who = Principal(principal_id, PrincipalKind.USER, members, AuthMethod.API_KEY)
+    return review.KnownPrincipal(who, review.SubjectSource.STATED)
+
+
+def _resource_review(
+    engine: PolicyEngine, args: argparse.Namespace, target: Resource, context: review.ReviewContext
+) -> dict[str, Any]:
+    actions = review.chosen_actions(target.kind, args.action)
+    groups = review.residual_groups(engine, target, actions)
+    audience = review.known_subjects([_subject(s) for s in args.subject], groups)
+    locations = engine.active.locations if engine.active else {}
+    return review.review_resource(engine, target, actions, audience, context).to_json(locations)
+
+
+def _principal_review(
+    engine: PolicyEngine, args: argparse.Namespace, target: Resource, context: review.ReviewContext
+) -> dict[str, Any]:
+    if target.kind is not EntityType.NAMESPACE:
+        raise ResourceError("--principal reviews a namespace: --resource WAREHOUSE/NS")
+    who = Principal(args.principal, PrincipalKind(args.kind), frozenset(args.group), context.auth_method)
+    objects = [
+        target,
+        *(child_table(target, name) for name in args.table),
+        *(child_view(target, name) for name in args.view),
+    ]
+    listing = review.Listing(objects[: review.MAX_OBJECTS], len(objects) > review.MAX_OBJECTS)
+    groups_from = "request" if args.group else "none"
+    return review.review_principal(engine, who, listing, context, groups_from=groups_from).to_json()
+
+
+# -- text -----------------------------------------------------------------------------------------
+
+
+def _policies(entry: Mapping[str, Any]) -> str:
+    text = ", ".join(entry["policy_ids"])
+    for rule in entry["restrictions"]:
+        columns = ", ".join(rule["columns"]) if rule.get("columns") is not None else "all"
+        text += (
+            f"; restricted by {rule['policy_id']}: columns {columns}; rows {rule.get('row_filter') or 'all'}"
+        )
+    return text
+
+
+def print_resource_review(document: Mapping[str, Any], out: TextIO) -> None:
+    """The resource review for people: per action, who is allowed by which policies, then what
+    decides anyone else."""
+    ctx = document["context"]
+    print(f"resource: {document['resource']}", file=out)
+    print(
+        f"decided with: auth_method={ctx['auth_method']}, client_address={ctx['client_address']}, no change",
+        file=out,
+    )
+    if document["truncated"]:
+        print(f"TRUNCATED: only {document['subjects_decided']} principals and groups decided", file=out)
+    for action in document["actions"]:
+        print(f"\n{action['action']}:", file=out)
+        if action["everyone"]:
+            print("  everyone (whoever the principal is)", file=out)
+        for group in action["groups"]:
+            print(f"  group {group['group']}: {_policies(group)}", file=out)
+        for principal in action["principals"]:
+            groups = ", ".join(principal["groups"]) or "none"
+            print(
+                f"  {principal['id']} ({principal['source']}; groups {groups}): {_policies(principal)}",
+                file=out,
+            )
+        if action["members_of_no_group"]:
+            print("  principals in no group", file=out)
+        if not (
+            action["everyone"] or action["groups"] or action["principals"] or action["members_of_no_group"]
+        ):
+            print("  nobody known", file=out)
+        for condition in action["conditions"]:
+            where = " (depends on the request's context)" if condition["context_dependent"] else ""
+            print(
+                f"  {condition['effect']} {condition['policy_id']} ({condition['location']}): "
+                f"{condition['condition'] or 'every request'}{where}",
+                file=out,
+            )
+        for error in action["errors"]:
+            print(f"  error: {error}", file=out)
+    print(f"\npolicy set version: {document['version']}", file=out)
+
+
+def print_principal_review(document: Mapping[str, Any], out: TextIO) -> None:
+    """The principal review for people: per object, the actions allowed and by which policies."""
+    groups = ", ".join(document["groups"]) or "none"
+    print(f"principal: {document['principal']} (groups: {groups}, from {document['groups_from']})", file=out)
+    if document["truncated"]:
+        print(f"TRUNCATED: only the first {len(document['objects'])} objects reviewed", file=out)
+    for obj in document["objects"]:
+        print(f"\n{obj['type']} {obj['resource']}:", file=out)
+        if not obj["actions"]:
+            print("  nothing", file=out)
+        for action in obj["actions"]:
+            print(f"  {action['action']}: {_policies(action)}", file=out)
+    print(f"\npolicy set version: {document['version']}", file=out)
