@@ -24,7 +24,8 @@ time; a row filter naming a column the table lacks refuses the scan (fail closed
 
 A principal allowed only through restricted permits gets no vended credentials and no signed
 requests for that table: the files hold every row and column, so only planned scans can honour the
-restriction.
+restriction, unless Cedar trusts its client to enforce it (`readRestrictedData`,
+`gateway.web.file_access`).
 """
 
 from __future__ import annotations
