@@ -39,6 +39,9 @@ class ActionGroup(StrEnum):
     MANAGE = "manage"
     ADMIN = "admin"
     OPERATE = "operate"  # observing the gateway itself (metrics): no catalog data, no secrets
+    # Trusting a client to enforce column/row restrictions itself (readRestrictedData): no route
+    # carries it; it is decided before a restricted caller receives a table's files.
+    TRUST = "trust"
     PUBLIC = "public"  # not a Cedar action group: no decision at all
 
 
@@ -198,6 +201,9 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("loadCredentials", Scope.TABLE, R),
     _op("signRequest", Scope.TABLE, R),
     _op("writeTableData", Scope.TABLE, W),
+    # A caller allowed to read only through permits carrying column/row restrictions receives the
+    # files only if Cedar also trusts its client to enforce them (`gateway.web.file_access`).
+    _op("readRestrictedData", Scope.TABLE, ActionGroup.TRUST),
     # views
     _op("listViews", Scope.NAMESPACE, R, lists=EntityType.VIEW, replayable=True),
     _op("createView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.CreateViewRequest),

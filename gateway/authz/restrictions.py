@@ -27,8 +27,9 @@ and a mask naming one refuses the load (fail closed).
 
 A principal allowed only through restricted permits gets no vended credentials and no signed
 requests for that table: the files hold every row and column, so only planned scans can honour the
-restriction. loadTable tells such a principal its restrictions in the spec's `read-restrictions`
-form (`catalog.planning.read_restrictions`).
+restriction, unless Cedar trusts its client to enforce it (`readRestrictedData`,
+`gateway.web.file_access`). loadTable tells such a principal its restrictions in the spec's
+`read-restrictions` form (`catalog.planning.read_restrictions`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,15 @@ action (`loadCredentials` or `signRequest`), write access additionally needs `wr
 action no route carries. Every decision made here is audited like the pipeline's own decisions.
 
 A caller whose read is allowed only by permits carrying column/row restrictions
-(`gateway.authz.restrictions`) gets no access to the files at all: they hold every column and row,
-so only planned scans can honour a restriction.
+(`gateway.authz.restrictions`) gets no access to the files unless Cedar trusts its client to
+enforce the restrictions itself: the files hold every column and row, so otherwise only planned
+scans can honour a restriction. Trust is one more decision, `readRestrictedData` on the same table
+with the same context (auth method, TLS subject, principal attributes), made only for such a
+caller, so unrestricted callers pay nothing for it. It counts only when a permit without
+restrictions allows it: a restricted permit scoped to every action says which scans a principal may
+plan, not that its client may be trusted with whole files. Allowed, the caller gets exactly what an
+unrestricted one would (the write decision included), marked `restricted` and `trusted`: it
+received files under restrictions it must enforce.
 """
 
 from __future__ import annotations
@@ -29,17 +36,22 @@ from cedarberg.gateway.web import resources, verdicts
 from cedarberg.gateway.web.keys import PRINCIPAL, VERDICT, route_of, security, services
 
 WRITE_ACTION = "writeTableData"
+TRUST_ACTION = "readRestrictedData"
 RESTRICTED = (
     "your access to this table is restricted to some columns or rows: its files are available only "
     "through server-side scan planning"
 )
+_TRUST_ONLY_RESTRICTED = f"{TRUST_ACTION} was allowed only by permits carrying column/row restrictions"
 
 
 @dataclass(frozen=True, slots=True)
 class FileAccess:
     read: bool
     write: bool
-    restricted: bool = False  # read was allowed, but only with column/row restrictions: no access
+    # Read is allowed only with column/row restrictions. Without `trusted` there is no access at
+    # all; with it, access as for an unrestricted caller, and the client must enforce them.
+    restricted: bool = False
+    trusted: bool = False  # Cedar allowed readRestrictedData: the client enforces the restrictions
 
 
 async def table_resource(request: web.Request, identifier: Identifier, fresh: bool) -> Resource:
@@ -75,10 +87,30 @@ def decide_file_access(
     decision = _route_decision(request, read_action) or _decide(request, read_action, table)
     if not decision.allowed:
         return FileAccess(False, False)
-    if not any(not rule.restricted for rule in security(request).policies.scan_rules(decision)):
+    restricted = not _unrestricted(request, decision)
+    if restricted and not _trusted(request, table):
         return FileAccess(False, False, restricted=True)
     write = want_write and _decide(request, WRITE_ACTION, table).allowed
-    return FileAccess(True, write)
+    return FileAccess(True, write, restricted=restricted, trusted=restricted)
+
+
+def _unrestricted(request: web.Request, decision: Decision) -> bool:
+    """Whether an Allow came from at least one permit without column/row restrictions (none, for
+    a decision of a policy set no longer active: fail closed)."""
+    return any(not rule.restricted for rule in security(request).policies.scan_rules(decision))
+
+
+def _trusted(request: web.Request, table: Resource) -> bool:
+    """Whether Cedar trusts the request's client to enforce `table`'s restrictions itself
+    (`readRestrictedData`, decided and audited like every decision). An Allow that only
+    restricted permits gave is refused, and audited as a denial saying so."""
+    decision = _decide(request, TRUST_ACTION, table)
+    if not decision.allowed:
+        return False
+    if _unrestricted(request, decision):
+        return True
+    verdicts.refuse(request, TRUST_ACTION, str(table), {"reason": _TRUST_ONLY_RESTRICTED})
+    return False
 
 
 def _route_decision(request: web.Request, action: str) -> Decision | None:

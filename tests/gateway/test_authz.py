@@ -355,6 +355,49 @@ def test_context_carries_auth_method_and_tls_subject(policy_dir: Path) -> None:
     assert eng.decide(with_key, "loadTable", child_table(HR_NS, "x"), ctx(with_key)).allowed
 
 
+def test_the_commented_trusted_engine_example_is_valid_and_trusts_one_client(policy_dir: Path) -> None:
+    """The example in trusted-engines.cedar, uncommented, loads and trusts exactly the named
+    principal, with the named certificate subject, through gateway tokens; by default nobody."""
+    source = policy_dir / "trusted-engines.cedar"
+    lines = source.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("// @id("))
+    source.write_text("\n".join(line.removeprefix("// ") for line in lines[start:]) + "\n")
+    eng = PolicyEngine(policy_dir)
+    eng.load()
+    subject = "CN=trino-coordinator,OU=Data Platform,O=Example Corp"
+    table = child_table(SALES_NS, "orders")
+
+    def trusted(who: Principal) -> bool:
+        decision = eng.decide(who, "readRestrictedData", table, ctx(who))
+        assert decision.policy_ids in ((), ("trino-coordinator-enforces-restrictions",))
+        return decision.allowed
+
+    def trino(method: AuthMethod = AuthMethod.GATEWAY_TOKEN, **attrs: str) -> Principal:
+        return Principal("key:trino", PrincipalKind.SERVICE, frozenset({"eu"}), method, attrs)
+
+    assert trusted(trino(tls_subject=subject))
+    assert not trusted(trino())  # no client certificate
+    assert not trusted(trino(AuthMethod.API_KEY, tls_subject=subject))  # another auth method
+    assert not trusted(trino(tls_subject=subject.replace("Example Corp", "Example Corp2")))
+    assert not trusted(trino(tls_subject="CN=trino-coordinator,OU=Data Platform"))
+    other = Principal("key:eva", PrincipalKind.SERVICE, frozenset({"eu"}), AuthMethod.GATEWAY_TOKEN,
+                      {"tls_subject": subject})  # fmt: skip
+    assert not trusted(other)  # the certificate alone is not the principal
+    assert not eng.decide(trino(tls_subject=subject), "readRestrictedData", child_table(HR_NS, "x"),
+                          ctx(trino(tls_subject=subject))).allowed  # fmt: skip
+
+
+def test_by_default_no_client_is_trusted_with_restricted_data(engine: PolicyEngine) -> None:
+    table = child_table(SALES_NS, "orders")
+    for who in (
+        WRITER,
+        READER,
+        MEMBER,
+        principal("ops", "etl", method=AuthMethod.MTLS, tls_subject="CN=ops"),
+    ):
+        assert not engine.decide(who, "readRestrictedData", table, ctx(who)).allowed
+
+
 def test_a_commit_that_creates_its_table_also_needs_create(policy_dir: Path) -> None:
     (policy_dir / "grants.cedar").write_text(
         'permit (principal, action == Cedarberg::Action::"updateTable", resource)\n'
@@ -423,7 +466,7 @@ def test_action_groups_in_the_schema_match_the_table(policy_dir: Path) -> None:
     (policy_dir / "groups.cedar").write_text(
         "".join(
             f'@id("{g}") permit (principal, action in Cedarberg::Action::"{g}", resource);\n'
-            for g in ("read", "write", "manage", "admin", "operate")
+            for g in ("read", "write", "manage", "admin", "operate", "trust")
         )
     )
     eng = PolicyEngine(policy_dir)
@@ -635,7 +678,7 @@ def test_a_failing_fixture_fails_the_run(policy_dir: Path) -> None:
 def test_validate_prints_file_and_line(policy_dir: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert validate(policy_dir, out, err) == 0
-    assert "8 policies in 4 file(s) valid" in out.getvalue()
+    assert "8 policies in 5 file(s) valid" in out.getvalue()
     (policy_dir / "zz.cedar").write_text(
         "permit (principal, action, resource);\n\npermit (principal, action, resource)\nwhen { x };\n"
     )

@@ -3,7 +3,9 @@
 
 Vended credentials are added to a load result per request, after the load-result cache and the
 idempotency record: neither ever holds them. What a caller gets is decided by `decide_file_access`:
-nothing (the load is answered without credentials), read-only, or read-write.
+nothing (the load is answered without credentials), read-only, or read-write. A caller whose read
+is restricted gets them only when its client is trusted to enforce the restrictions; the vending's
+audit record then says so (`restrictions: enforced-by-client`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from cedarberg.gateway.storage.access import WarehouseStorage
 from cedarberg.gateway.storage.properties import engine_properties
 from cedarberg.gateway.storage.s3_scope import S3Scope
 from cedarberg.gateway.web import http, replay
-from cedarberg.gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
+from cedarberg.gateway.web.file_access import (
+    RESTRICTED,
+    FileAccess,
+    decide_file_access,
+    require_confined,
+    table_resource,
+)
 from cedarberg.gateway.web.keys import PRINCIPAL, request_id_of, security, services, storage
 
 DELEGATION_HEADER = "X-Iceberg-Access-Delegation"
@@ -35,6 +43,8 @@ SIGNER = "S3V4RestSigner"  # pyiceberg's name for the REST signer client
 REMOTE_SIGNING_CONFIG: dict[str, dict[str, Any]] = {"properties": {}, "headers": {}}
 # Answers that may carry credentials are never stored by a client or proxy.
 NO_STORE = {"Cache-Control": "no-store"}
+# What a vending's audit record says when the caller's read is restricted and its client trusted.
+ENFORCED_BY_CLIENT = "enforced-by-client"
 
 
 def _warehouse(request: web.Request) -> WarehouseStorage | None:
@@ -75,7 +85,7 @@ async def with_storage_config(
         if not access.read:
             return body  # a load the caller may make, without credentials it may not have
         await require_confined(request, "loadCredentials", table, document["metadata"])
-        vended = await _vend(request, warehouse, str(table), location, access.write)
+        vended = await _vend(request, warehouse, str(table), location, access)
         config.update(vended)
         document["storage-credentials"] = [{"prefix": location, "config": vended}]
     else:
@@ -88,13 +98,24 @@ async def with_storage_config(
 
 
 async def _vend(
-    request: web.Request, warehouse: WarehouseStorage, table: str, location: str, write: bool
+    request: web.Request, warehouse: WarehouseStorage, table: str, location: str, access: FileAccess
 ) -> dict[str, str]:
     if warehouse.vendor is None:
         raise InvalidRequestError(
             f"warehouse {warehouse.name!r} does not vend credentials ([warehouses.{warehouse.name}.vending])"
         )
+    write = access.write
     credentials = await warehouse.vendor.vend(S3Scope.of(location), write)
+    detail: dict[str, str | int] = {
+        "level": "read-write" if write else "read",
+        "location": location,
+        "access_key_id": credentials.access_key_id,
+        "expires_at_ms": credentials.expires_at_ms,
+    }
+    if access.trusted:
+        # Whole files reached a caller restricted to some columns or rows: its client must
+        # enforce them (Cedar trusted it: readRestrictedData).
+        detail["restrictions"] = ENFORCED_BY_CLIENT
     sec = security(request)
     replay.note_unreplayable()  # credentials are per request (the answer is no-store as well)
     sec.audit.record(
@@ -107,12 +128,7 @@ async def _vend(
             outcome=Outcome.SUCCESS,
             policy_version=sec.policies.version,
             client_address=request.remote,
-            detail={
-                "level": "read-write" if write else "read",
-                "location": location,
-                "access_key_id": credentials.access_key_id,
-                "expires_at_ms": credentials.expires_at_ms,
-            },
+            detail=detail,
         )
     )
     return warehouse.vendor.config(credentials)
@@ -143,8 +159,8 @@ async def load_credentials(request: web.Request) -> web.Response:
     _etag, body = await services(request).tables.load(http.prefix(request), identifier, "refs", None)
     table = await table_resource(request, identifier, fresh=True)
     access = decide_file_access(request, table, "loadCredentials")
-    if access.restricted:
-        raise ForbiddenError(RESTRICTED)
+    if not access.read:  # the route's own decision allowed the read: only restrictions withhold it
+        raise ForbiddenError(RESTRICTED if access.restricted else "Not allowed: loadCredentials")
     warehouse = _warehouse(request)
     if warehouse is None or warehouse.vendor is None:
         # The spec's answer when there is nothing to vend: no credentials (the engine then uses
@@ -153,6 +169,6 @@ async def load_credentials(request: web.Request) -> web.Response:
     metadata = orjson.loads(body or b"{}")["metadata"]
     await require_confined(request, "loadCredentials", table, metadata)
     location = metadata["location"]
-    config = await _vend(request, warehouse, str(table), location, access.write)
+    config = await _vend(request, warehouse, str(table), location, access)
     document = {"storage-credentials": [{"prefix": location, "config": config}]}
     return http.json_response(orjson.dumps(document), headers=NO_STORE)

@@ -2,8 +2,10 @@
 
 The pipeline has allowed signRequest (read) on the table before this runs. The request is signed
 only if it stays inside the table's location (`sign_scope.classify`) and, when it writes, Cedar
-also allows writeTableData (`decide_file_access`). Every refusal is a 403 ForbiddenException,
-audited with the method, path and reason (never the query, which may carry signatures).
+also allows writeTableData (`decide_file_access`); a caller whose read is restricted to some columns
+or rows is signed for only if its client is trusted (readRestrictedData, decided for each signature).
+Every refusal is a 403 ForbiddenException, audited with the method, path and reason (never the
+query, which may carry signatures).
 """
 
 from __future__ import annotations
