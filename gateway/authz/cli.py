@@ -33,7 +33,7 @@ from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError
 from cedarberg.gateway.authz.fixtures import run_fixtures
 from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
-from cedarberg.gateway.authz.restrictions import describe
+from cedarberg.gateway.authz.restrictions import describe, summary
 from cedarberg.gateway.authz.review_cli import add_review_command, run_review
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
@@ -166,10 +166,7 @@ def _print_decision(engine: PolicyEngine, decision: Decision, principal: Princip
     elif not decision.allowed:
         print("no policy permits this request (default deny)", file=out)
     for rule in describe(engine.scan_rules(decision)):
-        columns = ", ".join(rule["columns"]) if rule["columns"] is not None else "all"
-        rows = rule["row_filter"] or "all"
-        masks = ", ".join(f"{column}: {action}" for column, action in rule["masks"].items()) or "none"
-        print(f"restricted by {rule['policy_id']}: columns {columns}; rows {rows}; masks {masks}", file=out)
+        print(f"restricted by {rule['policy_id']}: {summary(rule)}", file=out)
     for error in decision.errors:
         print(f"error:     {error}", file=out)
     print(f"policy set version: {decision.version}", file=out)

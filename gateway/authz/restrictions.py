@@ -193,3 +193,11 @@ def describe(rules: tuple[ScanRule, ...]) -> list[dict[str, Any]]:
         for rule in rules
         if rule.restricted
     ]
+
+
+def summary(described: Mapping[str, Any]) -> str:
+    """One `describe` entry for people: "columns a, b; rows region = 'eu'; masks ssn: show-last-4"."""
+    columns = ", ".join(described["columns"]) if described.get("columns") is not None else "all"
+    rows = described.get("row_filter") or "all"
+    masks = ", ".join(f"{column}: {action}" for column, action in (described.get("masks") or {}).items())
+    return f"columns {columns}; rows {rows}; masks {masks or 'none'}"

@@ -31,6 +31,7 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, child_table, child_view, parse_path
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.naming import ResourceName
+from cedarberg.gateway.authz.restrictions import summary
 
 _KINDS = {1: EntityType.WAREHOUSE, 2: EntityType.NAMESPACE, 3: EntityType.TABLE}
 
@@ -137,10 +138,7 @@ def _principal_review(
 def _policies(entry: Mapping[str, Any]) -> str:
     text = ", ".join(entry["policy_ids"])
     for rule in entry["restrictions"]:
-        columns = ", ".join(rule["columns"]) if rule.get("columns") is not None else "all"
-        text += (
-            f"; restricted by {rule['policy_id']}: columns {columns}; rows {rule.get('row_filter') or 'all'}"
-        )
+        text += f"; restricted by {rule['policy_id']}: {summary(rule)}"
     return text
 
 
