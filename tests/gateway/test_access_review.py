@@ -265,7 +265,12 @@ def test_bundled_policies_review_a_granted_table(bundled: PolicyEngine) -> None:
     # The restricted permit's columns and rows show where it is the only way in; a grant lifts them.
     plan = {g["group"]: g for g in by_action["planTableScan"]["groups"]}
     assert plan["analysts"]["restrictions"] == [
-        {"policy_id": "analysts-eu-orders", "columns": ["order_id", "region"], "row_filter": "region = 'eu'"}
+        {
+            "policy_id": "analysts-eu-orders",
+            "columns": ["order_id", "region"],
+            "row_filter": "region = 'eu'",
+            "masks": {},
+        }
     ]
     assert plan["bi"]["restrictions"] == []
 
