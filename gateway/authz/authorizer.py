@@ -43,7 +43,8 @@ from cedarberg.gateway.authz.operations import (
 if TYPE_CHECKING:  # annotations only: the engine is passed in, so deciding imports no Cedar
     from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 
-_SCOPE_KINDS: dict[Scope, frozenset[EntityType]] = {
+# The resource kinds each operation scope decides on.
+SCOPE_KINDS: dict[Scope, frozenset[EntityType]] = {
     Scope.CATALOG: frozenset({EntityType.CATALOG}),
     Scope.WAREHOUSE: frozenset({EntityType.WAREHOUSE}),
     Scope.CONTAINER: frozenset({EntityType.WAREHOUSE, EntityType.NAMESPACE}),
@@ -80,7 +81,7 @@ class Verdict:
 def _require(spec: OperationSpec, resource: Resource | None, what: str = "resource") -> Resource:
     if resource is None:
         raise ResourceError(f"{spec.operation} needs a {what}")
-    allowed = _SCOPE_KINDS[spec.scope]
+    allowed = SCOPE_KINDS[spec.scope]
     if resource.kind not in allowed:
         kinds = ", ".join(sorted(k.value for k in allowed))
         raise ResourceError(f"{spec.operation} decides on a {kinds}, not {resource.uid}")

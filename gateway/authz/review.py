@@ -38,11 +38,12 @@ from typing import Any
 import cedarpy
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz.authorizer import SCOPE_KINDS
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, EntityUid, Resource
 from cedarberg.gateway.authz.errors import ResourceError
-from cedarberg.gateway.authz.operations import OPERATIONS, Scope
+from cedarberg.gateway.authz.operations import OPERATIONS
 from cedarberg.gateway.authz.residuals import Residual, residuals_of
 from cedarberg.gateway.authz.restrictions import describe
 
@@ -51,24 +52,13 @@ MAX_OBJECTS = 500  # tables and views reviewed for one principal
 GROUP_MEMBER_PREFIX = "member-of:"  # never a real principal id (those start key:, oidc:, anonymous:)
 NO_GROUP_ID = "member-of-no-group"
 
-# The resource kinds each scope decides on.
-_SCOPE_KINDS: Mapping[Scope, frozenset[EntityType]] = {
-    Scope.CATALOG: frozenset({EntityType.CATALOG}),
-    Scope.WAREHOUSE: frozenset({EntityType.WAREHOUSE}),
-    Scope.CONTAINER: frozenset({EntityType.WAREHOUSE, EntityType.NAMESPACE}),
-    Scope.NAMESPACE: frozenset({EntityType.NAMESPACE}),
-    Scope.TABLE: frozenset({EntityType.TABLE}),
-    Scope.VIEW: frozenset({EntityType.VIEW}),
-    Scope.API_KEY: frozenset({EntityType.API_KEY}),
-}
-
 
 def actions_for(kind: EntityType) -> list[str]:
     """Every Cedar action the gateway decides on a resource of `kind` (the operation table, which
     the schema must match: `contract.py`), in table order."""
     found: dict[str, None] = {}
     for spec in OPERATIONS.values():
-        if spec.action is not None and kind in _SCOPE_KINDS.get(spec.scope, frozenset()):
+        if spec.action is not None and kind in SCOPE_KINDS.get(spec.scope, frozenset()):
             found[spec.action] = None
     return list(found)
 
