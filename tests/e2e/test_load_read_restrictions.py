@@ -9,7 +9,6 @@ against the spec's ReadRestrictions schema (tests/support/read_restrictions_sche
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import requests
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from tests.support.gateway import REPO_ROOT
+from tests.support.gateway import bundled_policies
 from tests.support.read_restrictions import validate
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import TestPki
@@ -54,8 +53,7 @@ SCHEMA = Schema(
 def gateway(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[SecureGateway]:
     root = tmp_path_factory.mktemp("read-restrictions")
     policy_dir = root / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
-    (policy_dir / "restrictions.cedar").write_text(POLICIES)
+    bundled_policies(policy_dir, {"restrictions.cedar": POLICIES})
     config = {"authz": {"policy_dir": str(policy_dir)}}
     with (
         pytest.MonkeyPatch.context() as env,

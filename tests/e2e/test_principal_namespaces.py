@@ -7,7 +7,6 @@ read the key principal's scan plans. Ids are namespaced: `key:<name>`, `oidc:<al
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +18,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from tests.support.engines import make_catalog
-from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.gateway import GatewayProcess, bundled_policies
 from tests.support.idp import Oauth2MockServer
 
 TIMEOUT = 30
@@ -47,8 +46,7 @@ def idp() -> Iterator[Oauth2MockServer]:
 def gateway(idp: Oauth2MockServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     root = tmp_path_factory.mktemp("namespaces")
     policy_dir = root / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
-    (policy_dir / "etl.cedar").write_text(KEY_POLICY)
+    bundled_policies(policy_dir, {"etl.cedar": KEY_POLICY})
     config = {
         "authz": {"policy_dir": str(policy_dir)},
         "oidc": {

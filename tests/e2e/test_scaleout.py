@@ -10,7 +10,6 @@ instance outright must leave a consistent registry; SIGTERM must let a commit in
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +28,7 @@ import pytest
 import requests
 
 from tests.support import postgres
-from tests.support.gateway import REPO_ROOT, GatewayProcess, to_toml
+from tests.support.gateway import GatewayProcess, bundled_policies, to_toml
 from tests.support.postgres import PostgresServer
 from tests.support.redis import RedisServer
 from tests.support.secure import keys_create
@@ -85,7 +84,7 @@ def _cluster(
     count: int = 2,
 ) -> Iterator[Cluster]:
     policy_dir = tmp_path / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
+    bundled_policies(policy_dir)
     data_dir = tmp_path / "shared"  # one warehouse, one token signing key, one local KEK
     config: dict[str, Any] = {
         "api_keys": {"change_poll_seconds": POLL_SECONDS},

@@ -7,7 +7,6 @@ partitioned by region, so a row filter on region prunes whole files.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-from tests.support.gateway import REPO_ROOT
+from tests.support.gateway import bundled_policies
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import TestPki
 
@@ -75,8 +74,7 @@ def _rows(region: str, start: int) -> pa.Table:
 def gateway(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[SecureGateway]:
     root = tmp_path_factory.mktemp("restrictions")
     policy_dir = root / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
-    (policy_dir / "restrictions.cedar").write_text(RESTRICTIONS)
+    bundled_policies(policy_dir, {"restrictions.cedar": RESTRICTIONS})
     config = {"authz": {"policy_dir": str(policy_dir)}}
     with (
         pytest.MonkeyPatch.context() as env,

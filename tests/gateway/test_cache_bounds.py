@@ -7,7 +7,6 @@ A real gateway under a flood of large refused commits: tests/e2e/test_cache_memo
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from cedarberg.gateway.byte_lru import ENTRY_OVERHEAD, ByteBoundedLru, estimate
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.resource_memo import ResourceMemo
 from cedarberg.gateway.web.app import close_catalog, open_catalog
-from tests.support.gateway import REPO_ROOT
+from tests.support.gateway import bundled_policies
 
 MIB = 1024**2
 KEY = Ed25519PrivateKey.generate()
@@ -74,7 +73,7 @@ def test_estimates_count_every_string() -> None:
 
 def _engine(tmp_path: Path, **bounds: int) -> PolicyEngine:
     directory = tmp_path / "policies"
-    shutil.copytree(REPO_ROOT / "policies", directory, ignore=shutil.ignore_patterns("tests"))
+    bundled_policies(directory)
     engine = PolicyEngine(directory, **bounds)
     engine.load()
     return engine

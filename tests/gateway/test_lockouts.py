@@ -10,7 +10,6 @@ loopback addresses (127.0.0.0/8 is all loopback on Linux).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 import requests
 from requests.adapters import HTTPAdapter
 
-from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.gateway import GatewayProcess, bundled_policies
 from tests.support.secure import keys_create
 
 TIMEOUT = 30
@@ -51,7 +50,7 @@ def _client(source: str) -> requests.Session:
 def gateway(tmp_path: Path) -> Iterator[tuple[GatewayProcess, str]]:
     data_dir = tmp_path / "gw"
     policy_dir = tmp_path / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
+    bundled_policies(policy_dir)
     admin = keys_create(data_dir, "root", ["admins"])
     gw = GatewayProcess(
         data_dir,

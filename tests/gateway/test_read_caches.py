@@ -9,7 +9,6 @@ event loop in debug mode and finds no callback that held the loop.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.gateway import REPO_ROOT
+from tests.support.gateway import bundled_policies
 from tests.support.secure import SecureGateway, split_key
 from tests.support.tls import TestPki
 
@@ -34,7 +33,7 @@ TABLE_SCHEMA = {
 @pytest.fixture
 def gateway(tmp_path: Path, session_pki: TestPki) -> Iterator[SecureGateway]:
     policy_dir = tmp_path / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policy_dir, ignore=shutil.ignore_patterns("tests"))
+    bundled_policies(policy_dir)
     config = {
         # Reloads only on SIGHUP, so the test decides when the new set arrives; a long registry
         # TTL, so a stale entry would still be fresh when the next request comes.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from cedarberg.gateway.authz import entities
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.resource_memo import ResourceMemo
-from tests.support.gateway import REPO_ROOT
+from tests.support.gateway import bundled_policies
 
 ANALYST = Principal("ann", PrincipalKind.USER, frozenset({"analysts"}), AuthMethod.API_KEY)
 KEY = Ed25519PrivateKey.generate()
@@ -52,7 +51,7 @@ def test_the_token_cache_holds_no_token_and_is_bounded() -> None:
 
 def _engine(tmp_path: Path) -> tuple[PolicyEngine, Path]:
     directory = tmp_path / "policies"
-    shutil.copytree(REPO_ROOT / "policies", directory, ignore=shutil.ignore_patterns("tests"))
+    bundled_policies(directory)
     engine = PolicyEngine(directory)
     engine.load()
     return engine, directory

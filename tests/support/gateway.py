@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -403,3 +404,12 @@ def _inline_table(item: Mapping[str, Any]) -> str:
         rendered = _inline_table(value) if isinstance(value, Mapping) else _value(value)
         parts.append(f"{_key(key)} = {rendered}")
     return "{" + ", ".join(parts) + "}"
+
+
+def bundled_policies(directory: Path, extra: Mapping[str, str] | None = None) -> Path:
+    """`directory`: a copy of the bundled policies (without their tests), plus `extra` policy
+    files (file name -> Cedar text)."""
+    shutil.copytree(REPO_ROOT / "policies", directory, ignore=shutil.ignore_patterns("tests"))
+    for name, text in (extra or {}).items():
+        (directory / name).write_text(text)
+    return directory
