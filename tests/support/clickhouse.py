@@ -10,8 +10,10 @@ one chdb session and answers one JSON line per statement. A statement that fails
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import IO, Any
 
 from tests.support.gateway import REPO_ROOT
@@ -33,14 +35,19 @@ class ClickHouseError(RuntimeError):
 
 
 class ClickHouse:
-    """One chdb session in a child process. ``query`` returns rows (lists), ``execute`` nothing."""
+    """One chdb session in a child process. ``query`` returns rows (lists), ``execute`` nothing.
 
-    def __init__(self) -> None:
+    ``env`` adds to the child's environment, e.g. ``SSL_CERT_FILE``: the CA bundle ClickHouse's
+    OpenSSL client trusts (chdb has no server configuration to set ``openSSL.client.caConfig`` in).
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.support.clickhouse"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
             text=True,
         )
         for name, value in SESSION_SETTINGS.items():
