@@ -22,7 +22,6 @@ server-side planning is the supported path for restricted readers and is checked
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from tests.support.audit import flushed_audit_log
 from tests.support.clickhouse import ClickHouse, ClickHouseError
-from tests.support.gateway import REPO_ROOT
+from tests.support.gateway import bundled_policies
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway, split_key
 from tests.support.tls import TestPki
@@ -144,9 +143,8 @@ class Lake:
 def lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[Lake]:
     base = tmp_path_factory.mktemp("engines-restrictions")
     policies = base / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policies, ignore=shutil.ignore_patterns("tests"))
-    (policies / "restrictions.cedar").write_text(
-        "".join(RESTRICTED_PERMITS.format(warehouse=w) for w in WAREHOUSES)
+    bundled_policies(
+        policies, {"restrictions.cedar": "".join(RESTRICTED_PERMITS.format(warehouse=w) for w in WAREHOUSES)}
     )
     audit = base / "audit.jsonl"
     with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
