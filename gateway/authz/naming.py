@@ -61,6 +61,19 @@ class StatedGrants:
     def child(self, parent: Resource, name: str, view: bool) -> Resource:
         return entities.child_view(parent, name) if view else entities.child_table(parent, name)
 
+    def over(self, chain: Sequence[Mapping[str, str]]) -> StatedGrants:
+        """These grants over `chain` (the registry's properties of the same namespaces): a stated
+        key replaces the registry's value on its namespace, every other key stays."""
+        length = max(len(chain), len(self.chain))
+        merged = [
+            {
+                **(chain[i] if i < len(chain) else {}),
+                **(self.chain[i] if i < len(self.chain) else {}),
+            }
+            for i in range(length)
+        ]
+        return StatedGrants(merged, self.warehouse_properties)
+
 
 def stated_grants(warehouse: str, levels: Sequence[str], properties: Sequence[str]) -> StatedGrants:
     """The grants that `NS:KEY=VALUE` texts (the offline tools' `--property`) state for the

@@ -22,7 +22,7 @@ from cedarberg.gateway.authn.api_keys import ApiKeyError
 from cedarberg.gateway.authz import naming
 from cedarberg.gateway.authz.context import ChangeSummary
 from cedarberg.gateway.authz.entities import EntityType, Resource
-from cedarberg.gateway.authz.naming import ResourceName
+from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, Scope, Source
 from cedarberg.gateway.web import http
 
@@ -55,17 +55,24 @@ class _Names:
 
 class RegistryGrants:
     """The registry's grants: namespace properties read from the store (through its short-lived
-    read cache unless `fresh`), resources reused through the resource memo while those are."""
+    read cache unless `fresh`), resources reused through the resource memo while those are.
+    `stated` properties (an access review's "what if", never a request's) replace the registry's
+    value of the same key on the same namespace (`StatedGrants.over`)."""
 
-    def __init__(self, services: Services, fresh: bool) -> None:
+    def __init__(self, services: Services, fresh: bool, stated: StatedGrants | None = None) -> None:
         self._services = services
         self._fresh = fresh
+        self._stated = stated
 
     def warehouse(self, warehouse: str) -> Resource:
+        if self._stated is not None:
+            return self._stated.warehouse(warehouse)
         return self._services.resources.warehouse(warehouse)
 
     async def namespace(self, warehouse: str, levels: tuple[str, ...]) -> Resource:
         chain = await _chain(self._services, warehouse, levels, self._fresh)
+        if self._stated is not None:
+            return await self._stated.over(chain).namespace(warehouse, levels)
         return self._services.resources.namespace(warehouse, levels, chain)
 
     def child(self, parent: Resource, name: str, view: bool) -> Resource:

@@ -65,18 +65,12 @@ class Security:
         api_keys = ApiKeyAuthenticator(key_store, settings.api_keys)
         tokens = TokenIssuer.open(settings.tokens, settings.data_dir)
         oidc = OidcAuthenticator(settings.oidc)
-        anonymous = None
+        anonymous = configured_anonymous(settings)
         if settings.anonymous is not None:
             log.warning(
                 "ANONYMOUS ACCESS IS ON: requests without credentials act as %r (groups %s)",
                 settings.anonymous.principal,
                 ", ".join(settings.anonymous.groups) or "none",
-            )
-            anonymous = Principal(
-                id=anonymous_principal_id(settings.anonymous.principal),
-                kind=PrincipalKind.ANONYMOUS,
-                groups=frozenset(settings.anonymous.groups),
-                auth_method=AuthMethod.ANONYMOUS,
             )
         limiter = RateLimiter.open(settings.rate_limits)
         security = cls(
@@ -135,6 +129,19 @@ class Security:
         await self.oidc.close()
         await self.limiter.aclose()
         await self.audit.aclose()
+
+
+def configured_anonymous(settings: Settings) -> Principal | None:
+    """The principal of requests without credentials, if `[anonymous]` is configured (else None:
+    such requests are refused). Also what an access review decides as the anonymous principal."""
+    if settings.anonymous is None:
+        return None
+    return Principal(
+        id=anonymous_principal_id(settings.anonymous.principal),
+        kind=PrincipalKind.ANONYMOUS,
+        groups=frozenset(settings.anonymous.groups),
+        auth_method=AuthMethod.ANONYMOUS,
+    )
 
 
 def _plan_cache(settings: Settings) -> PlanCache:
