@@ -10,8 +10,9 @@
                                           who may do what there, and under which conditions
                                           (`review_cli.py`)
 
-Wiring (gateway/cli/main.py): `add_policy_commands(subparsers)` once, and
-`if args.command == "policies": return run_policy_command(args, settings_policy_dir)`.
+Wiring (gateway/cli/main.py): `add_policy_commands(subparsers, review_parents)` once, and
+`if args.command == "policies": return run_policy_command(args)`, except `policies review`, which
+`gateway.cli.review` runs (offline as here, or with the deployment's settings).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _problem_lines(directory: Path, err: PolicyLoadError) -> list[str]:
     return lines
 
 
-def _load(directory: Path, err: TextIO) -> PolicyEngine | None:
+def load_engine(directory: Path, err: TextIO) -> PolicyEngine | None:
+    """The policy set of `directory`, loaded, or None after printing why it is refused."""
     engine = PolicyEngine(directory, entity_cache_size=0)
     try:
         engine.load()
@@ -64,7 +66,7 @@ def _load(directory: Path, err: TextIO) -> PolicyEngine | None:
 
 def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`)."""
-    engine = _load(directory, err)
+    engine = load_engine(directory, err)
     if engine is None or engine.active is None:
         return 1
     files = len(engine.active.sources) - 1
@@ -79,7 +81,7 @@ def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 def run_fixture_tests(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the ALLOW/DENY request fixtures; 0 if all pass, 1 if any fails, none exist, or the set is
     refused."""
-    engine = _load(directory, err)
+    engine = load_engine(directory, err)
     if engine is None:
         return 1
     results = run_fixtures(engine, directory)
@@ -245,7 +247,7 @@ class ExplainQuery:
 def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error
     (a refused policy set, or input that names no principal or resource: the reason on `err`)."""
-    engine = _load(directory, err)
+    engine = load_engine(directory, err)
     if engine is None:
         return 2
     try:
@@ -260,8 +262,12 @@ def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err:
     return 0 if decision.allowed else 1
 
 
-def add_policy_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `policies validate|test|explain` to the `cedarberg` command line."""
+def add_policy_commands(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    review_parents: Sequence[argparse.ArgumentParser] = (),
+) -> None:
+    """Add `policies validate|test|explain|review` to the `cedarberg` command line;
+    `review_parents` adds the options of the deployment `review` may read (`gateway.cli.review`)."""
     policies = subparsers.add_parser(COMMAND, help="validate, test and explain the Cedar policies")
     commands = policies.add_subparsers(dest="policies_command", required=True)
     help_dir = "policy directory (default: the configured or bundled policies)"
@@ -303,7 +309,7 @@ def add_policy_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     ex.add_argument("--property-key", action="append", default=[], help="property key set or removed")
     ex.add_argument("--creates", action="store_true", help="the change creates the object")
     ex.add_argument("--key-owner", help="owner of the API key (key actions; default: the principal)")
-    add_review_command(commands, help_dir)
+    add_review_command(commands, help_dir, review_parents)
 
 
 def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None) -> int:
@@ -314,6 +320,6 @@ def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None
     if args.policies_command == "test":
         return run_fixture_tests(args.dir or fallback)
     if args.policies_command == "review":
-        engine = _load(args.dir or fallback, sys.stderr)
+        engine = load_engine(args.dir or fallback, sys.stderr)
         return 2 if engine is None else run_review(engine, args, sys.stdout, sys.stderr)
     return explain(args.dir or fallback, ExplainQuery.from_args(args))

@@ -292,7 +292,16 @@ def residual_groups(engine: PolicyEngine, resource: Resource, actions: Sequence[
 
 
 def _allowed(engine: PolicyEngine, subject: Subject, decision: Decision) -> Allowed:
-    return Allowed(subject, decision.policy_ids, describe(engine.scan_rules(decision)))
+    policy_ids, restrictions = determining(engine, decision)
+    return Allowed(subject, policy_ids, restrictions)
+
+
+def determining(engine: PolicyEngine, decision: Decision) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    """An Allow's determining policies and the restrictions they carry, ordered by policy id: Cedar
+    reports them in no fixed order, and a review is compared and diffed (the endpoint's with the
+    command line's, this week's with last week's)."""
+    restrictions = sorted(describe(engine.scan_rules(decision)), key=lambda rule: str(rule["policy_id"]))
+    return tuple(sorted(decision.policy_ids)), restrictions
 
 
 # -- reviewing a principal ------------------------------------------------------------------------
@@ -303,7 +312,7 @@ class ObjectAccess:
     """What one principal may do on one object."""
 
     resource: Resource
-    allowed: list[tuple[Decision, list[dict[str, Any]]]]
+    allowed: list[tuple[str, tuple[str, ...], list[dict[str, Any]]]]  # action, policy ids, restrictions
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -311,8 +320,8 @@ class ObjectAccess:
             "type": self.resource.kind.value.lower(),
             "name": self.resource.name,
             "actions": [
-                {"action": d.action, "policy_ids": list(d.policy_ids), "restrictions": r}
-                for d, r in self.allowed
+                {"action": action, "policy_ids": list(policy_ids), "restrictions": restrictions}
+                for action, policy_ids, restrictions in self.allowed
             ],
         }
 
@@ -359,6 +368,6 @@ def review_principal(
         for _action in actions_for(obj.kind):
             decision = next(decisions)
             if decision.allowed:
-                allowed.append((decision, describe(engine.scan_rules(decision))))
+                allowed.append((decision.action, *determining(engine, decision)))
         found.append(ObjectAccess(obj, allowed))
     return PrincipalReview(principal, groups_from, engine.version, context, found, listing.truncated)

@@ -1,25 +1,35 @@
-"""`cedarberg policies review`: the access review (`review.py`), offline, with the policies of a
-directory and grants stated as explain states them.
+"""`cedarberg policies review`: the access review (`review.py`), with the policies of a directory.
 
     cedarberg policies review --resource default/sales/orders [--action loadTable] \\
-        --property 'sales:cedarberg.readers=bi' --subject 'key:erin=etl,bi' [--json]
+        [--property 'sales:cedarberg.readers=bi'] [--subject 'key:erin=etl,bi'] [--json]
         who may do what on the table: groups, principals, determining policies, restrictions,
         and the conditions (residuals) that decide anyone else
-    cedarberg policies review --principal key:erin --group etl --resource default/sales \\
-        --table orders --view daily [--json]
-        what the principal may do on the namespace and on each table and view named
+    cedarberg policies review --principal key:erin [--group etl] --resource default/sales \\
+        [--table orders] [--view daily] [--json]
+        what the principal may do on the namespace and on each of its tables and views
 
-Offline, the known principals are the ones given with `--subject` (the admin endpoint adds the
-API key store's and the anonymous principal); the tables and views of a namespace are the ones
-named with `--table` / `--view` (the endpoint lists the registry's). Exit 0, or 2 for bad input
-or a refused policy set.
+Two forms (`gateway.cli.review` chooses, and documents how):
+
+- with the deployment's settings (`--config`, `--data-dir`, `--store-url`, `CEDARBERG_*`, or the
+  default `./.cedarberg` store, as `cedarberg keys list` finds them): the same answer as
+  `GET /admin/v1/review`, read through the same functions (`gateway.web.review_sources`): the key
+  store's active keys, the anonymous principal, the OIDC issuers (`not_enumerated`), the registry's
+  objects, grants and listings, and the configured policy directory (unless `--dir`);
+- offline (no settings, or `--offline`): the known principals are only those given with
+  `--subject`, the grants only those given with `--property`, a namespace's objects only those
+  named with `--table` / `--view`, and the policies those of `--dir` (default: bundled).
+
+With settings, what is stated adds to the deployment: `--subject` principals are decided besides
+the keys'; a `--property` replaces the registry's value of that key on that namespace; `--table` /
+`--view` are reviewed besides the registry's. Exit 0; 1 when the deployment cannot be read (no or
+outdated registry, an object that does not exist); 2 for bad input or a refused policy set.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,10 +46,23 @@ from cedarberg.gateway.authz.restrictions import summary
 _KINDS = {1: EntityType.WAREHOUSE, 2: EntityType.NAMESPACE, 3: EntityType.TABLE}
 
 
-def add_review_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], help_dir: str) -> None:
-    """Add `review` to the `policies` sub-commands."""
-    rv = commands.add_parser("review", help="who may do what on a resource, or what a principal may do")
+def add_review_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    help_dir: str,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> None:
+    """Add `review` to the `policies` sub-commands (`parents`: the deployment's settings options)."""
+    rv = commands.add_parser(
+        "review",
+        parents=list(parents),
+        help="who may do what on a resource, or what a principal may do",
+    )
     rv.add_argument("--dir", type=Path, help=help_dir)
+    rv.add_argument(
+        "--offline",
+        action="store_true",
+        help="ignore any deployment: only the principals, grants and objects stated here",
+    )
     rv.add_argument("--resource", required=True, help="WAREHOUSE[/NS.NS[/NAME]] as in entity ids")
     rv.add_argument("--is-view", action="store_true", help="WAREHOUSE/NS/NAME names a view, not a table")
     rv.add_argument("--action", action="append", default=[], help="only these actions (repeatable)")
@@ -68,9 +91,9 @@ def add_review_command(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def run_review(engine: PolicyEngine, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Run `policies review` with a loaded engine; 0, or 2 with the reason on `err`."""
+    """Run `policies review` offline with a loaded engine; 0, or 2 with the reason on `err`."""
     try:
-        context = review.ReviewContext(AuthMethod(args.auth_method), args.client_address)
+        context = review_context(args)
         target = _resource(args.resource, args.is_view, args.property)
         if args.principal is not None:
             document = _principal_review(engine, args, target, context)
@@ -79,13 +102,25 @@ def run_review(engine: PolicyEngine, args: argparse.Namespace, out: TextIO, err:
     except (ResourceError, ValueError) as error:
         print(f"cedarberg policies review: {error}", file=err)
         return 2
+    emit(document, args, out, "only those stated with --subject (offline)")
+    return 0
+
+
+def review_context(args: argparse.Namespace) -> review.ReviewContext:
+    """The context decisions are made with. Raises `ValueError` for an unknown method."""
+    return review.ReviewContext(AuthMethod(args.auth_method), args.client_address)
+
+
+def emit(document: Mapping[str, Any], args: argparse.Namespace, out: TextIO, known_from: str) -> None:
+    """Print the review: JSON with `--json` (exactly the document), else for people, saying where
+    the known principals came from (`known_from`)."""
     if args.json:
         out.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.principal is not None:
         print_principal_review(document, out)
     else:
+        print(f"known principals: {known_from}", file=out)
         print_resource_review(document, out)
-    return 0
 
 
 def _resource(path: str, is_view: bool, properties: list[str]) -> Resource:
@@ -95,6 +130,11 @@ def _resource(path: str, is_view: bool, properties: list[str]) -> Resource:
         kind = EntityType.VIEW
     grants = naming.stated_grants(warehouse, levels, properties)
     return asyncio.run(naming.build(ResourceName(kind, warehouse, levels, name or ""), grants))
+
+
+def stated_subjects(texts: Sequence[str]) -> list[review.KnownPrincipal]:
+    """The `--subject ID[=GROUP,GROUP]` principals. Raises `ResourceError` for an empty id."""
+    return [_subject(text) for text in texts]
 
 
 def _subject(text: str) -> review.KnownPrincipal:
@@ -111,7 +151,7 @@ def _resource_review(
 ) -> dict[str, Any]:
     actions = review.chosen_actions(target.kind, args.action)
     groups = review.residual_groups(engine, target, actions)
-    audience = review.known_subjects([_subject(s) for s in args.subject], groups)
+    audience = review.known_subjects(stated_subjects(args.subject), groups)
     locations = engine.active.locations if engine.active else {}
     return review.review_resource(engine, target, actions, audience, context).to_json(locations)
 
@@ -180,6 +220,8 @@ def print_resource_review(document: Mapping[str, Any], out: TextIO) -> None:
             )
         for error in action["errors"]:
             print(f"  error: {error}", file=out)
+    for issuer in document.get("not_enumerated", []):
+        print(f"\nnot listed: {issuer['principals']} ({issuer['kind']}): {issuer['reviewed_as']}", file=out)
     print(f"\npolicy set version: {document['version']}", file=out)
 
 

@@ -75,14 +75,15 @@ def _states(connection: Connection) -> list[SchemaState]:
     return states
 
 
-def _missing_sqlite_file(url: str) -> bool:
+def missing_sqlite_file(url: str) -> bool:
+    """True when `url` is a SQLite file that does not exist (a registry never created)."""
     path = url.split("///", 1)[-1] if url.startswith("sqlite") else ""
     return bool(path) and path != ":memory:" and not Path(path).exists()
 
 
 async def schema_states(url: str) -> list[SchemaState]:
     """Where each migration tree of the registry at `url` is. Raises StorageUnavailableError."""
-    if _missing_sqlite_file(url):  # report an empty registry without creating its file
+    if missing_sqlite_file(url):  # report an empty registry without creating its file
         return [SchemaState(state.tree, None, state.head) for state in _heads()]
     engine = create_async_engine(url, pool_size=1, max_overflow=0)
     try:

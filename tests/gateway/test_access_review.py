@@ -10,6 +10,7 @@ review prints, parsed back as Cedar and decided for each subject, decide as the 
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -368,13 +369,19 @@ def test_principal_review_lists_what_it_may_do(bundled: PolicyEngine) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cedarberg.gateway.cli", "policies", "review", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """The offline review: run where no deployment is found (an empty directory, no `CEDARBERG_*`
+    variable), so the answer is the stated principals and grants only."""
+    with tempfile.TemporaryDirectory() as nowhere:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")}
+        return subprocess.run(
+            [sys.executable, "-m", "cedarberg.gateway.cli", "policies", "review", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=nowhere,
+            env=env,
+        )
 
 
 def test_cli_reviews_a_table_offline() -> None:
