@@ -320,6 +320,13 @@ def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None
     if args.policies_command == "test":
         return run_fixture_tests(args.dir or fallback)
     if args.policies_command == "review":
-        engine = load_engine(args.dir or fallback, sys.stderr)
-        return 2 if engine is None else run_review(engine, args, sys.stdout, sys.stderr)
+        return review_offline(args, args.dir or fallback)
     return explain(args.dir or fallback, ExplainQuery.from_args(args))
+
+
+def review_offline(
+    args: argparse.Namespace, directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """`policies review` offline, with the policies of `directory` (`review_cli.run_review`)."""
+    engine = load_engine(directory, err)
+    return 2 if engine is None else run_review(engine, args, out, err)

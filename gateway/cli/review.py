@@ -32,12 +32,13 @@ from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.key_store import connect_key_store
 from cedarberg.gateway.authn.principal import PrincipalKind
 from cedarberg.gateway.authz import naming, review
-from cedarberg.gateway.authz.cli import load_engine, run_policy_command
+from cedarberg.gateway.authz.cli import load_engine, review_offline
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, parse_path
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.review_cli import emit, review_context, stated_subjects
 from cedarberg.gateway.cli.catalog import offline_settings
+from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 from cedarberg.gateway.config.settings import ENV_PREFIX, Settings
 from cedarberg.gateway.serve.migrate import ensure_current, missing_sqlite_file
 from cedarberg.gateway.web.app import close_catalog, open_catalog
@@ -79,12 +80,13 @@ def run_review_command(
         if any(flag is not None for flag in (args.config, args.data_dir, args.store_url)):
             print(f"{PROG}: --offline reads no settings: drop --config, --data-dir, --store-url", file=err)
             return 2
-        return run_policy_command(args)
+        return review_offline(args, args.dir or BUNDLED_POLICY_DIR, out, err)
     settings = offline_settings(args, environ, err)
     if settings is None:
         return 2
     if not settings_named(args, environ) and missing_sqlite_file(settings.effective_store_url()):
-        return run_policy_command(args)  # no deployment here: offline, as before settings existed
+        # No deployment here: offline, as before settings existed.
+        return review_offline(args, args.dir or BUNDLED_POLICY_DIR, out, err)
     engine = load_engine(args.dir or settings.authz.policy_dir, err)
     if engine is None:
         return 2

@@ -142,6 +142,8 @@ def test_the_cli_with_settings_answers_as_the_endpoint(deployment: Deployment) -
         cli = review_json("--resource", resource, *deployment.settings())
         # Same principals, groups, policy ids, restrictions, residuals, version, issuers.
         assert cli == endpoint, resource
+        for action in cli["actions"]:  # in a fixed order, whichever process decided
+            assert all(p["policy_ids"] == sorted(p["policy_ids"]) for p in action["principals"])
     load = _by_action(review_json("--resource", TABLE, "--action", "loadTable", *deployment.settings()))
     (action,) = load.values()
     assert _ids(action) == {"key:root", "key:bea", "key:erin", "anonymous:guest"}
