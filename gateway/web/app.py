@@ -217,12 +217,21 @@ async def _sweep_plans(plans: PlanService, interval: float) -> None:
             log.exception("sweep of expired scan plans failed")
 
 
+# The collector's thresholds for a serving process (CPython's are 700, 10, 10). With the
+# defaults a write load (8 clients creating namespaces) ran 13 full collections in 20 s, each
+# walking the caches' few hundred thousand objects for 50-200 ms (p99 130 ms); with these, one
+# (p99 4-38 ms), and no lower throughput. Most of a request's garbage is freed by reference
+# counting before a collection would see it, so a larger first generation costs little memory.
+GC_THRESHOLDS = (10_000, 20, 100)
+
+
 async def _freeze_heap(_app: web.Application) -> None:
     """Move everything built at start-up (modules, policies, pools) out of the garbage collector's
     reach: a full collection would otherwise walk that whole heap, a pause of a tenth of a second
-    or more in the middle of requests."""
+    or more in the middle of requests. Then collect less often (`GC_THRESHOLDS`)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def create_app(settings: Settings) -> web.Application:

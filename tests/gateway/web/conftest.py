@@ -106,6 +106,7 @@ async def make_gateway(
     aiohttp_client: AiohttpClient, template: Template, tmp_path: Path
 ) -> AsyncIterator[MakeGateway]:
     count = 0
+    thresholds = gc.get_threshold()
 
     async def make(
         *,
@@ -122,9 +123,11 @@ async def make_gateway(
         return InProcessGateway(client, settings, template.keys)
 
     yield make
-    # The application freezes its start-up heap (gc.freeze, as a server process does); this
-    # process goes on running other tests, so give the collector its objects back.
+    # The application freezes its start-up heap (gc.freeze) and sets the collector's thresholds,
+    # as a server process does; this process goes on running other tests, so give the collector
+    # its objects and its thresholds back.
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 @pytest.fixture

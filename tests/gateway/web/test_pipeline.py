@@ -19,7 +19,7 @@ from pytest_aiohttp import AiohttpClient
 from cedarberg.catalog import requests as req
 from cedarberg.gateway.authn.principal import AuthMethod, PrincipalKind
 from cedarberg.gateway.web import front, middlewares
-from cedarberg.gateway.web.app import create_app
+from cedarberg.gateway.web.app import GC_THRESHOLDS, create_app
 from cedarberg.gateway.web.keys import (
     METRICS,
     PARSED_BODY,
@@ -109,6 +109,7 @@ async def test_the_pipeline_runs_once_per_request_from_either_entry(
     """A worker's server enters the pipeline at its front, before routing (`gateway.web.front`); a
     server without the front (aiohttp's own) enters it at the middleware. Either way each request
     gets one id, is counted once under its route, and a repeated read is replayed from its plan."""
+    thresholds = gc.get_threshold()
     app = create_app(inprocess_settings(template, tmp_path))
     client = await aiohttp_client(await fronted(app) if entry == "front" else app)
     try:
@@ -129,7 +130,14 @@ async def test_the_pipeline_runs_once_per_request_from_either_entry(
         }
         assert re.search(r"^cedarberg_http_requests_in_flight 0\.0$", exposition, re.MULTILINE)
     finally:
-        gc.unfreeze()  # the application froze its start-up heap, as a worker does
+        # The application froze its start-up heap and set the thresholds, as a worker does.
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+async def test_a_started_application_collects_garbage_at_the_server_thresholds(gw: InProcessGateway) -> None:
+    assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_freeze_count() > 0  # the start-up heap is out of the collector's reach
 
 
 async def test_the_front_is_installed_on_a_set_up_runner_only(template: Template, tmp_path: Path) -> None:
