@@ -13,8 +13,10 @@ Invariants:
   set of a (principal, resource) pair is parsed once and kept in a bounded LRU cache, which a load
   clears (entities are validated against the schema they were parsed with).
 - Decisions are kept in a bounded LRU keyed by everything a decision depends on (policy-set
-  version, principal entity JSON, action, resource entity JSON with its ancestors, context), so a
-  change to policies, group membership, grants or context is a different key, never a stale hit.
+  version, principal entity JSON, action, context, and of the resource what the policies can see
+  of it: `sight.py`), so a change to policies, group membership, grants or context is a different
+  key, never a stale hit, while resources the policies cannot tell apart (a namespace being
+  created under another new name) share one decision.
 - Every cache here (decisions, parsed entity sets, rendered principals) is bounded in entries and
   in estimated bytes, and does not keep an entry larger than its entry cap (`gateway.byte_lru`):
   requests with large names, grants or context values are decided, just not remembered, so they
@@ -28,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -257,20 +259,40 @@ class PolicyEngine:
         p_json = self._principal_json(principal)
         if not self._decisions.enabled:
             return self._decide_uncached(active, p_uid, p_json, checks)
-        keys = [(active.version, p_json, action, r.entities_json, context) for action, r, context in checks]
+        sight = active.sight
+        keys = [
+            (active.version, p_json, action, sight.decision_key(r), context) for action, r, context in checks
+        ]
         with self._cache_lock:
             found = [self._decisions.get(key) for key in keys]
             self.decision_hits += sum(decision is not None for decision in found)
-        missing = [i for i, decision in enumerate(found) if decision is None]
+        missing: dict[_DecisionKey, list[int]] = {}
+        for i, decision in enumerate(found):
+            if decision is None:
+                missing.setdefault(keys[i], []).append(i)
         if missing:
-            made = self._decide_uncached(active, p_uid, p_json, [checks[i] for i in missing])
-            sizes = [_decision_bytes(keys[i], decision) for i, decision in zip(missing, made, strict=True)]
+            # One evaluation per key: the resources of a listing that the policies cannot tell
+            # apart share it.
+            shared = list(missing.values())
+            made = self._decide_uncached(active, p_uid, p_json, [checks[indices[0]] for indices in shared])
+            sizes = [
+                _decision_bytes(keys[indices[0]], decision)
+                for indices, decision in zip(shared, made, strict=True)
+            ]
             with self._cache_lock:
-                for i, decision, size in zip(missing, made, sizes, strict=True):
-                    found[i] = decision
+                for indices, decision, size in zip(shared, made, sizes, strict=True):
+                    for i in indices:
+                        found[i] = decision
                     if not decision.errors:  # a failed evaluation is decided again next time
-                        self._decisions.put(keys[i], decision, size)
-        return [decision for decision in found if decision is not None]
+                        self._decisions.put(keys[indices[0]], decision, size)
+        # A shared decision was made for one of the resources of its key: each names its own.
+        return [
+            decision
+            if decision.resource == (named := str(resource.uid))
+            else replace(decision, resource=named)
+            for decision, (_, resource, _) in zip(found, checks, strict=True)
+            if decision is not None
+        ]
 
     @property
     def cache_bytes(self) -> int:

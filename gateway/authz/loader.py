@@ -28,6 +28,7 @@ import orjson
 
 from cedarberg.gateway.authz.errors import PolicyLoadError, PolicyProblem
 from cedarberg.gateway.authz.restrictions import ScanRule, parse_restriction
+from cedarberg.gateway.authz.sight import PolicySight
 
 SCHEMA_FILE = "schema.cedarschema"
 POLICY_SUFFIX = ".cedar"
@@ -54,6 +55,7 @@ class CompiledPolicySet:
     sources: Mapping[str, str]  # file name -> text (schema and policies)
     locations: Mapping[str, str]  # policy id -> "FILE:LINE"
     restrictions: Mapping[str, ScanRule]  # policy id -> its @columns/@row_filter (restrictions.py)
+    sight: PolicySight  # what the policies read of a resource: the decision cache's key (sight.py)
 
 
 def split_statements(text: str) -> list[Statement]:
@@ -254,6 +256,7 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
         sources=MappingProxyType(dict(sources)),
         locations=MappingProxyType(locations),
         restrictions=MappingProxyType(restrictions),
+        sight=PolicySight.of(static.values()),
     )
 
 

@@ -36,17 +36,20 @@ class AuthzSettings(FrozenSettings):
         ge=0,
         le=10_000_000,
         description="Decisions kept for reuse, keyed by everything they depend on: the policy-set "
-        "version, the principal with its groups and attributes, the action, the resource with "
-        "its ancestors' attributes (the grants) and the request context. Any change to one of "
-        "these is a new key; a policy reload empties it. 0: decide every request.",
+        "version, the principal with its groups and attributes, the action, the request context, "
+        "and what the policies can see of the resource (its type, its ancestors with their "
+        "attributes, the attributes any policy reads, its tags if any policy reads tags, its id if "
+        "a policy names it; `gateway/authz/sight.py`). Any change to one of these is a new key, so "
+        "resources no policy can tell apart (new namespaces created under different names) share "
+        "one decision; a policy reload empties it. 0: decide every request.",
     )
     decision_cache_max_bytes: int = Field(
         64 * 1024**2,
         ge=0,
         le=16 * 1024**3,
-        description="Estimated memory the decision cache may hold (keys include the principal, the "
-        "resource with its grants and the request context); least recently used decisions go "
-        "first. 0: decide every request.",
+        description="Estimated memory the decision cache may hold (keys include the principal, what "
+        "the policies see of the resource with its grants, and the request context); least "
+        "recently used decisions go first. 0: decide every request.",
     )
     entity_cache_max_bytes: int = Field(
         64 * 1024**2,
