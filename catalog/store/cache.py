@@ -17,7 +17,8 @@ Invariants:
   (so a busy worker never stalls its requests on a refresh); past its TTL it is not answered.
   A TTL of 0 turns the cache off.
 - Listings are keyed by a per-container generation, so one change forgets every page of that
-  container without scanning.
+  container without scanning. The generations are bounded like the entries: past `max_entries`
+  containers the cache starts empty again.
 - A refresh that reads a value equal to the cached one keeps the cached object (renewing its age),
   so what was built from it (a resource, a recorded plan) stays valid: identity means "unchanged".
 - While a `ReadLog` is active (`recording(...)`), every value answered or stored is noted in it;
@@ -37,6 +38,7 @@ from typing import Any
 
 DEFAULT_TTL_SECONDS = 1.0
 DEFAULT_MAX_ENTRIES = 65536
+_MIN_CONTAINERS = 64  # listing generations kept at least, whatever the entry bound
 
 
 @dataclass(slots=True)
@@ -193,9 +195,12 @@ class RegistryCache:
         if not touched:
             return
         self.generation += 1
-        if touched.everything:
+        # Listing generations are kept per container ever written; past as many containers as
+        # entries, start them all again (every page keyed by an old generation goes with them).
+        if touched.everything or len(self._containers) >= max(self.max_entries, _MIN_CONTAINERS):
             self._entries.clear()
             self._containers.clear()
+        if touched.everything:
             return
         for warehouse, name in touched.namespaces:
             self._entries.pop(RegistryKey.namespace(warehouse, name), None)

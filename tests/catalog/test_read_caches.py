@@ -177,3 +177,19 @@ async def test_a_stale_entry_is_answered_while_one_read_refreshes_it(tmp_path: P
         assert await store.cached(key, load) == 3
     finally:
         await store.close()
+
+
+def test_listing_generations_are_bounded_and_a_restart_answers_no_old_page() -> None:
+    cache = RegistryCache(ttl_seconds=60, max_entries=2)
+    page = cache.listing_key(("objects", "w", "ns0"), "table", None, 100)
+    cache.store(page, ["t"], cache.generation)
+    cache.forget(Touched(namespaces={("w", "ns0")}))  # ns0's listing moves to generation 1
+    newer = cache.listing_key(("objects", "w", "ns0"), "table", None, 100)
+    cache.store(newer, ["t", "u"], cache.generation)
+    for i in range(1, 200):  # a churn of namespaces: each write adds a container
+        cache.forget(Touched(namespaces={("w", f"ns{i}")}))
+        assert len(cache._containers) <= 64 + 2
+    # ns0's generation started again at 0: the page first stored under it is not answered.
+    assert cache.listing_key(("objects", "w", "ns0"), "table", None, 100) == page
+    assert cache.lookup(page) == (False, None)
+    assert cache.lookup(newer) == (False, None)
