@@ -70,7 +70,7 @@ async def claim(
     properties = await tx.get_namespace(warehouse.name, namespace.key) or {}
     check_new_roots(ctx, warehouse, namespace, properties, fresh)
     await _check_no_overlap(tx, kind, owner, fresh)
-    await rows.add(tx, warehouse.name, kind, owner, fresh)
+    await rows.add_new(tx, warehouse.name, kind, owner, fresh)
 
 
 def check_new_roots(
@@ -166,7 +166,7 @@ async def record_namespace(
             )
     if not new:
         await rows.remove(tx, rows.NAMESPACE, owner)
-    await rows.add(tx, warehouse.name, rows.NAMESPACE, owner, [directory])
+    await rows.add_new(tx, warehouse.name, rows.NAMESPACE, owner, [directory])
 
 
 async def forget_namespace(tx: StoreTx, warehouse: Warehouse, namespace: Namespace) -> None:

@@ -7,7 +7,7 @@ follows '/' byte-wise). Nothing here scans all rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -116,11 +116,16 @@ async def held(tx: StoreTx, kind: str, owner: str) -> list[str]:
 async def add(tx: StoreTx, warehouse: str, kind: str, owner: str, roots: Iterable[str]) -> None:
     """Record roots for an object or namespace (ones it holds already are left as they are)."""
     have = set(await held(tx, kind, owner))
-    fresh = sorted(set(roots) - have)
-    if fresh:
+    await add_new(tx, warehouse, kind, owner, sorted(set(roots) - have))
+
+
+async def add_new(tx: StoreTx, warehouse: str, kind: str, owner: str, roots: Sequence[str]) -> None:
+    """Record roots the object or namespace does not hold (its caller has just read or removed
+    what it holds, in `tx`); one it holds already is an IntegrityViolation."""
+    if roots:
         await tx.connection.execute_many(
             _ADD,
-            [{"root": root.encode(), "kind": kind, "owner": owner, "warehouse": warehouse} for root in fresh],
+            [{"root": root.encode(), "kind": kind, "owner": owner, "warehouse": warehouse} for root in roots],
         )
 
 
