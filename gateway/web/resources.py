@@ -59,10 +59,17 @@ class RegistryGrants:
     `stated` properties (an access review's "what if", never a request's) replace the registry's
     value of the same key on the same namespace (`StatedGrants.over`)."""
 
-    def __init__(self, services: Services, fresh: bool, stated: StatedGrants | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        fresh: bool,
+        stated: StatedGrants | None = None,
+        created: tuple[str, ...] | None = None,
+    ) -> None:
         self._services = services
         self._fresh = fresh
         self._stated = stated
+        self._created = created  # the levels of a namespace the request creates: no grants yet
 
     def warehouse(self, warehouse: str) -> Resource:
         if self._stated is not None:
@@ -70,7 +77,14 @@ class RegistryGrants:
         return self._services.resources.warehouse(warehouse)
 
     async def namespace(self, warehouse: str, levels: tuple[str, ...]) -> Resource:
-        chain = await _chain(self._services, warehouse, levels, self._fresh)
+        if levels == self._created:
+            # The namespace the request creates is decided as what the create writes: a new
+            # namespace under its parents' grants (one that exists already is a 409 in the
+            # transaction, whatever its own properties say).
+            parents = await _chain(self._services, warehouse, levels[:-1], self._fresh)
+            chain = [*parents, _NO_PROPERTIES]
+        else:
+            chain = await _chain(self._services, warehouse, levels, self._fresh)
         if self._stated is not None:
             return await self._stated.over(chain).namespace(warehouse, levels)
         return self._services.resources.namespace(warehouse, levels, chain)
@@ -87,6 +101,8 @@ async def _chain(
     services: Services, warehouse: str, levels: tuple[str, ...], fresh: bool
 ) -> list[dict[str, str]]:
     keys = [SEPARATOR.join(levels[: i + 1]) for i in range(len(levels))]
+    if not keys:
+        return []
     if not fresh:
         return [found or _NO_PROPERTIES for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
@@ -125,7 +141,10 @@ async def build(
     InvalidRequestError for unusable input."""
     names = await _names(request, spec, _warehouse(request, services), security)
     changes = _changes(request, spec)
-    grants = RegistryGrants(services, fresh=spec.group not in _CACHED_GROUPS)
+    created = None
+    if spec.creates and names.resource is not None and names.resource.kind is EntityType.NAMESPACE:
+        created = names.resource.namespace
+    grants = RegistryGrants(services, fresh=spec.group not in _CACHED_GROUPS, created=created)
     return RequestResources(
         resource=None if names.resource is None else await naming.build(names.resource, grants),
         target=None if names.target is None else await naming.build(names.target, grants),
