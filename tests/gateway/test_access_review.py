@@ -38,6 +38,7 @@ from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.residuals import residuals_of
 from cedarberg.gateway.authz.review_cli import print_resource_review
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+from tests.support.policies import generated_engine
 
 GROUPS = ("g0", "g1", "g2", "admins")
 USERS = ("key:u0", "key:u1", "oidc:corp/u2")
@@ -113,14 +114,6 @@ _known = st.lists(
     st.tuples(st.sampled_from(USERS), st.frozensets(st.sampled_from(GROUPS), max_size=3), st.booleans()),
     max_size=4,
 )
-
-
-def _engine(directory: Path, policies: str) -> PolicyEngine:
-    shutil.copy(BUNDLED_POLICY_DIR / "schema.cedarschema", directory / "schema.cedarschema")
-    (directory / "generated.cedar").write_text(policies)
-    engine = PolicyEngine(directory)
-    engine.load()
-    return engine
 
 
 def _cedar_allows(
@@ -204,7 +197,7 @@ def test_review_agrees_with_concrete_decisions(
     policies: str, properties: dict[str, str], known: list[tuple[str, frozenset[str], bool]], method: str
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        engine = _engine(Path(tmp), policies)
+        engine = generated_engine(Path(tmp), policies)
         resource = table_resource("default", ["sales"], "orders", [properties])
         principals = [
             review.KnownPrincipal(
@@ -288,7 +281,7 @@ def test_bundled_policies_review_a_granted_table(bundled: PolicyEngine) -> None:
 
 
 def test_a_policy_naming_an_unlisted_principal_shows_as_a_condition(tmp_path: Path) -> None:
-    engine = _engine(
+    engine = generated_engine(
         tmp_path,
         '@id("dana")\npermit (principal == Cedarberg::User::"oidc:corp/dana", action, resource);\n',
     )
@@ -303,7 +296,7 @@ def test_a_policy_naming_an_unlisted_principal_shows_as_a_condition(tmp_path: Pa
 def test_an_unconditional_permit_is_everyone_and_a_forbid_on_context_stays_a_condition(
     tmp_path: Path,
 ) -> None:
-    engine = _engine(
+    engine = generated_engine(
         tmp_path,
         '@id("all")\npermit (principal, action == Cedarberg::Action::"loadTable", resource);\n'
         '@id("no-jwt")\nforbid (principal, action, resource) when { context.auth_method == "jwt" };\n',

@@ -10,7 +10,6 @@ see a resource, and that the legitimate use (many new names, one evaluation) get
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.sight import PolicySight
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+from tests.support.policies import generated_engine
 
 WAREHOUSE = "w"
 GROUPS = ("g0", "g1")
@@ -120,14 +120,6 @@ def _universe(properties: dict[str, dict[str, str]]) -> list[tuple[str, entities
     return requests
 
 
-def _engine(directory: Path, policies: str) -> PolicyEngine:
-    shutil.copy(BUNDLED_POLICY_DIR / "schema.cedarschema", directory / "schema.cedarschema")
-    (directory / "generated.cedar").write_text(policies)
-    engine = PolicyEngine(directory)
-    engine.load()
-    return engine
-
-
 def _fresh(engine: PolicyEngine, principal: Principal, action: str, resource: entities.Resource) -> Decision:
     """The decision Cedar makes from scratch: every entity as JSON, no cache."""
     active = engine.active
@@ -188,7 +180,7 @@ def test_cached_decisions_equal_fresh_ones_for_every_sequence(
     """Every request of a small tree, in a drawn order, decided through the cache equals Cedar's
     decision from scratch."""
     with tempfile.TemporaryDirectory() as tmp:
-        engine = _engine(Path(tmp), policies)
+        engine = generated_engine(Path(tmp), policies)
         principal = _user(groups)
         context = RequestContext.of(principal, "127.0.0.1")
         fresh = {
@@ -283,7 +275,7 @@ def _create_all(engine: PolicyEngine, names: list[str]) -> list[Decision]:
 
 
 def test_new_names_are_decided_once_and_each_decision_names_its_resource(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, BUILDERS + NO_LEGACY)
+    engine = generated_engine(tmp_path, BUILDERS + NO_LEGACY)
     names = [f"n{i}" for i in range(20)]
     decided = _create_all(engine, names)
     assert all(d.allowed and d.policy_ids == ("builders",) for d in decided)
@@ -297,7 +289,7 @@ def test_new_names_are_decided_once_and_each_decision_names_its_resource(tmp_pat
 
 
 def test_a_policy_that_reads_names_gets_every_name_decided(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, BUILDERS + NO_SECRETS)
+    engine = generated_engine(tmp_path, BUILDERS + NO_SECRETS)
     decided = _create_all(engine, ["open_1", "secret_1", "open_2", "secret_2"])
     assert [(d.allowed, d.policy_ids) for d in decided] == [
         (True, ("builders",)),
@@ -319,7 +311,7 @@ def test_the_bundled_policies_tell_new_names_apart_only_by_grants() -> None:
 
 
 def test_a_listing_decides_each_key_once_and_names_every_resource(tmp_path: Path) -> None:
-    engine = _engine(
+    engine = generated_engine(
         tmp_path,
         '@id("readers")\npermit (principal, action == Cedarberg::Action::"loadTable", '
         "resource is Cedarberg::Table) when { principal.groups.containsAny(resource.readers) };\n"
