@@ -17,7 +17,6 @@ another.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +28,12 @@ import pytest
 import requests
 
 from tests.support.audit import flushed_audit_log
+from tests.support.gateway import bundled_policies
 from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import ClientCert, TestPki, make_pki
 
 TIMEOUT = 30
-REPO_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 TRUSTED_CN, TRUSTED_OU, TRUSTED_O = "trino-coordinator", "Data Platform", "Cedarberg Tests"
 TRUSTED_SUBJECT = f"CN={TRUSTED_CN},OU={TRUSTED_OU},O={TRUSTED_O}"
 TRUST_POLICY_ID = "trino-coordinator-enforces-restrictions"
@@ -150,8 +149,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     }
     assert certs["trusted"].subject == TRUSTED_SUBJECT
     policies = base / "policies"
-    shutil.copytree(REPO_POLICIES, policies, ignore=shutil.ignore_patterns("tests"))
-    (policies / "trust.cedar").write_text(TRUST)
+    bundled_policies(policies, {"trust.cedar": TRUST})
     audit = base / "audit.jsonl"
     with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
         for name in AMBIENT_CA_VARIABLES:  # pyiceberg/requests trust only the given CA

@@ -9,7 +9,6 @@ access key id that AssumeRole call issued.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -22,11 +21,11 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
 from tests.support.audit import flushed_audit_log
+from tests.support.gateway import bundled_policies
 from tests.support.s3 import REGION, ROLE_ARN, MotoS3Server, moto_s3_server
 from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
 from tests.support.tls import TestPki
 
-REPO_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 # Group "viewers" may load tables but never receives credentials for their files.
 NO_CREDENTIALS_POLICY = """
 @id("viewers-get-no-credentials")
@@ -127,8 +126,7 @@ class Lake:
 def lake(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[Lake]:
     base = tmp_path_factory.mktemp("vending")
     policies = base / "policies"
-    shutil.copytree(REPO_POLICIES, policies)
-    (policies / "viewers.cedar").write_text(NO_CREDENTIALS_POLICY)
+    bundled_policies(policies, {"viewers.cedar": NO_CREDENTIALS_POLICY})
     audit = base / "audit.jsonl"
     with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
         for name in AMBIENT_CA_VARIABLES:  # pyiceberg/requests trust only the given CA
