@@ -301,3 +301,21 @@ def test_an_object_with_an_encoded_name_is_signed_as_s3_reads_it(lake: Lake, ord
     raw_plus = lake.sign(lake.reader, "orders", "GET", lake.object_uri(f"{orders}/data/a+b%20c.txt"))
     assert raw_plus.status_code == 403
     assert "must be percent-encoded" in raw_plus.json()["error"]["message"]
+
+
+def test_a_sign_request_with_two_uris_is_a_400(lake: Lake, orders: str) -> None:
+    """One parser would check the first `uri`, another sign the last: neither happens."""
+    session = lake.gateway.session(lake.reader)
+    path = f"namespaces/{lake.gateway.ns_path('sales')}/tables/orders/sign"
+    inside = lake.object_uri(f"{orders}/data/a.parquet")
+    outside = lake.object_uri("hidden/ns/secret.parquet")
+    body = (
+        f'{{"region":"{REGION}","method":"GET","headers":{{}},"uri":"{inside}","uri":"{outside}"}}'
+    ).encode()
+    answer = session.post(
+        lake.gateway.catalog_url(path), data=body, headers={"Content-Type": "application/json"}, timeout=30
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "BadRequestException"
+    assert error["message"] == "request body is not valid JSON: duplicate field 'uri'"

@@ -4,6 +4,8 @@ is a 400 and changes nothing; the ordinary spellings of the same requests still 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -11,6 +13,7 @@ import pytest
 
 from tests.gateway.web.conftest import SCHEMA, InProcessGateway
 
+ROOT = Path(__file__).resolve().parents[3]
 TABLE = "/v1/namespaces/ns/tables/t"
 JSON = {"Content-Type": "application/json"}
 
@@ -149,3 +152,16 @@ async def test_a_repeated_token_form_field_is_refused(gw: InProcessGateway) -> N
     assert answer.status == 400, await answer.text()
     refused = await answer.json()
     assert refused == {"error": "invalid_request", "error_description": "a parameter is repeated"}
+
+
+def test_the_gateway_reads_query_parameters_only_through_query_value() -> None:
+    """The rule holds for routes written later: `request.query.get` (first of many) appears nowhere
+    but in `http.query_value`; multi-valued parameters use `getall` on purpose."""
+    single_value_reads = re.compile(r"\.query\.get\(|\.query\[|\.query\.items\(\)\[|rel_url\.query\b")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "gateway").rglob("*.py")
+        if single_value_reads.search(path.read_text())
+    ]
+    assert offenders == []
+    assert "request.query.getall(name, ())" in (ROOT / "gateway/web/http.py").read_text()
