@@ -32,7 +32,8 @@ def loads(raw: bytes) -> Any:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise InvalidRequestError(_NOT_JSON) from None
-    if b"\\u" not in raw:
+    # find(92): a memchr for any backslash, far cheaper than searching for the pair.
+    if raw.find(92) == -1 or b"\\u" not in raw:
         try:
             if orjson.dumps(document).count(b":") == raw.count(b":"):
                 return document
