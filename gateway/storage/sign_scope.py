@@ -8,7 +8,10 @@ refused. Refused: other hosts or buckets, keys outside the prefix (`/` boundary:
 without a prefix inside the location, sub-resources other than the object and multipart ones
 (ACLs, policies, tags, retention...), headers that set ACLs, grants, object locks or redirects,
 copies from outside, and a multi-object delete whose body does not name only keys inside (or that
-has no body).
+has no body). Before any of that, `s3_reading` reads the URI, query and headers once, refusing
+whatever S3 could read otherwise than the gateway (repeated parameters or headers, `+`, malformed
+encodings, a `Host` that is not the URI's): what is checked is what S3 interprets, and what is
+signed is the request as checked.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 from xml.etree import ElementTree
 
+from cedarberg.gateway.storage.s3_reading import AmbiguousRequest, check_uri, header_values, query_parameters
 from cedarberg.gateway.storage.s3_scope import S3Scope
 
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -121,7 +125,14 @@ def classify(endpoint: Endpoint, scope: S3Scope, request: S3Request) -> SignVerd
     method, uri, headers, body = request.method.upper(), request.uri, request.headers, request.body
     if method not in READ_METHODS | WRITE_METHODS:
         return refuse(f"method {method} is never signed")
-    parts = urlsplit(uri)
+    try:
+        check_uri(uri)
+        parts = urlsplit(uri)
+        # Sub-resources are bare names ("?acl", "?delete"): their value is "".
+        query = query_parameters(parts.query)
+        single = header_values(headers, parts.netloc)
+    except AmbiguousRequest as err:
+        return refuse(str(err))
     if parts.fragment:
         return refuse("the URI has a fragment")
     located = endpoint.bucket_and_path(parts.scheme.lower(), parts.netloc, parts.path)
@@ -133,32 +144,30 @@ def classify(endpoint: Endpoint, scope: S3Scope, request: S3Request) -> SignVerd
     key = _key(raw_path)
     if key is None:
         return refuse("the object key is not in canonical form")
-    # Sub-resources are bare names ("?acl", "?delete"): blank values are kept.
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    names = {name for name, _ in query}
+    names = set(query)
     write = method in WRITE_METHODS
     if key:
-        return _object(scope, key, names, headers, write)
-    return _bucket(scope, method, dict(query), names, body)
+        return _object(scope, key, names, single, write)
+    return _bucket(scope, method, query, names, body)
 
 
 def _object(
     scope: S3Scope,
     key: str,
     names: set[str],
-    headers: Mapping[str, Sequence[str]],
+    headers: Mapping[str, str],
     write: bool,
 ) -> SignVerdict:
     if not scope.owns(key):
         return refuse("the object is outside the table location")
     if names - _OBJECT_QUERY:
         return refuse(f"sub-resource {sorted(names - _OBJECT_QUERY)[0]!r} is never signed")
-    for name, values in headers.items():
-        if name.lower().startswith(_PERMISSION_HEADERS):
-            return refuse(f"header {name.lower()} is never signed")
-        if name.lower() == "x-amz-copy-source":
+    for name, value in headers.items():  # names in lower case
+        if name.startswith(_PERMISSION_HEADERS):
+            return refuse(f"header {name} is never signed")
+        if name == "x-amz-copy-source":
             # "[/]bucket/key[?versionId=...]", percent-encoded
-            source_path = (values[0] if values else "").split("?", 1)[0]
+            source_path = value.split("?", 1)[0]
             source_bucket, _, raw_key = source_path.lstrip("/").partition("/")
             source = _key(raw_key)
             if source_bucket != scope.bucket or not source or not scope.owns(source):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import orjson
 from aiohttp import web
@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from cedarberg.catalog import requests
 from cedarberg.catalog.errors import DocumentTooLargeError, InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.gateway.web import strict_json
 from cedarberg.gateway.web.keys import PARSED_BODY
 
 JSON = "application/json"
@@ -25,14 +26,12 @@ def json_response(body: bytes | None, headers: dict[str, str] | None = None) -> 
 
 
 async def json_body(request: web.Request) -> Any:
-    """The decoded JSON body. Raises InvalidRequestError for a missing or malformed body."""
+    """The decoded JSON body. Raises InvalidRequestError for a missing or malformed body, or one
+    with a repeated object key (`strict_json`)."""
     raw = await request.read()
     if not raw:
         raise InvalidRequestError("request body is required")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise InvalidRequestError("request body is not valid JSON") from None
+    return strict_json.loads(raw)
 
 
 async def parse_body(request: web.Request, model: type[M], max_bytes: int | None = None) -> M:
@@ -91,8 +90,23 @@ async def request_fingerprint(request: web.Request) -> bytes:
     return head + b"\n" + await request.read()
 
 
+@overload
+def query_value(request: web.Request, name: str) -> str | None: ...
+@overload
+def query_value(request: web.Request, name: str, default: str) -> str: ...
+def query_value(request: web.Request, name: str, default: str | None = None) -> str | None:
+    """The one value of query parameter `name`, or `default` when it is absent. Every parameter the
+    gateway interprets is read here. Raises InvalidRequestError when it is repeated: aiohttp's
+    `get` reads the first of them, a proxy, cache or engine may read the last, and the gateway
+    would decide on one and answer (or be read by another party) on the other."""
+    values = request.query.getall(name, ())
+    if len(values) > 1:
+        raise InvalidRequestError(f"query parameter '{name}' is repeated")
+    return values[0] if values else default
+
+
 def flag(request: web.Request, name: str) -> bool:
-    value = request.query.get(name, "false").lower()
+    value = query_value(request, name, "false").lower()
     if value not in ("true", "false"):
         raise InvalidRequestError(f"{name} must be true or false")
     return value == "true"

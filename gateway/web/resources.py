@@ -171,7 +171,7 @@ async def _names(request: web.Request, spec: OperationSpec, warehouse: str, secu
     if how.source is Source.SCOPE:
         return _Names(ResourceName(EntityType.CATALOG))
     if how.source is Source.QUERY:
-        value = request.query.get(how.field)
+        value = http.query_value(request, how.field)
         if not value:
             return _Names(ResourceName(EntityType.WAREHOUSE, warehouse))
         if spec.scope is Scope.WAREHOUSE:
@@ -229,7 +229,7 @@ async def visible_children(
         levels = [tuple(item) for item in document.get("namespaces", [])]
         keys = [SEPARATOR.join(item) for item in levels]
         own = dict(zip(keys, await read_many(services.ctx.store, warehouse, keys), strict=True))
-        parent_param = request.query.get("parent")
+        parent_param = http.query_value(request, "parent")
         parent = (
             await namespace_of(services, warehouse, Namespace.parse(parent_param))
             if parent_param

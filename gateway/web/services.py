@@ -43,8 +43,8 @@ class Services:
 
     def page(self, request: web.Request) -> PageRequest:
         return PageRequest.parse(
-            request.query.get("pageToken"),
-            request.query.get("pageSize"),
+            http.query_value(request, "pageToken"),
+            http.query_value(request, "pageSize"),
             self.settings.default_page_size,
             self.settings.max_page_size,
             caller_of(request),

@@ -41,9 +41,17 @@ class Lake:
             **{"py-io-impl": FSSPEC, "header.X-Iceberg-Access-Delegation": "remote-signing"},
         )
 
-    def sign(self, token: str, table: str, method: str, uri: str, body: str | None = None) -> Any:
+    def sign(
+        self,
+        token: str,
+        table: str,
+        method: str,
+        uri: str,
+        body: str | None = None,
+        headers: dict[str, list[str]] | None = None,
+    ) -> Any:
         session = self.gateway.session(token)
-        payload: dict[str, Any] = {"region": REGION, "uri": uri, "method": method, "headers": {}}
+        payload: dict[str, Any] = {"region": REGION, "uri": uri, "method": method, "headers": headers or {}}
         if body is not None:
             payload["body"] = body
         path = f"namespaces/{self.gateway.ns_path('sales')}/tables/{table}/sign"
@@ -229,3 +237,85 @@ def test_a_delete_signature_covers_the_checked_body_only(lake: Lake, orders: str
     signed = {name: values[0] for name, values in answer.json()["headers"].items()}
     assert signed["X-Amz-Content-SHA256"] == hashlib.sha256(innocent.encode()).hexdigest()
     assert "x-amz-content-sha256" in signed["Authorization"].split("SignedHeaders=")[1].split(",")[0]
+
+
+def _send_signed(answer: Any) -> bytes:
+    """Send a signed request to the S3 server (which checks the signature); its response body."""
+    assert answer.status_code == 200, answer.text
+    signed = answer.json()
+    request = urllib.request.Request(signed["uri"], headers={k: v[0] for k, v in signed["headers"].items()})
+    with urllib.request.urlopen(request, timeout=10) as got:
+        return bytes(got.read())
+
+
+def test_a_listing_with_a_repeated_prefix_is_not_signed(lake: Lake, orders: str) -> None:
+    """S3 reads the first `prefix` (an empty one: the whole bucket), a dict the last (the table's):
+    a reader must not get a signed listing of another namespace's keys."""
+    lake.s3.client().put_object(Bucket=lake.s3.bucket, Key="hidden/ns/secret.parquet", Body=b"x")
+    bucket = f"{lake.s3.url}/{lake.s3.bucket}"
+    own = urllib.parse.quote(orders + "/", safe="")
+    for query in (
+        f"?list-type=2&prefix=&prefix={own}",
+        f"?list-type=2&prefix=hidden%2F&prefix={own}",
+        f"?list-type=2&prefix=&%70refix={own}",
+        f"?list-type=2&Prefix=&prefix={own}",
+    ):
+        answer = lake.sign(lake.reader, "orders", "GET", bucket + query)
+        assert answer.status_code == 403, (query, answer.text)
+        assert answer.json()["error"]["type"] == "ForbiddenException"
+        assert "is repeated" in answer.json()["error"]["message"]
+    refusals = [r for r in lake.audit_records() if r["action"] == "signRequest" and r["decision"] == "deny"]
+    assert "'prefix' is repeated" in refusals[-1]["detail"]["reason"]
+    # The listing of the table's own prefix is signed, valid for S3, and lists only the table.
+    listing = _send_signed(lake.sign(lake.reader, "orders", "GET", f"{bucket}?list-type=2&prefix={own}"))
+    assert f"<Key>{orders}/".encode() in listing
+    assert b"hidden/" not in listing
+
+
+def test_repeated_scope_headers_are_not_signed(lake: Lake, orders: str) -> None:
+    target = lake.object_uri(f"{orders}/data/copy.parquet")
+    inside = f"{lake.s3.bucket}/{orders}/data/a.parquet"
+    outside = f"{lake.s3.bucket}/hidden/ns/secret.parquet"
+    for headers in (
+        {"x-amz-copy-source": [inside, outside]},
+        {"x-amz-copy-source": [inside], "X-Amz-Copy-Source": [outside]},
+    ):
+        answer = lake.sign(lake.writer, "orders", "PUT", target, headers=headers)
+        assert answer.status_code == 403, answer.text
+        assert "x-amz-copy-source" in answer.json()["error"]["message"]
+    # A signature for one bucket's host cannot be carried to another host.
+    host = {"Host": ["other-bucket.example.com"]}
+    own_object = lake.object_uri(f"{orders}/data/a.parquet")
+    refused = lake.sign(lake.reader, "orders", "GET", own_object, headers=host)
+    assert refused.status_code == 403
+    assert "Host header" in refused.json()["error"]["message"]
+    signed = lake.sign(lake.writer, "orders", "PUT", target, headers={"x-amz-copy-source": [inside]})
+    assert signed.status_code == 200, signed.text
+
+
+def test_an_object_with_an_encoded_name_is_signed_as_s3_reads_it(lake: Lake, orders: str) -> None:
+    key = f"{orders}/data/a+b c.txt"
+    lake.s3.client().put_object(Bucket=lake.s3.bucket, Key=key, Body=b"plus and space")
+    encoded = lake.object_uri(urllib.parse.quote(key, safe="/"))
+    assert _send_signed(lake.sign(lake.reader, "orders", "GET", encoded)) == b"plus and space"
+    raw_plus = lake.sign(lake.reader, "orders", "GET", lake.object_uri(f"{orders}/data/a+b%20c.txt"))
+    assert raw_plus.status_code == 403
+    assert "must be percent-encoded" in raw_plus.json()["error"]["message"]
+
+
+def test_a_sign_request_with_two_uris_is_a_400(lake: Lake, orders: str) -> None:
+    """One parser would check the first `uri`, another sign the last: neither happens."""
+    session = lake.gateway.session(lake.reader)
+    path = f"namespaces/{lake.gateway.ns_path('sales')}/tables/orders/sign"
+    inside = lake.object_uri(f"{orders}/data/a.parquet")
+    outside = lake.object_uri("hidden/ns/secret.parquet")
+    body = (
+        f'{{"region":"{REGION}","method":"GET","headers":{{}},"uri":"{inside}","uri":"{outside}"}}'
+    ).encode()
+    answer = session.post(
+        lake.gateway.catalog_url(path), data=body, headers={"Content-Type": "application/json"}, timeout=30
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "BadRequestException"
+    assert error["message"] == "request body is not valid JSON: duplicate field 'uri'"

@@ -135,3 +135,77 @@ def test_locations_iam_would_read_as_patterns_are_refused(prefix: str) -> None:
 def test_only_prefixes_below_a_bucket_have_a_scope(location: str) -> None:
     with pytest.raises(InvalidRequestError):
         S3Scope.of(location)
+
+
+LISTING = "http://minio:9000/lake?list-type=2"
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        # S3 reads the first `prefix`, a dict the last: the first would list the whole bucket.
+        ("&prefix=&prefix=wh/sales/t1/", "'prefix' is repeated"),
+        ("&prefix=wh/sales/t1/&prefix=", "'prefix' is repeated"),
+        ("&prefix=wh/sales/t1/&%70refix=", "'prefix' is repeated"),
+        ("&prefix=wh/sales/t1/&Prefix=", "'Prefix' is repeated"),
+        ("&prefix=wh/sales/t1/&list-type=1", "'list-type' is repeated"),
+        ("&prefix=wh/sales/t1/&&max-keys=5", "empty parameter"),
+        ("&prefix=wh/sales/t1/+x", "must be percent-encoded"),
+        ("&prefix=wh/sales/t1/;prefix=", "must be percent-encoded"),
+        ("&prefix=wh/sales/t1/ x", "must be percent-encoded"),
+        ("&prefix=wh/sales/t1/%zz", "malformed percent-encoding"),
+        ("&prefix=wh/sales/t1/%ff", "not UTF-8"),
+        ("&prefix=wh/sales/t1/%0a", "control character"),
+        # A sub-resource in another case is not the listing's parameter: never signed.
+        ("&Prefix=wh/sales/t1/", "sub-resource 'Prefix'"),
+        ("&prefix=wh/sales/t1/&ACL", "sub-resource 'ACL'"),
+    ],
+)
+def test_listings_s3_could_read_otherwise_are_refused(query: str, reason: str) -> None:
+    assert reason in verdict(MINIO, "GET", LISTING + query)
+
+
+def test_object_parameters_are_read_once() -> None:
+    target = "http://minio:9000/lake/wh/sales/t1/data/f.parquet"
+    assert verdict(MINIO, "GET", target + "?versionId=1") == "read"
+    assert "'versionid' is repeated" in verdict(MINIO, "GET", target + "?versionId=1&versionid=2")
+    assert "'uploadId' is repeated" in verdict(MINIO, "PUT", target + "?partNumber=1&uploadId=a&uploadId=b")
+    assert "must be percent-encoded" in verdict(MINIO, "GET", "http://minio:9000/lake/wh/sales/t1/a+b")
+
+
+def test_listings_in_canonical_form_are_signed() -> None:
+    # botocore percent-encodes `/` in parameter values; S3 decodes it.
+    assert verdict(MINIO, "GET", LISTING + "&prefix=wh%2Fsales%2Ft1%2Fdata%2F&encoding-type=url") == "read"
+    assert verdict(MINIO, "GET", LISTING + "&prefix=wh/sales/t1/a%2Bb%20c&max-keys=5") == "read"
+    assert verdict(MINIO, "GET", "http://minio:9000/lake?uploads&prefix=wh/sales/t1/") == "read"
+    assert verdict(MINIO, "GET", "http://minio:9000/lake/wh/sales/t1/a%2Bb%20c") == "read"
+
+
+def headers_verdict(uri: str, headers: dict[str, list[str]], method: str = "PUT") -> str:
+    found = classify(MINIO, TABLE, S3Request(method, uri, headers))
+    return found.refused or ("write" if found.write else "read")
+
+
+def test_headers_s3_could_read_otherwise_are_refused() -> None:
+    target = "http://minio:9000/lake/wh/sales/t1/data/copy"
+    inside, outside = "lake/wh/sales/t1/data/f", "lake/wh/sales/t2/f"
+    assert headers_verdict(target, {"x-amz-copy-source": [inside]}) == "write"
+    # The check read the first value; the signer would join both and S3 read them otherwise.
+    refused = headers_verdict(target, {"x-amz-copy-source": [inside, outside]})
+    assert "exactly one value" in refused
+    twice = {"x-amz-copy-source": [inside], "X-Amz-Copy-Source": [outside]}
+    assert "header x-amz-copy-source is repeated" in headers_verdict(target, twice)
+    # A name S3 could trim or fold into the copy-source header.
+    assert "not an HTTP token" in headers_verdict(target, {"x-amz-copy-source ": [outside]})
+    assert "exactly one value" in headers_verdict(target, {"x-amz-acl": []})
+    assert "control character" in headers_verdict(target, {"x-amz-meta-a": ["1\r\nx-amz-acl: public-read"]})
+
+
+def test_a_host_header_must_be_the_uris() -> None:
+    # botocore signs a given Host instead of the URI's: virtual-hosted, the host is the bucket.
+    virtual = "http://lake.minio:9000/wh/sales/t1/data/f.parquet"
+    assert headers_verdict(virtual, {"Host": ["lake.minio:9000"]}, "GET") == "read"
+    assert headers_verdict(virtual, {"host": ["LAKE.minio:9000"]}, "GET") == "read"
+    assert "Host header" in headers_verdict(virtual, {"Host": ["other.minio:9000"]}, "GET")
+    path_style = "http://minio:9000/lake/wh/sales/t1/data/f.parquet"
+    assert "Host header" in headers_verdict(path_style, {"Host": ["other.minio:9000"]}, "GET")

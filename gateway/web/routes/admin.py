@@ -56,7 +56,7 @@ from cedarberg.gateway.authz.entities import EntityType, Resource
 from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
-from cedarberg.gateway.web import resources
+from cedarberg.gateway.web import http, resources, strict_json
 from cedarberg.gateway.web.keys import security, services
 from cedarberg.gateway.web.route import Route
 
@@ -119,7 +119,8 @@ class ExplainRequest(_Body):
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object. Raises InvalidRequestError, HTTPRequestEntityTooLarge."""
+    """The body as a JSON object (no key repeated). Raises InvalidRequestError,
+    HTTPRequestEntityTooLarge."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length)
     raw = await request.read()
@@ -127,10 +128,7 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, len(raw))
     if not raw:
         raise InvalidRequestError("request body is required")
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise InvalidRequestError("request body is not valid JSON") from None
+    document = strict_json.loads(raw)
     if not isinstance(document, dict):
         raise InvalidRequestError("request body must be a JSON object")
     return document
@@ -204,7 +202,7 @@ async def create_api_key(request: web.Request) -> web.Response:
 
 
 def _page_size(request: web.Request) -> int:
-    raw = request.query.get("pageSize")
+    raw = http.query_value(request, "pageSize")
     if raw is None:
         return DEFAULT_PAGE_SIZE
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE_SIZE:
@@ -213,10 +211,10 @@ def _page_size(request: web.Request) -> int:
 
 
 async def list_api_keys(request: web.Request) -> web.Response:
-    principal = request.query.get("principal")
+    principal = http.query_value(request, "principal")
     if principal is not None and not 1 <= len(principal) <= MAX_NAME_LENGTH:
         raise InvalidRequestError(f"principal must be 1-{MAX_NAME_LENGTH} characters")
-    after = request.query.get("pageToken") or None
+    after = http.query_value(request, "pageToken") or None
     if after is not None and not is_key_id(after):
         raise InvalidRequestError("invalid pageToken")
     size = _page_size(request)

@@ -14,7 +14,7 @@ from cedarberg.gateway.web.route import Route
 def _resolve_warehouse(request: web.Request) -> str:
     """The warehouse a client names by name or by location; the default when it names none."""
     svc = services(request)
-    wanted = request.query.get("warehouse")
+    wanted = http.query_value(request, "warehouse")
     if not wanted:
         return svc.ctx.default_warehouse
     if wanted in svc.ctx.warehouses:

@@ -16,7 +16,7 @@ NS = "/v1/{prefix}/namespaces"
 
 async def list_namespaces(request: web.Request) -> web.Response:
     svc = services(request)
-    parent = request.query.get("parent")
+    parent = http.query_value(request, "parent")
     # An empty parent is treated as absent, as the spec asks for backward compatibility.
     parent_ns = Namespace.parse(parent) if parent else None
     return http.json_response(

@@ -28,6 +28,7 @@ from cedarberg.gateway.authn.principal import AuthMethod, PrincipalKind
 from cedarberg.gateway.authz import review
 from cedarberg.gateway.authz.entities import EntityType, Resource
 from cedarberg.gateway.authz.errors import ResourceError
+from cedarberg.gateway.web import http
 from cedarberg.gateway.web.keys import security, services
 from cedarberg.gateway.web.review_sources import (
     ReviewSources,
@@ -56,12 +57,12 @@ def _values(request: web.Request, name: str) -> list[str]:
 
 def _context(request: web.Request) -> review.ReviewContext:
     try:
-        method = AuthMethod(request.query.get("auth_method", AuthMethod.API_KEY.value))
+        method = AuthMethod(http.query_value(request, "auth_method", AuthMethod.API_KEY.value))
     except ValueError:
         raise InvalidRequestError(
             f"auth_method must be one of {', '.join(m.value for m in AuthMethod)}"
         ) from None
-    address = request.query.get("client_address", "127.0.0.1")
+    address = http.query_value(request, "client_address", "127.0.0.1")
     if not 1 <= len(address) <= 64:
         raise InvalidRequestError("client_address must be 1-64 characters")
     return review.ReviewContext(method, address)
@@ -76,10 +77,10 @@ def _sources(request: web.Request) -> ReviewSources:
 async def _resource(request: web.Request) -> Resource:
     """The object `resource` (and `type`) names, with the registry's grants. Raises
     InvalidRequestError, or the catalog's NoSuch* error when it does not exist."""
-    path = request.query.get("resource")
+    path = http.query_value(request, "resource")
     if not path:
         raise InvalidRequestError("resource is required (WAREHOUSE[/NS.NS[/NAME]])")
-    kind_wanted = request.query.get("type")
+    kind_wanted = http.query_value(request, "type")
     if kind_wanted not in (None, "table", "view"):
         raise InvalidRequestError("type must be table or view")
     try:
@@ -93,7 +94,7 @@ async def review_access(request: web.Request) -> web.Response:
     context = _context(request)
     target = await _resource(request)
     sources = _sources(request)
-    principal_id = request.query.get("principal")
+    principal_id = http.query_value(request, "principal")
     try:
         if principal_id is None:
             actions = review.chosen_actions(target.kind, _values(request, "action"))
@@ -114,7 +115,7 @@ async def review_access(request: web.Request) -> web.Response:
 
 def _kind(request: web.Request) -> PrincipalKind:
     try:
-        return PrincipalKind(request.query.get("kind", PrincipalKind.USER.value))
+        return PrincipalKind(http.query_value(request, "kind", PrincipalKind.USER.value))
     except ValueError:
         raise InvalidRequestError("kind must be user, service or anonymous") from None
 

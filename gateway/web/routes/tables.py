@@ -56,7 +56,7 @@ async def load_table(request: web.Request) -> web.Response:
     etag, body = await services(request).tables.load(
         http.prefix(request),
         identifier,
-        request.query.get("snapshots", "all"),
+        http.query_value(request, "snapshots", "all"),
         None if storage_config else request.headers.get("If-None-Match"),
         # A caller allowed only through restricted permits is told its read-restrictions.
         read_view(security(request).policies, request.get(VERDICT)),
