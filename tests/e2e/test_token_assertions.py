@@ -61,6 +61,15 @@ def _thumbprint(cert: ClientCert) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(der).digest()).rstrip(b"=").decode("ascii")
 
 
+def _own_files(pki: TestPki, common_name: str, name: str) -> ClientCert:
+    """A client certificate under files of its own (`issue_client` names them by CN)."""
+    issued = pki.issue_client(common_name)
+    cert = issued.cert.rename(pki.directory / f"{name}.pem")
+    return ClientCert(
+        cert=cert, key=issued.key.rename(pki.directory / f"{name}-key.pem"), subject=issued.subject
+    )
+
+
 @dataclass
 class Setup:
     gw: SecureGateway
@@ -69,6 +78,7 @@ class Setup:
     partner: KeySetServer
     keys: dict[str, rsa.RSAPrivateKey]
     alice_cert: ClientCert
+    alice_twin: ClientCert  # same subject and CA as alice_cert, another key: another certificate
     bob_cert: ClientCert
 
     def token(self, kid: str = "k1", issuer: KeySetServer | None = None, **claims: Any) -> str:
@@ -133,7 +143,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         gw = SecureGateway(root / "gw", pki=pki, config=config).start()
     try:
         gw.create_namespace("ns")
-        yield Setup(gw, pki, corp, partner, keys, pki.issue_client("alice"), pki.issue_client("bob"))
+        alice, twin = _own_files(pki, "alice", "alice-1"), _own_files(pki, "alice", "alice-2")
+        yield Setup(gw, pki, corp, partner, keys, alice, twin, pki.issue_client("bob"))
     finally:
         gw.stop()
         for server in (corp, partner, loopback_keys):
@@ -180,9 +191,11 @@ def test_a_certificate_bound_token_needs_its_certificate(setup: Setup) -> None:
     bound = setup.token(cnf={"x5t#S256": _thumbprint(setup.alice_cert)})
     _refused(setup.read(bound))  # no certificate: not a bearer token
     _refused(setup.read(bound, setup.bob_cert))  # another verified certificate
+    _refused(setup.read(bound, setup.alice_twin))  # the same subject is not the same certificate
     for _ in range(3):  # control: with its certificate, again and again (remembered)
         assert setup.read(bound, setup.alice_cert).status_code == 200
-    # Remembered for alice's connection, still refused on others.
+    # Remembered (cache, read plans keyed by subject) for alice's connection, refused on others.
+    _refused(setup.read(bound, setup.alice_twin))
     _refused(setup.read(bound, setup.bob_cert))
     _refused(setup.read(bound))
     assert setup.read(bound, setup.alice_cert).status_code == 200
