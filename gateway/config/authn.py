@@ -104,7 +104,8 @@ class OidcIssuerSettings(FrozenSettings):
     string; a missing groups claim means no groups. The principal id is
     `oidc:<alias>/<principal_prefix><subject>` (`alias` defaults to the issuer URL), so subjects of
     two issuers, and subjects equal to an API key's principal name, stay distinct principals.
-    URLs must be https unless they point to loopback, or `unsafe_allow_http` is set.
+    URLs must be https unless they point to loopback, or `unsafe_allow_http` is set; an https
+    issuer's `discovery_url` and `jwks_uri` (configured or discovered) must be https in any case.
     """
 
     issuer: str = Field(min_length=1)
