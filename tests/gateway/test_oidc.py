@@ -764,6 +764,7 @@ async def test_remembered_verifications_end_with_their_key(local: LocalIssuer, m
     assert cache.get(old) is not None
     local.publish(rsa_key("k2"), "k2")
     kept = local.sign(rsa_key("k2"), kid="k2")
+    await asyncio.sleep(0.15)  # past refresh_min_interval_seconds
     principal = await auth.authenticate(kept)  # unknown kid: the set (k1, k2) is downloaded again
     cache.put(kept, principal)
     assert cache.get(old) is not None  # k1 was kept across that refresh: its lease holds
