@@ -28,8 +28,9 @@ certificate binding, which remembered verifications re-check on every use.
 
 Errors: `CredentialExpiredError` only for a correctly signed token whose `exp` has passed (so the
 gateway may answer 419); `UnsupportedBindingError` for a correctly signed DPoP-bound token;
-`AuthenticationError` for everything else. Both carry a generic message;
-the reason is logged at INFO on `cedarberg.authn.oidc`, never with the token.
+`AuthenticationError` for everything else. All carry the generic message (the HTTP answer to
+`UnsupportedBindingError` says only that DPoP is not supported); the reason is logged at INFO on
+`cedarberg.authn.oidc`, never with the token.
 """
 
 from __future__ import annotations
