@@ -6,6 +6,7 @@ Public API::
     settings: gateway.config.tls.TlsSettings (cert_file, key_file, client_ca_file, ...)
     server_ssl_context(settings) -> ssl.SSLContext          # for aiohttp's TCPSite(ssl_context=...)
     peer_subject(transport_or_ssl_object) -> str | None     # verified client cert subject (RFC 4514)
+    peer_certificate_sha256(transport_or_ssl_object) -> bytes | None   # its DER's SHA-256 (RFC 8705)
     check_plain_http_allowed(host, settings) -> None        # raises PlainHttpRefusedError
 
 Invariants:
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import ipaddress
 import logging
 import ssl
@@ -42,6 +44,7 @@ __all__ = [
     "TlsConfigError",
     "check_plain_http_allowed",
     "is_loopback",
+    "peer_certificate_sha256",
     "peer_subject",
     "server_ssl_context",
 ]
@@ -136,6 +139,20 @@ def peer_subject(
 
     Takes the request's transport (``request.transport``) or its ``ssl_object``.
     """
+    der = _verified_peer_der(peer)
+    return _subject_of(der) if der is not None else None
+
+
+def peer_certificate_sha256(
+    peer: asyncio.BaseTransport | ssl.SSLObject | ssl.SSLSocket | None,
+) -> bytes | None:
+    """The SHA-256 of the DER client certificate the TLS handshake verified (what a token's
+    `cnf.x5t#S256` names, RFC 8705), or None under the same conditions as `peer_subject`."""
+    der = _verified_peer_der(peer)
+    return hashlib.sha256(der).digest() if der is not None else None
+
+
+def _verified_peer_der(peer: asyncio.BaseTransport | ssl.SSLObject | ssl.SSLSocket | None) -> bytes | None:
     ssl_object: ssl.SSLObject | ssl.SSLSocket | None
     if isinstance(peer, ssl.SSLObject | ssl.SSLSocket):
         ssl_object = peer
@@ -147,9 +164,7 @@ def peer_subject(
     if ssl_object is None or ssl_object.context.verify_mode == ssl.CERT_NONE:
         return None
     der = ssl_object.getpeercert(binary_form=True)
-    if not der:
-        return None
-    return _subject_of(der)
+    return der or None
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,11 +1,14 @@
 """Errors every authenticator raises when a credential is not accepted.
 
     AuthenticationError          any credential that does not prove an identity (401)
-    └── CredentialExpiredError   a gateway token that was valid but has expired (419 where the
-                                 Iceberg spec allows it)
+    ├── CredentialExpiredError   a gateway token that was valid but has expired (419 where the
+    │                            Iceberg spec allows it)
+    └── UnsupportedBindingError  a correctly signed token bound to a DPoP key (`cnf.jkt`), which
+                                 the gateway does not check (401 saying so)
 
 The message of these errors is always the same generic text: why a credential failed is logged by
-the authenticator (at INFO, without key or token material) and never reaches the client.
+the authenticator (at INFO, without key or token material) and never reaches the client. The one
+exception says only that DPoP-bound tokens are not supported, which the client's own token told it.
 """
 
 from __future__ import annotations
@@ -22,3 +25,8 @@ class AuthenticationError(Exception):
 
 class CredentialExpiredError(AuthenticationError):
     """A well-formed, correctly signed credential whose lifetime is over."""
+
+
+class UnsupportedBindingError(AuthenticationError):
+    """A correctly signed token bound to a DPoP key (RFC 9449 `cnf.jkt`): not a bearer token, and
+    the gateway does not check DPoP proofs, so it is refused with a message that says so."""

@@ -11,6 +11,12 @@ Invariants:
 - A refresh starts at most once per `min_interval` seconds whatever triggered it (first use, the
   cache TTL, an unknown `kid`), and concurrent callers share one download (single flight, shielded
   from a caller's cancellation). A failed refresh keeps the last good key set.
+- Every key carries a `KeyLease` (`gateway.authn.credential`): a refresh that drops a key (same
+  `kid` and public key material) retires its lease before any later request is served, a key kept
+  across a refresh keeps its lease, and all leases read as stale once the set is `ttl` old, so a
+  remembered verification (the verified-token cache, request plans) never outlives its key.
+- An https issuer's keys come over https: a discovered (or configured) `jwks_uri` that is not
+  https is refused for such an issuer, whatever `allow_http` says; redirects are never followed.
 
 Errors: every failure is a `JwksError` whose message is for the log only (never for a client).
 """
@@ -18,6 +24,7 @@ Errors: every failure is a `JwksError` whose message is for the log only (never 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 from cryptography.hazmat.primitives.asymmetric.ed448 import Ed448PublicKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -33,7 +41,8 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from jwt.algorithms import get_default_algorithms
 from jwt.exceptions import PyJWTError
 
-from cedarberg.gateway.config.authn import EC_ALGORITHMS, RSA_ALGORITHMS, url_allowed
+from cedarberg.gateway.authn.credential import Freshness, KeyLease
+from cedarberg.gateway.config.authn import EC_ALGORITHMS, RSA_ALGORITHMS, keys_url_allowed
 
 log = logging.getLogger("cedarberg.authn.oidc")
 
@@ -51,11 +60,21 @@ class JwksError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class VerificationKey:
-    """A public key from an issuer's JWKS and the algorithms it may verify."""
+    """A public key from an issuer's JWKS, the algorithms it may verify and its lease (`None`
+    until its key set is installed by `IssuerKeys`)."""
 
     kid: str | None
     key: PublicKey
     algorithms: frozenset[str]
+    lease: KeyLease | None = None
+
+    @property
+    def identity(self) -> tuple[str | None, bytes, frozenset[str]]:
+        """What makes two downloads of a key the same key: kid, public key material, algorithms."""
+        der = self.key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return self.kid, der, self.algorithms
 
 
 def key_algorithms(jwk: Mapping[str, Any]) -> frozenset[str]:
@@ -200,9 +219,9 @@ class IssuerKeys:
         self._min_interval = min_interval
         self._ttl = ttl
         self._keys: tuple[VerificationKey, ...] | None = None
-        self._loaded_at = 0.0
         self._last_attempt: float | None = None
         self._inflight: asyncio.Task[bool] | None = None
+        self._freshness = Freshness()
 
     @property
     def keys(self) -> tuple[VerificationKey, ...]:
@@ -215,7 +234,7 @@ class IssuerKeys:
         A token without `kid` is matched only when the set holds exactly one usable key. An unknown
         `kid` triggers a refresh, subject to the refresh bounds. Raises `JwksError`.
         """
-        if self._keys is None or time.monotonic() - self._loaded_at >= self._ttl:
+        if self._keys is None or time.monotonic() >= self._freshness.until:
             await self.refresh()
         key = self._find(kid, alg)
         if key is None and kid is not None and await self.refresh():
@@ -272,10 +291,31 @@ class IssuerKeys:
             log.warning(
                 "OIDC issuer %s: JWKS holds no key usable with %s", self._issuer, sorted(self._algorithms)
             )
-        self._keys = keys
-        self._loaded_at = time.monotonic()
+        self._install(keys)
         log.info("OIDC issuer %s: loaded %d signing keys", self._issuer, len(keys))
         return True
+
+    def _install(self, downloaded: tuple[VerificationKey, ...]) -> None:
+        """Put a new key set in place: keys it keeps keep their lease, keys it drops are retired
+        (in the same step, so no later request sees a dropped key's lease as current)."""
+        previous = {key.identity: key.lease for key in self._keys or () if key.lease is not None}
+        installed = tuple(
+            dataclasses.replace(key, lease=previous.pop(key.identity, None) or KeyLease(self._freshness))
+            for key in downloaded
+        )
+        for lease in previous.values():
+            lease.retire()
+        self._keys = installed
+        self._freshness.renew(self._ttl)
+        if previous:
+            log.info("OIDC issuer %s: %d signing keys withdrawn", self._issuer, len(previous))
+
+    def retire_all(self) -> None:
+        """End every verification made with this issuer's keys (the issuer is going away)."""
+        for key in self._keys or ():
+            if key.lease is not None:
+                key.lease.retire()
+        self._keys = None
 
     async def _download(self) -> tuple[VerificationKey, ...]:
         session = await self._session()
@@ -303,18 +343,24 @@ class IssuerKeys:
                 f"discovery document names issuer {short_repr(document.get('issuer'))}, not {self._issuer}"
             )
         jwks_uri = document.get("jwks_uri")
-        if not isinstance(jwks_uri, str) or not url_allowed(jwks_uri, allow_http=self._allow_http):
-            raise JwksError(f"discovery document has no acceptable jwks_uri: {short_repr(jwks_uri)}")
+        if not isinstance(jwks_uri, str) or not keys_url_allowed(
+            jwks_uri, issuer=self._issuer, allow_http=self._allow_http
+        ):
+            raise JwksError(
+                f"discovery document has no acceptable jwks_uri: {short_repr(jwks_uri)} "
+                "(an https issuer's keys must come over https)"
+            )
         self._jwks_uri = jwks_uri
         self._discovered_at = time.monotonic()
         return jwks_uri
 
     async def close(self) -> None:
-        """Cancel a download in progress."""
+        """Cancel a download in progress and retire every key (see `retire_all`)."""
         task = self._inflight
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        self.retire_all()
 
 
 def short_repr(value: object, limit: int = 80) -> str:

@@ -4,7 +4,9 @@ Public API:
     OidcAuthenticator(settings, *, session=None)
         .issuers -> frozenset[str]
         .handles(token) -> bool                 unverified peek: is `iss` a configured issuer?
-        async .authenticate(token) -> Principal raises AuthenticationError / CredentialExpiredError
+        async .authenticate(token, peer) -> Principal
+                                                raises AuthenticationError / CredentialExpiredError /
+                                                UnsupportedBindingError
         async .warm_up() -> None                fetch every issuer's keys once (failures logged)
         async .close() -> None                  also `async with OidcAuthenticator(...)`
     peek_issuer(token, max_bytes) -> str | None
@@ -14,26 +16,48 @@ unverified `iss` must be a configured issuer (no network for unknown issuers) �
 one of the issuer's pinned asymmetric algorithms (`none` and HS* cannot even be configured) → key
 by `kid` from the issuer's JWKS (see `gateway.authn.jwks` for the refresh bounds), whose key type
 must allow that `alg` → PyJWT verifies the signature, then `iss`, `aud`, `exp`, `nbf` (and `iat`)
-with the issuer's leeway; `exp`, `iss` and `aud` are required → the principal claim must be a
-non-empty string. Embedded keys (`jwk`, `jku`, `x5u`, `x5c` headers) are never used.
+with the issuer's leeway; `exp`, `iss` and `aud` are required → the token's lifetime: `exp` no
+further than the issuer's `max_token_lifetime_seconds` from now (plus leeway) nor from `iat` →
+its confirmation claim (`gateway.authn.confirmation`): a `cnf.x5t#S256`-bound token only from a
+connection whose verified client certificate has that SHA-256 thumbprint, DPoP-bound and other
+bindings never → the principal claim must be a non-empty string. Embedded keys (`jwk`, `jku`,
+`x5u`, `x5c` headers) are never used.
+
+The principal carries a `Proof` (`gateway.authn.credential`): the signing key's lease and the
+certificate binding, which remembered verifications re-check on every use.
 
 Errors: `CredentialExpiredError` only for a correctly signed token whose `exp` has passed (so the
-gateway may answer 419); `AuthenticationError` for everything else. Both carry a generic message;
-the reason is logged at INFO on `cedarberg.authn.oidc`, never with the token.
+gateway may answer 419); `UnsupportedBindingError` for a correctly signed DPoP-bound token;
+`AuthenticationError` for everything else. All carry the generic message (the HTTP answer to
+`UnsupportedBindingError` says only that DPoP is not supported); the reason is logged at INFO on
+`cedarberg.authn.oidc`, never with the token.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeGuard
 
 import aiohttp
 import jwt
 
-from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.confirmation import BindingError, DpopBindingError, required_certificate
+from cedarberg.gateway.authn.credential import (
+    PeerCertificate,
+    Proof,
+    certificate_matches,
+    no_peer_certificate,
+)
+from cedarberg.gateway.authn.errors import (
+    AuthenticationError,
+    CredentialExpiredError,
+    UnsupportedBindingError,
+)
 from cedarberg.gateway.authn.jwks import (
     FetchBounds,
     IssuerKeys,
@@ -53,11 +77,14 @@ _GROUP_SEPARATORS = re.compile(r"[\s,]+")
 class _Rejected(Exception):
     """Internal: the token is refused; `reason` is for the log."""
 
-    def __init__(self, reason: str, *, expired: bool = False, bad_signature: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, expired: bool = False, bad_signature: bool = False, unsupported: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.expired = expired
         self.bad_signature = bad_signature
+        self.unsupported = unsupported  # a DPoP-bound token: the client is told why
 
 
 _UNVERIFIED = jwt.PyJWS()
@@ -111,6 +138,38 @@ def _groups(value: object) -> frozenset[str]:
     raise _Rejected(f"groups claim has unexpected type {type(value).__name__}")
 
 
+def _check_lifetime(claims: Mapping[str, Any], settings: OidcIssuerSettings) -> None:
+    """Refuse a token that lives longer than the issuer's maximum, counted from now (with the
+    issuer's leeway for clock skew) and from its `iat` (both the issuer's clock: no leeway)."""
+    # PyJWT accepts anything `int()` takes ("1e3", "99"); a NumericDate is a JSON number.
+    exp, iat = claims["exp"], claims.get("iat")
+    if not _numeric_date(exp) or (iat is not None and not _numeric_date(iat)):
+        raise _Rejected("exp or iat is not a JSON number")
+    longest = settings.max_token_lifetime_seconds
+    if exp - time.time() > longest + settings.leeway_seconds:
+        raise _Rejected(f"token from {settings.issuer} expires more than {longest} s from now")
+    if iat is not None and exp - iat > longest:
+        raise _Rejected(f"token from {settings.issuer} was issued for more than {longest} s")
+
+
+def _numeric_date(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_binding(claims: Mapping[str, Any], peer: PeerCertificate) -> bytes | None:
+    """The certificate thumbprint the token is bound to (None: a bearer token), after checking
+    that this connection presents that certificate."""
+    try:
+        certificate = required_certificate(claims)
+    except DpopBindingError as exc:
+        raise _Rejected(str(exc), unsupported=True) from None
+    except BindingError as exc:
+        raise _Rejected(str(exc)) from None
+    if certificate is not None and not certificate_matches(certificate, peer):
+        raise _Rejected("certificate-bound token presented without its client certificate")
+    return certificate
+
+
 class _Issuer:
     def __init__(self, settings: OidcIssuerSettings, keys: IssuerKeys) -> None:
         self.settings = settings
@@ -157,21 +216,25 @@ class OidcAuthenticator:
         """Whether `token` looks like a JWT from a configured issuer (unverified; for routing)."""
         return peek_issuer(token, self._settings.max_token_bytes) in self._issuers
 
-    async def authenticate(self, token: str) -> Principal:
-        """The principal a valid token names.
+    async def authenticate(self, token: str, peer: PeerCertificate = no_peer_certificate) -> Principal:
+        """The principal a valid token names. `peer` gives the SHA-256 of the client certificate
+        the connection's TLS handshake verified (asked only for a certificate-bound token).
 
-        Raises `CredentialExpiredError` for a correctly signed but expired token and
-        `AuthenticationError` for any other failure (the reason goes to the log).
+        Raises `CredentialExpiredError` for a correctly signed but expired token,
+        `UnsupportedBindingError` for a correctly signed DPoP-bound one and `AuthenticationError`
+        for any other failure (the reason goes to the log).
         """
         try:
-            return await self._authenticate(token)
+            return await self._authenticate(token, peer)
         except _Rejected as rejected:
             log.info("OIDC token rejected: %s", rejected.reason)
             if rejected.expired:
                 raise CredentialExpiredError from None
+            if rejected.unsupported:
+                raise UnsupportedBindingError from None
             raise AuthenticationError from None
 
-    async def _authenticate(self, token: str) -> Principal:
+    async def _authenticate(self, token: str, peer: PeerCertificate) -> Principal:
         header, unverified = _unverified_parts(token, self._settings.max_token_bytes)
         iss = unverified.get("iss")
         issuer = self._issuers.get(iss) if isinstance(iss, str) else None
@@ -190,8 +253,13 @@ class OidcAuthenticator:
             # issuer the one cached key fails, so look for a new one (within the refresh bounds).
             if not (rejected.bad_signature and kid is None and await issuer.keys.refresh()):
                 raise
-            claims = self._verify(token, issuer, await self._key(issuer, kid, alg), alg)
-        return self._principal(claims, issuer.settings)
+            key = await self._key(issuer, kid, alg)
+            claims = self._verify(token, issuer, key, alg)
+        _check_lifetime(claims, issuer.settings)
+        certificate = _check_binding(claims, peer)
+        if key.lease is None:  # keys are installed with a lease: a key without one is not in a set
+            raise _Rejected("signing key is not part of the issuer's current key set")
+        return self._principal(claims, issuer.settings, Proof(key.lease, certificate))
 
     @staticmethod
     async def _key(issuer: _Issuer, kid: str | None, alg: str) -> VerificationKey:
@@ -219,7 +287,7 @@ class OidcAuthenticator:
             raise _Rejected(f"{type(exc).__name__}: {exc}") from None
         return claims
 
-    def _principal(self, claims: Mapping[str, Any], settings: OidcIssuerSettings) -> Principal:
+    def _principal(self, claims: Mapping[str, Any], settings: OidcIssuerSettings, proof: Proof) -> Principal:
         subject = claim_at(claims, settings.principal_claim)
         if isinstance(subject, int) and not isinstance(subject, bool):
             subject = str(subject)
@@ -237,6 +305,7 @@ class OidcAuthenticator:
             groups=groups,
             auth_method=AuthMethod.JWT,
             attributes=attributes,
+            proof=proof,
         )
 
     async def warm_up(self) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from cedarberg.gateway.authn.credential import Proof
 from cedarberg.gateway.byte_lru import estimate
 
 KEY_NAMESPACE = "key:"
@@ -69,6 +70,9 @@ class Principal:
     principal, directly or through a gateway token; None for other methods. A gateway token of an
     older generation than its key's current one was issued before a rotation or revocation and
     is refused.
+    `proof` is what an OIDC token's principal stays valid on (its signing key's lease and any
+    client-certificate binding, `gateway.authn.credential`); remembered verifications check it on
+    every use. It takes no part in equality or in what policies see.
     """
 
     id: str
@@ -77,6 +81,7 @@ class Principal:
     auth_method: AuthMethod
     attributes: Mapping[str, str] = field(default_factory=dict)
     key_generation: int | None = None
+    proof: Proof | None = field(default=None, compare=False, repr=False)
 
 
 def principal_bytes(principal: Principal) -> int:

@@ -10,9 +10,13 @@ of the token. Invariants:
   an OIDC issuer's tokens choose), least recently used first; a principal larger than
   `MAX_ENTRY_BYTES` is verified on every request instead of being cached
   (`gateway.byte_lru`).
-- What verification would learn later is not seen before `exp`: a signing key removed from an
-  issuer's JWKS keeps its unexpired tokens valid here until they expire (as tokens of a revoked API
-  key already do; keep token lifetimes short).
+- A hit is used only while the principal's `Proof` holds (`gateway.authn.credential`, O(1)): the
+  OIDC signing key is still in its issuer's key set and that set is not due for a refresh (else the
+  token is verified again, which refreshes the set and refuses a withdrawn key), and a token bound
+  to a client certificate is presented on a connection with that certificate. So an entry lives
+  at most until min(`exp`, its key's withdrawal), and never serves another connection's
+  certificate. Gateway tokens carry no proof: their key is the gateway's own, and rotation or
+  revocation of their API key is checked by the caller on every use.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 
 import orjson
 
+from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
 from cedarberg.gateway.authn.principal import Principal, principal_bytes
 from cedarberg.gateway.byte_lru import ByteBoundedLru
 from cedarberg.gateway.config.authn import DEFAULT_VERIFIED_CACHE_BYTES, DEFAULT_VERIFIED_CACHE_SIZE
@@ -67,8 +72,9 @@ class VerifiedTokenCache:
     def _key(token: str) -> bytes:
         return hashlib.sha256(token.encode()).digest()
 
-    def get(self, token: str) -> Principal | None:
-        """The principal of a cached, currently valid verification of `token`, else None."""
+    def get(self, token: str, peer: PeerCertificate = no_peer_certificate) -> Principal | None:
+        """The principal of a cached, currently valid verification of `token` on a connection
+        presenting `peer`, else None (verify in full)."""
         if not self._entries.enabled:
             return None
         key = self._key(token)
@@ -76,9 +82,12 @@ class VerifiedTokenCache:
         if entry is None:
             return None
         principal, nbf, exp = entry
-        if not nbf <= time.time() < exp:
+        proof = principal.proof
+        if not nbf <= time.time() < exp or (proof is not None and not proof.lease.current):
             self._entries.pop(key)
             return None
+        if proof is not None and not proof.holds(peer):
+            return None  # another connection's certificate: verify in full (which refuses it)
         return principal
 
     def put(self, token: str, principal: Principal) -> None:

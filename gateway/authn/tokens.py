@@ -17,7 +17,11 @@ Verification is strict: the token is at most `max_token_bytes` long; its header 
 `alg: EdDSA`, `typ: at+jwt` and our `kid` (so `none`, HMAC with the public key as secret, and
 tokens signed by any other key are refused before the signature is looked at, and PyJWT is
 additionally pinned to EdDSA with an Ed25519 public key); `iss`, `aud`, `exp`, `nbf`, `iat`, `sub`
-are required and checked with `leeway_seconds`; the custom claims must have the right types.
+are required and checked with `leeway_seconds`; the custom claims must have the right types. A
+token lives no longer than `ttl_seconds` (from its `iat`, and from now plus leeway), as issued: a
+token claiming a longer life was not issued under these settings and is refused (so lowering
+`ttl_seconds` also shortens tokens already out). The gateway issues bearer tokens only: one carrying
+a confirmation claim (`cnf`) is refused, since nothing here could check its binding.
 Every failure raises the generic `AuthenticationError`, except an otherwise valid expired token,
 which raises `CredentialExpiredError` (the gateway answers 419 where the Iceberg spec allows it).
 
@@ -215,11 +219,27 @@ class TokenIssuer:
         except jwt.PyJWTError as err:
             log.info("gateway token rejected: %s", type(err).__name__)
             raise AuthenticationError from None
+        if not self._issued_here(claims):
+            raise AuthenticationError
         principal = _principal_from_claims(claims)
         if principal is None:
             log.info("gateway token rejected: malformed claims")
             raise AuthenticationError
         return principal
+
+    def _issued_here(self, claims: Mapping[str, Any]) -> bool:
+        """Whether the lifetime and binding are those `issue` gives (logs the reason if not)."""
+        exp, iat, ttl = claims["exp"], claims["iat"], self._settings.ttl_seconds
+        if not all(type(value) is int for value in (exp, iat)):
+            log.info("gateway token rejected: exp or iat is not an integer")
+            return False
+        if exp - iat > ttl or exp - time.time() > ttl + self._settings.leeway_seconds:
+            log.info("gateway token rejected: lives longer than ttl_seconds")
+            return False
+        if "cnf" in claims:
+            log.info("gateway token rejected: carries a confirmation claim it was never issued with")
+            return False
+        return True
 
 
 def _is_short_str(value: object) -> bool:

@@ -46,6 +46,20 @@ def url_allowed(url: str, *, allow_http: bool) -> bool:
         return False
 
 
+def keys_url_allowed(url: str, *, issuer: str, allow_http: bool) -> bool:
+    """Whether an issuer's keys (discovery document, JWKS) may be fetched from `url`: as
+    `url_allowed`, except that an https issuer's keys come over https only, whatever `allow_http`
+    says (a loopback http URL would let whoever listens there on the gateway's host sign tokens)."""
+    if urlsplit(issuer).scheme == "https":
+        return urlsplit(url).scheme == "https" and bool(urlsplit(url).hostname)
+    return url_allowed(url, allow_http=allow_http)
+
+
+# An OIDC token whose `exp` is further ahead than this is refused (`max_token_lifetime_seconds`).
+DEFAULT_MAX_OIDC_TOKEN_LIFETIME = 24 * 3600
+MAX_OIDC_TOKEN_LIFETIME = 7 * 24 * 3600
+
+
 class TokenSettings(FrozenSettings):
     """The gateway's own access tokens (issued at /v1/oauth/tokens)."""
 
@@ -90,7 +104,8 @@ class OidcIssuerSettings(FrozenSettings):
     string; a missing groups claim means no groups. The principal id is
     `oidc:<alias>/<principal_prefix><subject>` (`alias` defaults to the issuer URL), so subjects of
     two issuers, and subjects equal to an API key's principal name, stay distinct principals.
-    URLs must be https unless they point to loopback, or `unsafe_allow_http` is set.
+    URLs must be https unless they point to loopback, or `unsafe_allow_http` is set; an https
+    issuer's `discovery_url` and `jwks_uri` (configured or discovered) must be https in any case.
     """
 
     issuer: str = Field(min_length=1)
@@ -113,6 +128,16 @@ class OidcIssuerSettings(FrozenSettings):
     attribute_claims: Mapping[str, str] = Field(default_factory=dict)
     leeway_seconds: int = Field(30, ge=0, le=300)
     unsafe_allow_http: bool = False
+
+    # -- what a token of this issuer is trusted for (issue 27, section 8: tokens) --
+    max_token_lifetime_seconds: int = Field(
+        DEFAULT_MAX_OIDC_TOKEN_LIFETIME,
+        ge=60,
+        le=MAX_OIDC_TOKEN_LIFETIME,
+        description="Longest lifetime accepted from this issuer: a token whose `exp` is further "
+        "than this from now (beyond `leeway_seconds`), or from its `iat`, is refused, so a leaked "
+        "long-lived token is not a standing credential. `exp` is required.",
+    )
 
     @field_validator("audiences", mode="before")
     @classmethod
@@ -151,6 +176,10 @@ class OidcIssuerSettings(FrozenSettings):
                 raise ValueError(
                     f"{name} {url!r} must be an https URL (http only for loopback or with unsafe_allow_http)"
                 )
+            if url is not None and not keys_url_allowed(
+                url, issuer=self.issuer, allow_http=self.unsafe_allow_http
+            ):
+                raise ValueError(f"{name} {url!r} must be https: the issuer {self.issuer!r} is https")
         return self
 
 

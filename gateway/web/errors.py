@@ -16,7 +16,11 @@ import orjson
 from aiohttp import web
 
 from cedarberg.catalog import errors as catalog_errors
-from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.errors import (
+    AuthenticationError,
+    CredentialExpiredError,
+    UnsupportedBindingError,
+)
 from cedarberg.gateway.ratelimit import RateLimitUnavailableError, RetryAfter
 
 log = logging.getLogger("cedarberg.request")
@@ -88,6 +92,10 @@ ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     catalog_errors.IntegrityCheckError: ErrorMapping(500, "ServiceFailureException"),
     # The gateway's own. Why a credential failed is logged by the authenticator, never told.
     CredentialExpiredError: ErrorMapping(419, "AuthenticationTimeoutException", "Credentials have timed out"),
+    # What the client's own token says, nothing about why else it might fail: it cannot be used here.
+    UnsupportedBindingError: ErrorMapping(
+        401, "NotAuthorizedException", "Not authorized: DPoP-bound tokens are not supported", _challenge
+    ),
     AuthenticationError: ErrorMapping(401, "NotAuthorizedException", "Not authorized", _challenge),
     RateLimitedError: ErrorMapping(429, "TooManyRequestsException", headers=_retry_after_limited),
     # The limiter logs why its storage is unusable.

@@ -47,7 +47,7 @@ from cedarberg.gateway.authz.entities import EntityType
 from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
 from cedarberg.gateway.logs import bind_principal, bind_request
 from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
-from cedarberg.gateway.tls import peer_subject
+from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web import errors, http, replay, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
@@ -284,7 +284,9 @@ async def _authenticate(request: web.Request) -> Principal:
         raise AuthenticationError()
     await _check_failure_budget(request, sec, metrics(request))
     try:
-        principal = await sec.authenticate_bearer(credential, request.remote)
+        principal = await sec.authenticate_bearer(
+            credential, request.remote, functools.partial(peer_certificate_sha256, request.transport)
+        )
     except AuthenticationError:
         await sec.limiter.hit_auth_failure(request.remote)
         raise

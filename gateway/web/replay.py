@@ -13,7 +13,9 @@ and metrics — while everything the plan was derived from is unchanged:
   new ETag) or a listing change ends the plan, and another process's change ends it within the
   cache's TTL, as it ends a cached read;
 - the credential's validity: a token's expiry, and its API key's generation (a rotation or
-  revocation ends every plan of the key's tokens; a stale key feed ends them all);
+  revocation ends every plan of the key's tokens; a stale key feed ends them all), and for an
+  OIDC token its signing key's lease (`gateway.authn.credential`: a key withdrawn from the JWKS, or
+  a key set due for a refresh, ends the plan, in O(1));
 - the plan's age (`max_age_seconds`: plans hold plaintext metadata, like the load-result cache).
 
 What is never recorded: mutations and any request that is not a GET or HEAD of an operation the
@@ -21,8 +23,10 @@ operation table marks `replayable` (its answer derives only from registry reads 
 cache, the settings and its decisions: not metrics, planning results or credentials);
 requests asking for storage credentials (`X-Iceberg-Access-Delegation`) or answered `no-store`;
 requests authenticated by an API key or a client certificate alone (their lockouts and
-per-request checks are not plain data); any request that read the registry around its cache or
-was refused by a gateway rule outside Cedar; answers other than 200, 204, 403 and 404.
+per-request checks are not plain data); requests with a token bound to a client certificate
+(`cnf.x5t#S256`: the binding is checked against each connection's certificate, not replayed);
+any request that read the registry around its cache or was refused by a gateway rule outside
+Cedar; answers other than 200, 204, 403 and 404.
 
 Rate limits are never part of a plan: a replayed request spends its budgets like any other.
 """
@@ -179,6 +183,7 @@ class PlanCache:
             time.time() >= plan.expires_at
             or plan.policy_version != security.policies.version
             or not security.api_keys.token_current(plan.principal)
+            or (plan.principal.proof is not None and not plan.principal.proof.lease.current)
         ):
             self._plans.pop(key)
             return None
@@ -208,6 +213,7 @@ class PlanCache:
             or not rec.replayable
             or reads.opaque
             or principal.auth_method not in _AUTH_METHODS
+            or (principal.proof is not None and principal.proof.certificate_sha256 is not None)
             or not isinstance(response, web.Response)
             or response.status not in _STATUSES
             or "no-store" in response.headers.get("Cache-Control", "")

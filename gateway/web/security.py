@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from cedarberg.gateway.audit import AuditLog
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
+from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
 from cedarberg.gateway.authn.key_store import KeyStore, connect_key_store
@@ -101,18 +102,22 @@ class Security:
         outcome = await asyncio.to_thread(self.policies.reload)
         log.info("policy reload: %s (version %s)", outcome, self.policies.version)
 
-    async def authenticate_bearer(self, token: str, addr: str | None = None) -> Principal:
+    async def authenticate_bearer(
+        self, token: str, addr: str | None = None, peer: PeerCertificate = no_peer_certificate
+    ) -> Principal:
         """Who a bearer credential names: an API key, a gateway token or an OIDC token. `addr` is
-        the caller's address: API key lockouts count per key and address.
+        the caller's address: API key lockouts count per key and address. `peer` gives the
+        thumbprint of the connection's verified client certificate, for certificate-bound tokens.
 
-        Raises AuthenticationError (CredentialExpiredError for an expired token)."""
+        Raises AuthenticationError (CredentialExpiredError for an expired token,
+        UnsupportedBindingError for a DPoP-bound one)."""
         with contextlib.suppress(MalformedKeyError):
             parse_api_key(token)
             return await self.api_keys.authenticate(token, self.limiter.client(addr))
-        principal = self.verified_tokens.get(token)
+        principal = self.verified_tokens.get(token, peer)
         if principal is None:
             if self.oidc.handles(token):
-                principal = await self.oidc.authenticate(token)
+                principal = await self.oidc.authenticate(token, peer)
             else:
                 principal = self.tokens.verify(token)
             self.verified_tokens.put(token, principal)

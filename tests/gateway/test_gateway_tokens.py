@@ -140,6 +140,25 @@ def test_not_yet_valid_token(tmp_path: Path, issuer: TokenIssuer) -> None:
     assert not isinstance(error, CredentialExpiredError)
 
 
+def test_tokens_live_no_longer_than_they_are_issued_for(tmp_path: Path, issuer: TokenIssuer) -> None:
+    now, ttl = int(time.time()), issuer.settings.ttl_seconds
+    assert issuer.verify(_sign(tmp_path, issuer, _claims(exp=now + ttl))).id == "key:alice"  # control
+    for claims in (
+        _claims(exp=now + 10 * 365 * 86400),  # signed with our key, but never issued like this
+        _claims(iat=now - 600, nbf=now - 600, exp=now + ttl - 300),  # ttl + 300 from iat
+        _claims(exp=str(now + 600)),  # PyJWT takes int("..."); a NumericDate is a number
+        _claims(iat=float(now)),
+    ):
+        assert not isinstance(_rejected(issuer, _sign(tmp_path, issuer, claims)), CredentialExpiredError)
+
+
+def test_gateway_tokens_carry_no_binding(tmp_path: Path, issuer: TokenIssuer) -> None:
+    thumbprint = _b64(b"\0" * 32)
+    for cnf in ({"x5t#S256": thumbprint}, {"jkt": thumbprint}, {}):
+        _rejected(issuer, _sign(tmp_path, issuer, _claims(cnf=cnf)))
+    assert issuer.verify(_sign(tmp_path, issuer, _claims())).id == "key:alice"
+
+
 def test_wrong_audience_and_issuer(tmp_path: Path, issuer: TokenIssuer) -> None:
     other_audience = TokenIssuer.open(TokenSettings(audience="elsewhere"), tmp_path)
     assert other_audience.kid == issuer.kid  # same key file, different audience

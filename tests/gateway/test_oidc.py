@@ -28,10 +28,15 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from pydantic import ValidationError
 
-from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.errors import (
+    AuthenticationError,
+    CredentialExpiredError,
+    UnsupportedBindingError,
+)
 from cedarberg.gateway.authn.oidc import OidcAuthenticator, peek_issuer
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.config.authn import OidcIssuerSettings, OidcSettings
+from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
+from cedarberg.gateway.config.authn import OidcIssuerSettings, OidcSettings, keys_url_allowed
 from tests.support.idp import Oauth2MockServer, OidcProviderMock, ensure_oauth2_mock_server
 from tests.support.ports import free_port
 
@@ -724,3 +729,111 @@ def test_issuer_aliases_are_validated() -> None:
     for bad in ["", "a/b", "-x", "x" * 65]:
         with pytest.raises(ValidationError):
             issuer_settings("https://idp.example", alias=bad)
+
+
+# -- what a token is trusted for: lifetime, its key, its binding (issue 27, section 8) -----------
+
+
+async def test_token_lifetime_is_bounded_per_issuer(local: LocalIssuer, make_auth: MakeAuth) -> None:
+    now = int(time.time())
+    hour = make_auth(issuer_settings(local.issuer, max_token_lifetime_seconds=3600))
+    assert _local_id(await hour.authenticate(local.sign(exp=now + 3000))) == "alice"  # control
+    assert _local_id(await hour.authenticate(local.sign(iat=None, exp=now + 3000))) == "alice"
+    for claims in (
+        {"exp": now + 7200},  # too far from now
+        {"iat": None, "exp": now + 7200},
+        {"iat": now - 1000, "exp": now + 3000},  # within an hour of now, not of its issue
+        {"exp": str(now + 600)},  # PyJWT accepts int("..."); a NumericDate is a JSON number
+        {"iat": str(now)},
+        {"exp": None},
+    ):
+        assert await refused(hour, local.sign(**claims)) is AuthenticationError, claims
+    default = make_auth(issuer_settings(local.issuer))
+    assert await refused(default, local.sign(exp=now + 10 * 365 * 86400)) is AuthenticationError
+    assert _local_id(await default.authenticate(local.sign(exp=now + 20 * 3600))) == "alice"
+    for bad in (59, 7 * 86400 + 1):
+        with pytest.raises(ValidationError):
+            issuer_settings(local.issuer, max_token_lifetime_seconds=bad)
+
+
+async def test_remembered_verifications_end_with_their_key(local: LocalIssuer, make_auth: MakeAuth) -> None:
+    cache = VerifiedTokenCache()
+    auth = make_auth(issuer_settings(local.issuer), cache_ttl_seconds=0.4, refresh_min_interval_seconds=0.1)
+    old = local.sign()
+    cache.put(old, await auth.authenticate(old))
+    assert cache.get(old) is not None
+    local.publish(rsa_key("k2"), "k2")
+    kept = local.sign(rsa_key("k2"), kid="k2")
+    await asyncio.sleep(0.15)  # past refresh_min_interval_seconds
+    principal = await auth.authenticate(kept)  # unknown kid: the set (k1, k2) is downloaded again
+    cache.put(kept, principal)
+    assert cache.get(old) is not None  # k1 was kept across that refresh: its lease holds
+    local.jwks = [public_jwk(rsa_key("k2"), "k2")]  # k1 withdrawn; nothing else happens
+    await asyncio.sleep(0.45)
+    # The set is due for a refresh: no remembered verification is used until it is refreshed.
+    assert cache.get(old) is None
+    assert await refused(auth, old) is AuthenticationError  # the refresh withdrew k1
+    assert _local_id(await auth.authenticate(kept)) == "alice"
+    cache.put(kept, principal)
+    assert cache.get(kept) is principal  # control: k2 stayed, and so did its lease
+    await auth.close()  # the issuer goes away: every verification of its keys ends
+    assert cache.get(kept) is None
+
+
+async def test_certificate_bound_tokens(local: LocalIssuer, make_auth: MakeAuth) -> None:
+    auth = make_auth(issuer_settings(local.issuer))
+    cache = VerifiedTokenCache()
+    certificate, other = hashlib.sha256(b"alice's cert").digest(), hashlib.sha256(b"bob's cert").digest()
+    bound = local.sign(cnf={"x5t#S256": b64(certificate)})
+    assert await refused(auth, bound) is AuthenticationError  # no client certificate
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(bound, lambda: other)
+    principal = await auth.authenticate(bound, lambda: certificate)  # control
+    assert principal.proof is not None
+    assert principal.proof.certificate_sha256 == certificate
+    cache.put(bound, principal)
+    assert cache.get(bound, lambda: certificate) is principal
+    assert cache.get(bound) is None
+    assert cache.get(bound, lambda: other) is None
+    assert cache.get(bound, lambda: certificate) is principal  # a refused connection evicts nothing
+
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    spelling = b64(certificate)
+    noncanonical = spelling[:-1] + alphabet[alphabet.index(spelling[-1]) | 1]
+    assert base64.urlsafe_b64decode(noncanonical + "=") == certificate  # same bytes, other spelling
+    for cnf in (
+        {"x5t#S256": noncanonical},
+        {"x5t#S256": b64(certificate) + "A"},
+        {"x5t#S256": b64(certificate[:20])},
+        {"x5t#S256": b64(certificate), "kid": "k"},  # a second method that cannot be checked
+        {"jwk": public_jwk(rsa_key("k1"), None)},
+        {},
+        [b64(certificate)],
+    ):
+        assert await refused(auth, local.sign(cnf=cnf)) is AuthenticationError, cnf
+        with pytest.raises(AuthenticationError):
+            await auth.authenticate(local.sign(cnf=cnf), lambda: certificate)
+
+
+async def test_dpop_bound_tokens_are_refused_as_unsupported(local: LocalIssuer, make_auth: MakeAuth) -> None:
+    auth = make_auth(issuer_settings(local.issuer))
+    jkt = b64(hashlib.sha256(b"a DPoP key").digest())
+    assert await refused(auth, local.sign(cnf={"jkt": jkt})) is UnsupportedBindingError
+    # Decided on verified claims only: a forged binding is an ordinary failure.
+    assert await refused(auth, tamper(local.sign(), cnf={"jkt": jkt})) is AuthenticationError
+
+
+def test_an_https_issuers_key_urls_must_be_https() -> None:
+    for url in ("http://127.0.0.1:8080/keys", "http://localhost/keys", "ftp://idp.example/keys"):
+        assert not keys_url_allowed(url, issuer="https://idp.example", allow_http=True)
+        for name in ("jwks_uri", "discovery_url"):
+            with pytest.raises(ValidationError, match="https"):
+                OidcIssuerSettings(
+                    issuer="https://idp.example", audiences=[AUDIENCE], unsafe_allow_http=True, **{name: url}
+                )
+    assert keys_url_allowed("https://keys.idp.example/jwks", issuer="https://idp.example", allow_http=False)
+    # Control: a loopback http issuer (development) may keep its keys on loopback http.
+    assert keys_url_allowed("http://127.0.0.1:9/keys", issuer="http://127.0.0.1:8", allow_http=False)
+    assert OidcIssuerSettings(
+        issuer="http://127.0.0.1:8", audiences=[AUDIENCE], jwks_uri="http://127.0.0.1:9/k"
+    )

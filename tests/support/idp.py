@@ -8,6 +8,9 @@
   ``http://localhost:PORT``; tokens carry a ``kid``.
 - `OidcProviderMock`: ``oidc-provider-mock`` (PyPI, the ``test`` extra). Authorization-code flow
   only; its RS256 id_token has no ``kid``; its issuer is ``http://127.0.0.1:PORT``.
+- `KeySetServer`: a discovery document and a JWKS served from a thread (plain HTTP, or HTTPS with
+  a test PKI's server certificate), whose keys and `jwks_uri` the test sets, for tokens the test
+  signs itself (a ten-year `exp`, a `cnf` binding, a key withdrawn from the set).
 
 Both generate a fresh signing key at every start, so restarting one on the same port is a key
 rotation as a relying party sees it.
@@ -15,22 +18,27 @@ rotation as a relying party sees it.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import requests
 
 from tests.support.ports import free_port
+
+if TYPE_CHECKING:
+    from tests.support.tls import TestPki
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "tests" / ".node"
@@ -243,3 +251,69 @@ class OidcProviderMock(_Process):
         response.raise_for_status()
         token: str = response.json()["id_token"]
         return token
+
+
+class KeySetServer:
+    """An issuer's discovery document and JWKS on 127.0.0.1, served from a thread.
+
+    `keys` (public JWKs) and `jwks_uri` (default: this server's ``/keys``) may be changed while
+    it runs; `jwks_hits` counts key downloads. With `pki`, it serves HTTPS with the PKI's server
+    certificate and its issuer is ``https://127.0.0.1:PORT``.
+    """
+
+    def __init__(self, pki: TestPki | None = None) -> None:
+        self.keys: list[dict[str, Any]] = []
+        self.jwks_uri: str | None = None
+        self.jwks_hits = 0
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.scheme = "http"
+        if pki is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(pki.server_cert, pki.server_key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def issuer(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def keys_url(self) -> str:
+        return f"{self.issuer}/keys"
+
+    def start(self) -> KeySetServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/.well-known/openid-configuration":
+                    body = {"issuer": owner.issuer, "jwks_uri": owner.jwks_uri or owner.keys_url}
+                elif self.path == "/keys":
+                    owner.jwks_hits += 1
+                    body = {"keys": list(owner.keys)}
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        return Handler
