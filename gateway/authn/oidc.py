@@ -15,7 +15,9 @@ one of the issuer's pinned asymmetric algorithms (`none` and HS* cannot even be 
 by `kid` from the issuer's JWKS (see `gateway.authn.jwks` for the refresh bounds), whose key type
 must allow that `alg` → PyJWT verifies the signature, then `iss`, `aud`, `exp`, `nbf` (and `iat`)
 with the issuer's leeway; `exp`, `iss` and `aud` are required → the principal claim must be a
-non-empty string. Embedded keys (`jwk`, `jku`, `x5u`, `x5c` headers) are never used.
+non-empty string → the groups claim is read and scoped to the issuer (`gateway.authn.groups`:
+`<alias>/<group>`, bare names only as the issuer's allow-lists admit). Embedded keys (`jwk`,
+`jku`, `x5u`, `x5c` headers) are never used.
 
 Errors: `CredentialExpiredError` only for a correctly signed token whose `exp` has passed (so the
 gateway may answer 419); `AuthenticationError` for everything else. Both carry a generic message;
@@ -25,7 +27,6 @@ the reason is logged at INFO on `cedarberg.authn.oidc`, never with the token.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -34,6 +35,7 @@ import aiohttp
 import jwt
 
 from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
+from cedarberg.gateway.authn.groups import GroupsClaimError, IssuerGroupScope, asserted_groups
 from cedarberg.gateway.authn.jwks import (
     FetchBounds,
     IssuerKeys,
@@ -47,7 +49,6 @@ from cedarberg.gateway.authn.principal import AuthMethod, Principal, oidc_princi
 from cedarberg.gateway.config.authn import DEFAULT_MAX_TOKEN_BYTES, OidcIssuerSettings, OidcSettings
 
 MAX_PRINCIPAL_ID_LENGTH = 512
-_GROUP_SEPARATORS = re.compile(r"[\s,]+")
 
 
 class _Rejected(Exception):
@@ -101,21 +102,12 @@ def claim_at(claims: Mapping[str, Any], path: str) -> object:
     return value
 
 
-def _groups(value: object) -> frozenset[str]:
-    if value is None:
-        return frozenset()
-    if isinstance(value, str):
-        return frozenset(group for group in _GROUP_SEPARATORS.split(value) if group)
-    if isinstance(value, list) and all(isinstance(group, str) for group in value):
-        return frozenset(group for group in value if group)
-    raise _Rejected(f"groups claim has unexpected type {type(value).__name__}")
-
-
 class _Issuer:
     def __init__(self, settings: OidcIssuerSettings, keys: IssuerKeys) -> None:
         self.settings = settings
         self.keys = keys
         self.audiences = list(settings.audiences)
+        self.group_scope = IssuerGroupScope.of(settings)
 
 
 class OidcAuthenticator:
@@ -191,7 +183,7 @@ class OidcAuthenticator:
             if not (rejected.bad_signature and kid is None and await issuer.keys.refresh()):
                 raise
             claims = self._verify(token, issuer, await self._key(issuer, kid, alg), alg)
-        return self._principal(claims, issuer.settings)
+        return self._principal(claims, issuer)
 
     @staticmethod
     async def _key(issuer: _Issuer, kid: str | None, alg: str) -> VerificationKey:
@@ -219,13 +211,20 @@ class OidcAuthenticator:
             raise _Rejected(f"{type(exc).__name__}: {exc}") from None
         return claims
 
-    def _principal(self, claims: Mapping[str, Any], settings: OidcIssuerSettings) -> Principal:
+    def _principal(self, claims: Mapping[str, Any], issuer: _Issuer) -> Principal:
+        settings = issuer.settings
         subject = claim_at(claims, settings.principal_claim)
         if isinstance(subject, int) and not isinstance(subject, bool):
             subject = str(subject)
         if not isinstance(subject, str) or not subject or len(subject) > MAX_PRINCIPAL_ID_LENGTH:
             raise _Rejected(f"principal claim {settings.principal_claim!r} is missing or not a usable string")
-        groups = _groups(claim_at(claims, settings.groups_claim)) if settings.groups_claim else frozenset()
+        groups: frozenset[str] = frozenset()
+        if settings.groups_claim:
+            try:
+                asserted = asserted_groups(claim_at(claims, settings.groups_claim), settings.groups_separator)
+            except GroupsClaimError as exc:
+                raise _Rejected(str(exc)) from None
+            groups = issuer.group_scope.groups(asserted)
         attributes = {"issuer": settings.issuer}
         for name, path in settings.attribute_claims.items():
             value = claim_at(claims, path)
