@@ -20,8 +20,9 @@ with the issuer's leeway; `exp`, `iss` and `aud` are required → the token's li
 further than the issuer's `max_token_lifetime_seconds` from now (plus leeway) nor from `iat` →
 its confirmation claim (`gateway.authn.confirmation`): a `cnf.x5t#S256`-bound token only from a
 connection whose verified client certificate has that SHA-256 thumbprint, DPoP-bound and other
-bindings never → the principal claim must be a non-empty string. Embedded keys (`jwk`, `jku`,
-`x5u`, `x5c` headers) are never used.
+bindings never → the principal claim must be a non-empty string → the groups claim is read and
+scoped to the issuer (`gateway.authn.groups`: `<alias>/<group>`, bare names only as the issuer's
+allow-lists admit). Embedded keys (`jwk`, `jku`, `x5u`, `x5c` headers) are never used.
 
 The principal carries a `Proof` (`gateway.authn.credential`): the signing key's lease and the
 certificate binding, which remembered verifications re-check on every use.
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -58,6 +58,7 @@ from cedarberg.gateway.authn.errors import (
     CredentialExpiredError,
     UnsupportedBindingError,
 )
+from cedarberg.gateway.authn.groups import GroupsClaimError, IssuerGroupScope, asserted_groups
 from cedarberg.gateway.authn.jwks import (
     FetchBounds,
     IssuerKeys,
@@ -71,7 +72,6 @@ from cedarberg.gateway.authn.principal import AuthMethod, Principal, oidc_princi
 from cedarberg.gateway.config.authn import DEFAULT_MAX_TOKEN_BYTES, OidcIssuerSettings, OidcSettings
 
 MAX_PRINCIPAL_ID_LENGTH = 512
-_GROUP_SEPARATORS = re.compile(r"[\s,]+")
 
 
 class _Rejected(Exception):
@@ -128,16 +128,6 @@ def claim_at(claims: Mapping[str, Any], path: str) -> object:
     return value
 
 
-def _groups(value: object) -> frozenset[str]:
-    if value is None:
-        return frozenset()
-    if isinstance(value, str):
-        return frozenset(group for group in _GROUP_SEPARATORS.split(value) if group)
-    if isinstance(value, list) and all(isinstance(group, str) for group in value):
-        return frozenset(group for group in value if group)
-    raise _Rejected(f"groups claim has unexpected type {type(value).__name__}")
-
-
 def _check_lifetime(claims: Mapping[str, Any], settings: OidcIssuerSettings) -> None:
     """Refuse a token that lives longer than the issuer's maximum, counted from now (with the
     issuer's leeway for clock skew) and from its `iat` (both the issuer's clock: no leeway)."""
@@ -175,6 +165,7 @@ class _Issuer:
         self.settings = settings
         self.keys = keys
         self.audiences = list(settings.audiences)
+        self.group_scope = IssuerGroupScope.of(settings)
 
 
 class OidcAuthenticator:
@@ -259,7 +250,7 @@ class OidcAuthenticator:
         certificate = _check_binding(claims, peer)
         if key.lease is None:  # keys are installed with a lease: a key without one is not in a set
             raise _Rejected("signing key is not part of the issuer's current key set")
-        return self._principal(claims, issuer.settings, Proof(key.lease, certificate))
+        return self._principal(claims, issuer, Proof(key.lease, certificate))
 
     @staticmethod
     async def _key(issuer: _Issuer, kid: str | None, alg: str) -> VerificationKey:
@@ -287,13 +278,20 @@ class OidcAuthenticator:
             raise _Rejected(f"{type(exc).__name__}: {exc}") from None
         return claims
 
-    def _principal(self, claims: Mapping[str, Any], settings: OidcIssuerSettings, proof: Proof) -> Principal:
+    def _principal(self, claims: Mapping[str, Any], issuer: _Issuer, proof: Proof) -> Principal:
+        settings = issuer.settings
         subject = claim_at(claims, settings.principal_claim)
         if isinstance(subject, int) and not isinstance(subject, bool):
             subject = str(subject)
         if not isinstance(subject, str) or not subject or len(subject) > MAX_PRINCIPAL_ID_LENGTH:
             raise _Rejected(f"principal claim {settings.principal_claim!r} is missing or not a usable string")
-        groups = _groups(claim_at(claims, settings.groups_claim)) if settings.groups_claim else frozenset()
+        groups: frozenset[str] = frozenset()
+        if settings.groups_claim:
+            try:
+                asserted = asserted_groups(claim_at(claims, settings.groups_claim), settings.groups_separator)
+            except GroupsClaimError as exc:
+                raise _Rejected(str(exc)) from None
+            groups = issuer.group_scope.groups(asserted)
         attributes = {"issuer": settings.issuer}
         for name, path in settings.attribute_claims.items():
             value = claim_at(claims, path)

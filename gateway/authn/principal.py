@@ -12,6 +12,12 @@ collide (an OIDC `sub` equal to an API key's principal name is another principal
 
 Policies name one principal by its namespaced id (`Cedarberg::User::"key:alice"`); plan
 ownership, audit records, idempotency records and rate-limit budgets all use the namespaced id.
+
+Groups are scoped to whoever asserts them, in the same way: the gateway's own directory (API keys,
+their gateway tokens, the anonymous principal, all set by the operator or an admin) asserts bare
+names (`analysts`); a group an OIDC issuer asserts is `<alias>/<group>` (`scoped_group`), and the
+bare name only where that issuer's allow-list admits it (`gateway.authn.groups`).
+`PRIVILEGED_GROUPS` are the groups the bundled policies give special power.
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ from cedarberg.gateway.byte_lru import estimate
 KEY_NAMESPACE = "key:"
 OIDC_NAMESPACE = "oidc:"
 ANONYMOUS_NAMESPACE = "anonymous:"
+# The groups the bundled policies (policies/*.cedar) give special power: `admins` may do
+# everything and is exempt from the guards, `monitoring` reads /metrics. No OIDC issuer asserts
+# them bare unless the operator opts in (`privileged_groups_allowed`); a test checks this set
+# against the bundled policies.
+PRIVILEGED_GROUPS = frozenset({"admins", "monitoring"})
+# Between an issuer's namespace and a group it asserts: `corp/analysts`. A bare name containing it
+# is never admitted from an issuer, so no issuer can spell another's scoped group.
+GROUP_SCOPE_SEPARATOR = "/"
 
 
 def key_principal_id(name: str) -> str:
@@ -36,6 +50,11 @@ def key_principal_id(name: str) -> str:
 def oidc_principal_id(issuer_namespace: str, subject: str) -> str:
     """The id of an OIDC token's subject; `issuer_namespace` is the issuer's alias or URL."""
     return f"{OIDC_NAMESPACE}{issuer_namespace}/{subject}"
+
+
+def scoped_group(issuer_namespace: str, group: str) -> str:
+    """The name of `group` as asserted by the OIDC issuer whose alias (or URL) is `issuer_namespace`."""
+    return f"{issuer_namespace}{GROUP_SCOPE_SEPARATOR}{group}"
 
 
 def anonymous_principal_id(name: str) -> str:

@@ -222,6 +222,8 @@ def print_resource_review(document: Mapping[str, Any], out: TextIO) -> None:
             print(f"  error: {error}", file=out)
     for issuer in document.get("not_enumerated", []):
         print(f"\nnot listed: {issuer['principals']} ({issuer['kind']}): {issuer['reviewed_as']}", file=out)
+        bare = [*issuer.get("privileged_groups", []), *issuer.get("bare_groups", [])]
+        print(f"  their groups: {issuer.get('groups')}; bare: {', '.join(bare) or 'none'}", file=out)
     print(f"\npolicy set version: {document['version']}", file=out)
 
 

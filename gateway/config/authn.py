@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.authn.principal import GROUP_SCOPE_SEPARATOR, PRIVILEGED_GROUPS, PrincipalKind
 from cedarberg.gateway.config.base import FrozenSettings
 
 # Where the token signing key is created when `tokens.key_file` is unset (under data_dir).
@@ -29,6 +29,8 @@ DEFAULT_CACHE_BYTES = 16 * 1024**2
 RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 ASYMMETRIC_ALGORITHMS = RSA_ALGORITHMS | frozenset(EC_ALGORITHMS.values()) | {"EdDSA"}
+# In `groups_allowed`: every bare group name an issuer asserts, except the privileged ones.
+ANY_GROUP = "*"
 
 
 def url_allowed(url: str, *, allow_http: bool) -> bool:
@@ -100,8 +102,10 @@ class OidcIssuerSettings(FrozenSettings):
     `discovery_url` defaults to `<issuer>/.well-known/openid-configuration`; `jwks_uri`, if set,
     skips discovery. `principal_claim`, `groups_claim` and the values of `attribute_claims` are claim
     names, or dotted paths into nested objects (`realm_access.roles`); a claim whose literal name
-    contains dots is found first. Groups may be a list of strings or one space/comma separated
-    string; a missing groups claim means no groups. The principal id is
+    contains dots is found first. Groups may be a list of strings or one string (one group, unless
+    `groups_separator` is set); a missing groups claim means no groups. Each group `g` becomes
+    `<alias>/g`, plus the bare `g` where `groups_allowed` / `privileged_groups_allowed` admit it
+    (`gateway.authn.groups`). The principal id is
     `oidc:<alias>/<principal_prefix><subject>` (`alias` defaults to the issuer URL), so subjects of
     two issuers, and subjects equal to an API key's principal name, stay distinct principals.
     URLs must be https unless they point to loopback, or `unsafe_allow_http` is set; an https
@@ -125,6 +129,33 @@ class OidcIssuerSettings(FrozenSettings):
     )
     principal_kind: PrincipalKind = PrincipalKind.USER
     groups_claim: str | None = "groups"
+    # -- what this issuer may assert as groups (gateway.authn.groups) --
+    groups_allowed: tuple[str, ...] = Field(
+        (),
+        description="Group names this issuer may assert bare (as `analysts`, matching API keys' "
+        "groups and grants that name the bare group); `*`: every name. Every group the issuer "
+        "asserts is also, always, `<alias>/<group>` (`<alias>`: the issuer's alias, else its URL), "
+        "which policies and grants may name whatever this list says. Unset: only that scoped form. "
+        "Privileged groups (`admins`, `monitoring`) are never admitted here, `*` included: see "
+        "privileged_groups_allowed. One issuer keeping the behaviour of earlier versions: `['*']` "
+        "here (or the list of its groups), the privileged groups it granted in "
+        "privileged_groups_allowed, and groups_separator if its claim is a string.",
+    )
+    privileged_groups_allowed: tuple[str, ...] = Field(
+        (),
+        description="Privileged groups (those the bundled policies give special power: "
+        f"{', '.join(sorted(PRIVILEGED_GROUPS))}) this issuer may assert bare, e.g. `['admins']` "
+        "for the organisation's own identity provider. Unset: none; a token claiming `admins` "
+        "makes its subject a member of `<alias>/admins` only.",
+    )
+    groups_separator: str | None = Field(
+        None,
+        min_length=1,
+        max_length=8,
+        description="When the groups claim is a string: split it on exactly this separator (e.g. "
+        "one space, for a space-separated scope). Unset: a string claim is one group. A list claim is "
+        "never split.",
+    )
     attribute_claims: Mapping[str, str] = Field(default_factory=dict)
     leeway_seconds: int = Field(30, ge=0, le=300)
     unsafe_allow_http: bool = False
@@ -161,6 +192,30 @@ class OidcIssuerSettings(FrozenSettings):
                 raise ValueError(f"algorithm {alg!r} is never accepted for OIDC tokens")
             if alg not in ASYMMETRIC_ALGORITHMS:
                 raise ValueError(f"unsupported algorithm {alg!r}; allowed: {sorted(ASYMMETRIC_ALGORITHMS)}")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("groups_allowed")
+    @classmethod
+    def _bare_groups_are_unprivileged(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for group in value:
+            if not group or GROUP_SCOPE_SEPARATOR in group:
+                raise ValueError(f"group {group!r} must be non-empty and without {GROUP_SCOPE_SEPARATOR!r}")
+            if group in PRIVILEGED_GROUPS:
+                raise ValueError(
+                    f"group {group!r} is privileged: an issuer asserts it bare only through "
+                    "privileged_groups_allowed"
+                )
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("privileged_groups_allowed")
+    @classmethod
+    def _only_privileged_groups(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for group in value:
+            if group not in PRIVILEGED_GROUPS:
+                raise ValueError(
+                    f"group {group!r} is not privileged (those are {sorted(PRIVILEGED_GROUPS)}); "
+                    "list it in groups_allowed"
+                )
         return tuple(dict.fromkeys(value))
 
     @property

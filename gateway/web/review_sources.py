@@ -27,7 +27,13 @@ from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.objects import TABLE, VIEW
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.key_store import ApiKeyRecord
-from cedarberg.gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.principal import (
+    KEY_NAMESPACE,
+    AuthMethod,
+    Principal,
+    PrincipalKind,
+    scoped_group,
+)
 from cedarberg.gateway.authz import naming, review
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
@@ -147,12 +153,17 @@ def _key_principal(record: ApiKeyRecord) -> Principal:
 
 
 def not_enumerated(services: Services) -> list[dict[str, Any]]:
-    """The principals the gateway cannot list: every subject of each configured OIDC issuer."""
+    """The principals the gateway cannot list: every subject of each configured OIDC issuer, with
+    what the issuer may assert as groups: always `groups` (`<alias>/<group>`), and bare only
+    `bare_groups` (`*`: every unprivileged name) and `privileged_groups`."""
     return [
         {
             "principals": f"oidc:{issuer.namespace}/{issuer.principal_prefix}*",
             "kind": issuer.principal_kind.value,
             "groups_claim": issuer.groups_claim,
+            "groups": scoped_group(issuer.namespace, "*"),
+            "bare_groups": list(issuer.groups_allowed),
+            "privileged_groups": list(issuer.privileged_groups_allowed),
             "reviewed_as": "the groups their tokens carry (group members), and the conditions",
         }
         for issuer in services.settings.oidc.issuers

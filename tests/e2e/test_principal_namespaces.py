@@ -51,7 +51,13 @@ def gateway(idp: Oauth2MockServer, tmp_path_factory: pytest.TempPathFactory) -> 
         "authz": {"policy_dir": str(policy_dir)},
         "oidc": {
             "issuers": [
-                {"issuer": idp.issuer, "audiences": [AUDIENCE], "principal_kind": "service", "alias": "corp"}
+                {
+                    "issuer": idp.issuer,
+                    "audiences": [AUDIENCE],
+                    "principal_kind": "service",
+                    "alias": "corp",
+                    "privileged_groups_allowed": ["admins"],  # its subjects may be admins
+                }
             ]
         },
         "planning": {"max_sync_manifests": 0},  # every plan is submitted: it has an id and an owner

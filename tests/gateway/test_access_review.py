@@ -238,6 +238,26 @@ def _orders() -> Resource:
     return table_resource("default", ["sales"], "orders", [grants])
 
 
+def test_the_review_shows_an_issuers_scoped_groups_as_their_own(bundled: PolicyEngine) -> None:
+    # A grant naming the partner issuer's scoped group and the bare `analysts`: the review lists
+    # them as two groups, and a member of the partner's `admins` (scoped) is not an admin.
+    grants = {"cedarberg.readers": "analysts,partner/analysts"}
+    resource = table_resource("default", ["shared"], "t", [grants])
+    partner_admin = Principal(
+        "oidc:partner/p", PrincipalKind.USER, frozenset({"partner/admins"}), AuthMethod.JWT
+    )
+    known = [review.KnownPrincipal(partner_admin, review.SubjectSource.STATED)]
+    actions = ["loadTable", "dropTable"]
+    audience = review.known_subjects(known, review.residual_groups(bundled, resource, actions))
+    assert bundled.active is not None
+    document = review.review_resource(bundled, resource, actions, audience).to_json(bundled.active.locations)
+    by_action = {a["action"]: a for a in document["actions"]}
+    assert {"analysts", "partner/analysts"} <= {g["group"] for g in by_action["loadTable"]["groups"]}
+    assert "partner/admins" not in {g["group"] for g in by_action["loadTable"]["groups"]}
+    assert {g["group"] for g in by_action["dropTable"]["groups"]} == {"admins"}
+    assert by_action["dropTable"]["principals"] == []
+
+
 def test_bundled_policies_review_a_granted_table(bundled: PolicyEngine) -> None:
     erin = Principal("key:erin", PrincipalKind.SERVICE, frozenset({"etl"}), AuthMethod.API_KEY)
     outsider = Principal("key:zed", PrincipalKind.USER, frozenset({"sales"}), AuthMethod.API_KEY)

@@ -245,6 +245,7 @@ async def test_oauth2_mock_server_client_credentials_token(
             oauth2_idp.issuer,
             principal_kind=PrincipalKind.SERVICE,
             attribute_claims={"client": "client_id", "scope": "scope"},
+            groups_allowed=["readers"],
         )
     )
     token = oauth2_idp.client_credentials("spark-job", AUDIENCE, groups="writers readers", scope="catalog")
@@ -255,7 +256,8 @@ async def test_oauth2_mock_server_client_credentials_token(
     assert principal == Principal(
         id=f"oidc:{oauth2_idp.issuer}/spark-job",
         kind=PrincipalKind.SERVICE,
-        groups=frozenset({"writers", "readers"}),
+        # Scoped to the issuer (no alias: its URL); bare only what `groups_allowed` admits.
+        groups=frozenset({f"{oauth2_idp.issuer}/writers", f"{oauth2_idp.issuer}/readers", "readers"}),
         auth_method=AuthMethod.JWT,
         attributes={"issuer": oauth2_idp.issuer, "client": "spark-job", "scope": "catalog"},
     )
@@ -264,10 +266,13 @@ async def test_oauth2_mock_server_client_credentials_token(
 async def test_oauth2_mock_server_scope_string_as_groups_and_wrong_audience(
     oauth2_idp: Oauth2MockServer, make_auth: MakeAuth
 ) -> None:
-    auth = make_auth(issuer_settings(oauth2_idp.issuer, groups_claim="scope"))
-    token = oauth2_idp.client_credentials("duck", AUDIENCE, scope="readers, auditors")
+    auth = make_auth(
+        issuer_settings(oauth2_idp.issuer, groups_claim="scope", groups_separator=" ", groups_allowed=["*"])
+    )
+    token = oauth2_idp.client_credentials("duck", AUDIENCE, scope="readers auditors")
     principal = await auth.authenticate(token)
-    assert (_local_id(principal), principal.groups) == ("duck", frozenset({"readers", "auditors"}))
+    expected = {f"{oauth2_idp.issuer}/readers", f"{oauth2_idp.issuer}/auditors", "readers", "auditors"}
+    assert (_local_id(principal), principal.groups) == ("duck", frozenset(expected))
 
     other_audience = oauth2_idp.client_credentials("duck", "some-other-api")
     assert await refused(auth, other_audience) is AuthenticationError
@@ -335,10 +340,12 @@ async def test_oidc_provider_mock_id_token_without_kid(
     token = oidc_idp.id_token("alice", client_id=AUDIENCE)
     assert "kid" not in jwt.get_unverified_header(token)
 
-    principal = await make_auth(issuer_settings(oidc_idp.issuer)).authenticate(token)
+    auth = make_auth(issuer_settings(oidc_idp.issuer, groups_allowed=["readers"]))
+    principal = await auth.authenticate(token)
 
     assert _local_id(principal) == "alice"
-    assert principal.groups == frozenset({"readers", "writers"})
+    scoped = {f"{oidc_idp.issuer}/readers", f"{oidc_idp.issuer}/writers"}
+    assert principal.groups == frozenset({*scoped, "readers"})
     assert principal.auth_method is AuthMethod.JWT
     assert principal.kind is PrincipalKind.USER
 
@@ -349,10 +356,16 @@ async def test_oidc_provider_mock_nested_groups_prefix_and_audience(
     oidc_idp.set_user("bob", {"realm_access": {"roles": ["admins"]}})
     token = oidc_idp.id_token("bob", client_id=AUDIENCE)
     auth = make_auth(
-        issuer_settings(oidc_idp.issuer, groups_claim="realm_access.roles", principal_prefix="corp:")
+        issuer_settings(
+            oidc_idp.issuer,
+            groups_claim="realm_access.roles",
+            principal_prefix="corp:",
+            privileged_groups_allowed=["admins"],  # the organisation's own IdP, opted in
+        )
     )
     principal = await auth.authenticate(token)
-    assert (_local_id(principal), principal.groups) == ("corp:bob", frozenset({"admins"}))
+    admins = frozenset({f"{oidc_idp.issuer}/admins", "admins"})
+    assert (_local_id(principal), principal.groups) == ("corp:bob", admins)
 
     for_other_client = oidc_idp.id_token("bob", client_id="another-app")
     assert await refused(auth, for_other_client) is AuthenticationError
@@ -380,9 +393,9 @@ async def test_oidc_provider_mock_rotation_without_kid(make_auth: MakeAuth) -> N
 
 
 async def test_valid_local_token(local: LocalIssuer, make_auth: MakeAuth) -> None:
-    auth = make_auth(issuer_settings(local.issuer))
-    principal = await auth.authenticate(local.sign(groups="readers,writers  auditors"))
-    assert principal.groups == frozenset({"readers", "writers", "auditors"})
+    auth = make_auth(issuer_settings(local.issuer, alias="local", groups_allowed=["*"]))
+    principal = await auth.authenticate(local.sign(groups=["readers", "auditors"]))
+    assert principal.groups == frozenset({"local/readers", "local/auditors", "readers", "auditors"})
     assert principal.attributes == {"issuer": local.issuer}
     assert (local.discovery_hits, local.jwks_hits) == (1, 1)
 
@@ -523,15 +536,70 @@ async def test_principal_and_groups_claims(local: LocalIssuer, make_auth: MakeAu
     groups_claim: dict[str, Any] = {"https://x.io/groups": ["etl"]}  # a URL-named claim, dots and all
     token = local.sign(email="dana@example.com", **groups_claim)
     principal = await auth.authenticate(token)
-    assert (_local_id(principal), principal.groups) == ("dana@example.com", frozenset({"etl"}))
+    assert (_local_id(principal), principal.groups) == (
+        "dana@example.com",
+        frozenset({f"{local.issuer}/etl"}),
+    )
     assert await refused(auth, local.sign()) is AuthenticationError  # no email claim
     assert await refused(auth, local.sign(email="")) is AuthenticationError
-    bad_groups: dict[str, Any] = {"https://x.io/groups": [1, 2]}
-    assert await refused(auth, local.sign(email="e@x", **bad_groups)) is AuthenticationError
+    for bad in ([1, 2], {"etl": True}, 7):
+        bad_groups: dict[str, Any] = {"https://x.io/groups": bad}
+        assert await refused(auth, local.sign(email="e@x", **bad_groups)) is AuthenticationError
     no_groups = make_auth(issuer_settings(local.issuer, groups_claim=None))
     assert (await no_groups.authenticate(local.sign())).groups == frozenset()
     missing = await make_auth(issuer_settings(local.issuer)).authenticate(local.sign(groups=None))
     assert missing.groups == frozenset()
+
+
+async def test_a_string_groups_claim_is_one_group_unless_a_separator_is_set(
+    local: LocalIssuer, make_auth: MakeAuth
+) -> None:
+    # Attack: the organisation's issuer may assert `admins`; a string claim with a no-break space
+    # (or any other whitespace, or a comma) between two names is still one group, not `admins`.
+    org = make_auth(
+        issuer_settings(local.issuer, alias="org", groups_allowed=["*"], privileged_groups_allowed=["admins"])
+    )
+    for spelling in ("ops\u00a0admins", "ops admins", "ops,admins", "ops\u2003admins\n"):
+        principal = await org.authenticate(local.sign(groups=spelling))
+        assert principal.groups == frozenset({f"org/{spelling}", spelling}), spelling
+        assert "admins" not in principal.groups
+    # Control: with a separator configured, the claim is split on exactly that separator.
+    split = make_auth(issuer_settings(local.issuer, alias="org", groups_allowed=["*"], groups_separator=","))
+    principal = await split.authenticate(local.sign(groups="readers,etl,,ops\u00a0admins"))
+    assert principal.groups == frozenset(
+        {"org/readers", "org/etl", "org/ops\u00a0admins", "readers", "etl", "ops\u00a0admins"}
+    )
+    # A list claim is never split, separator or not.
+    listed = await split.authenticate(local.sign(groups=["a,b"]))
+    assert listed.groups == frozenset({"org/a,b", "a,b"})
+
+
+async def test_groups_are_scoped_to_the_issuer_that_asserts_them(
+    local: LocalIssuer, make_auth: MakeAuth
+) -> None:
+    partner = LocalIssuer()
+    partner.publish(ec_key("partner"), "p1")
+    await partner.start()
+    try:
+        auth = make_auth(
+            issuer_settings(
+                local.issuer, alias="org", groups_allowed=["analysts"], privileged_groups_allowed=["admins"]
+            ),
+            issuer_settings(partner.issuer, alias="partner"),
+        )
+        claims = {"groups": ["admins", "analysts", "monitoring", "org/analysts"]}
+        theirs = await auth.authenticate(partner.sign(ec_key("partner"), kid="p1", alg="ES256", **claims))
+        # Attack: the partner's `admins`, `analysts` and even a spelled-out `org/analysts` stay its own.
+        assert theirs.groups == frozenset(
+            {"partner/admins", "partner/analysts", "partner/monitoring", "partner/org/analysts"}
+        )
+        # Control: the organisation's issuer asserts what it was allowed to, bare, besides the scoped form.
+        mine = await auth.authenticate(local.sign(**claims))
+        assert mine.groups == frozenset(
+            {"org/admins", "org/analysts", "org/monitoring", "org/org/analysts", "admins", "analysts"}
+        )
+    finally:
+        await partner.stop()
 
 
 # -- key downloads: bounded, single flight, rotation ---------------------------------------------

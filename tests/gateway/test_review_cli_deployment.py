@@ -37,6 +37,8 @@ ISSUER = {
     "audiences": ["cedarberg"],
     "jwks_uri": "https://127.0.0.1:9/jwks.json",
     "alias": "corp",
+    "groups_allowed": ["bi"],
+    "privileged_groups_allowed": ["monitoring"],
 }
 
 
@@ -160,10 +162,17 @@ def test_the_issuers_that_cannot_be_listed_are_named(deployment: Deployment) -> 
     document = review_json("--resource", TABLE, *deployment.settings())
     (issuer,) = document["not_enumerated"]
     assert issuer["principals"] == "oidc:corp/*"
+    # What the issuer may assert: every group scoped to it, and bare only what it is allowed.
+    assert (issuer["groups"], issuer["bare_groups"], issuer["privileged_groups"]) == (
+        "corp/*",
+        ["bi"],
+        ["monitoring"],
+    )
     text = review_cli("--resource", TABLE, "--action", "loadTable", *deployment.settings())
     assert text.returncode == 0, text.stderr
     assert "known principals: the deployment's" in text.stdout
     assert "not listed: oidc:corp/*" in text.stdout
+    assert "their groups: corp/*; bare: monitoring, bi" in text.stdout
     assert "key:bea (api-key; groups bi): readers-read-granted" in text.stdout
 
 

@@ -4,7 +4,8 @@
   by `ensure_oauth2_mock_server` (also done by ``scripts/install-test-deps.sh``, run by
   ``make test``). `stock=True` runs the package's own CLI; otherwise ``oauth2_mock_idp.mjs`` runs
   the same library with a hook that puts the client id into ``sub`` and honours ``groups`` /
-  ``expires_in`` form fields of a client_credentials request. Its issuer is
+  ``expires_in`` form fields of a client_credentials request (``groups_string``: the groups
+  claim as one string, verbatim). Its issuer is
   ``http://localhost:PORT``; tokens carry a ``kid``.
 - `OidcProviderMock`: ``oidc-provider-mock`` (PyPI, the ``test`` extra). Authorization-code flow
   only; its RS256 id_token has no ``kid``; its issuer is ``http://127.0.0.1:PORT``.

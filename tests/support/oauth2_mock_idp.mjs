@@ -1,7 +1,8 @@
 // Runs oauth2-mock-server (the library its CLI wraps, same keys and endpoints) with one hook the
 // stock CLI lacks: a client_credentials token names its client in `sub` and `client_id` (form body
-// or HTTP Basic), carries the groups asked for in the form field `groups` (space separated) and
-// lives `expires_in` seconds if the form asks for it.
+// or HTTP Basic), carries the groups asked for in the form field `groups` (space separated, sent
+// as a list claim) or `groups_string` (sent verbatim as a string claim) and lives `expires_in`
+// seconds if the form asks for it.
 //
 // Usage: node oauth2_mock_idp.mjs <.../oauth2-mock-server/dist/index.mjs> <host> <port> [jwk.json ...]
 import { readFileSync } from "node:fs";
@@ -34,6 +35,9 @@ server.service.on(Events.BeforeTokenSigning, (token, req) => {
   }
   if (typeof body.groups === "string") {
     token.payload.groups = body.groups.split(" ").filter(Boolean);
+  }
+  if (typeof body.groups_string === "string") {
+    token.payload.groups = body.groups_string;
   }
   if (typeof body.expires_in === "string") {
     token.payload.exp = token.payload.iat + Number(body.expires_in);
