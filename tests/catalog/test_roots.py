@@ -118,7 +118,17 @@ def test_namespace_names_of_the_object_directory_form_are_reserved(name: str) ->
 
 @pytest.mark.parametrize(
     "name",
-    ["hr", "t", f"t-{HEX.upper()}", f"t_{HEX}", f"t-{HEX[:-1]}", HEX, f"-{HEX}", f"t-{HEX}.x", "t-" + "g" * 32],
+    [
+        "hr",
+        "t",
+        f"t-{HEX.upper()}",
+        f"t_{HEX}",
+        f"t-{HEX[:-1]}",
+        HEX,
+        f"-{HEX}",
+        f"t-{HEX}.x",
+        "t-" + "g" * 32,
+    ],
 )
 def test_other_namespace_names_are_free(name: str) -> None:
     roots.check_namespace_name(name)
