@@ -152,3 +152,32 @@ async def test_a_namespace_named_like_an_object_directory_is_refused_with_nothin
         await namespaces.load(None, child)
     # Control: an ordinary name beside it is created.
     await namespaces.create(None, Namespace.of(["raw", "hr"]), {}, None)
+
+
+async def test_after_a_rename_gained_roots_lie_in_an_object_directory_of_the_new_namespace(
+    catalogs: Catalogs,
+) -> None:
+    strict = catalogs.strict
+    curated = Namespace.of(["curated"])
+    await NamespaceService(strict).create(None, curated, {}, None)
+    create = req.parse(req.CreateTableRequest, {"name": "moving", "schema": SCHEMA})
+    await TableService(strict).create(None, NAMESPACE, create, None, allow)
+    target = Identifier.of(curated, "moving")
+    await TableService(strict).rename(None, Identifier.of(NAMESPACE, "moving"), target, None, allow)
+    curated_dir = catalogs.namespace_dir.rsplit("/", 1)[0] + "/curated"
+
+    async def set_location(place: str) -> dict[str, object]:
+        request = req.parse(
+            req.CommitTableRequest,
+            {"requirements": [], "updates": [{"action": "set-location", "location": place}]},
+        )
+        body = await TableService(strict).commit(None, target, request, None, allow)
+        assert body is not None
+        metadata: dict[str, object] = orjson.loads(body)["metadata"]
+        return metadata
+
+    with pytest.raises(LocationNotAllowedError, match="not inside a table or view directory"):
+        await set_location(f"{curated_dir}/hr")
+    place = f"{curated_dir}/moving-{uuid.uuid4().hex}"
+    assert (await set_location(place))["location"] == place
+    await NamespaceService(strict).create(None, Namespace.of(["curated", "hr"]), {}, None)
