@@ -37,7 +37,7 @@ from typing import Generic, TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from cedarberg.catalog import confinement, documents, fileio, locations, registration, round_trip
+from cedarberg.catalog import confinement, documents, fileio, locations, registration, roots, round_trip
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
 from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError
@@ -90,10 +90,11 @@ class PlannedChange(Generic[M]):
 def default_location(
     warehouse: Warehouse, ns_properties: dict[str, str], identifier: Identifier, uid: str
 ) -> str:
-    """`<namespace location or warehouse/ns/levels>/<name>-<uuid>`: unique, so a purge of one
-    object can never delete another object's files."""
-    base = ns_properties.get("location") or locations.join(warehouse.location, *identifier.namespace.levels)
-    return locations.join(base, f"{identifier.name}-{uid.replace('-', '')}")
+    """`<namespace directory>/<name>-<uuid>`: unique, so a purge of one object can never delete
+    another object's files, and an object directory (`catalog.roots`), so no namespace can ever
+    need it as its directory."""
+    base = roots.namespace_directory(warehouse.location, identifier.namespace, ns_properties)
+    return locations.join(base, roots.object_directory_name(identifier.name, uid))
 
 
 def commit_response(change: PlannedChange[M]) -> bytes:

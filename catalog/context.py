@@ -19,8 +19,9 @@ class Warehouse:
     location: str  # normalised root; every table and view location must lie below it
     seal_files: bool = True  # metadata files are sealed; drop is then a soft delete
     drop_retention_seconds: int = 7 * 24 * 3600
-    # Migrations only: table and view locations may lie outside their namespace's directory
-    # (never at a warehouse root, a namespace directory or over another object: catalog.roots).
+    # Migrations only (legacy layouts): table and view locations may lie anywhere in the warehouse,
+    # outside their namespace's directory or inside it but outside an object directory (never at a
+    # warehouse root, a namespace directory or over another object: catalog.roots).
     allow_locations_outside_namespace: bool = False
 
 

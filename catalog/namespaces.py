@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from cedarberg.catalog import confinement, documents, locations
+from cedarberg.catalog import confinement, documents, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import (
     AlreadyExistsError,
@@ -118,7 +118,13 @@ class NamespaceService:
         properties: dict[str, str],
         rec: Recorder | None,
     ) -> Body:
+        """Create a namespace and record its directory. Raises InvalidRequestError (a name
+        reserved for object directories, a missing parent, a `location` outside the warehouse),
+        AlreadyExistsError, and LocationNotAllowedError (its directory lies inside an object's roots)."""
         warehouse = self._ctx.warehouse(warehouse_name)
+        # Only the new level: the levels above name namespaces that exist already (a parent must),
+        # judged when they were created.
+        roots.check_namespace_name(namespace.levels[-1])
         _check_location_property(warehouse, properties)
         body = documents.dumps({"namespace": namespace.levels, "properties": properties})
         parent = namespace.parent_key if len(namespace.levels) > 1 else None

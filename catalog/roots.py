@@ -4,11 +4,19 @@ A table's or view's *roots* are the places it may own files in: its location and
 the write paths engines honour (`write.data.path`, `write.metadata.path` and their older
 spellings). Every root:
 - is never a warehouse root and never contains one,
-- lies strictly inside the directory of the object's namespace (the namespace's `location`
-  property, else `<warehouse>/<namespace levels>`), unless the warehouse allows locations outside
-  it for migrations,
+- lies inside an *object directory* of the object's namespace: a directory directly inside the
+  namespace's directory (its `location` property, else `<warehouse>/<namespace levels>`) whose
+  name ends in `-` and 32 lowercase hexadecimal digits (the default placement is
+  `<namespace directory>/<name>-<uuid>`), unless the warehouse admits legacy layouts for
+  migrations,
 - and (checked against the registry by `catalog.confinement`) never overlaps another object's
   roots nor is or contains a namespace directory.
+
+Why object directories: a namespace's default directory is `<warehouse>/<its levels>`, so any other
+directory inside a namespace's directory is the default directory of a child namespace someone may
+create later. No namespace may have a name whose path segment has the object-directory form
+(`check_namespace_name`), so no namespace's default directory can ever be, or lie inside, an object's
+roots: a writer cannot claim a future namespace's directory.
 
 Everything the gateway reads, plans, signs, vends or deletes for an object must lie under its
 roots (`within`). Locations are compared only after `locations.normalize`.
@@ -16,6 +24,8 @@ roots (`within`). Locations are compared only after `locations.normalize`.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
@@ -35,6 +45,33 @@ WRITE_PATH_PROPERTIES = (
     "write.folder-storage.path",
 )
 NAMESPACE_LOCATION = "location"
+# The name of an object directory, as a path segment (compared as written: percent-encoded
+# spellings are other names). Lowercase only: it is what `uuid.UUID.hex` produces.
+_OBJECT_DIRECTORY = re.compile(r"[^/]+-[0-9a-f]{32}")
+
+
+def object_directory_name(name: str, uid: str) -> str:
+    """The name of the default directory of object `name` with UUID `uid` (any spelling
+    `uuid.UUID` accepts): `<name>-<32 hex digits>`. `locations.segment` keeps the hyphen and the
+    digits as they are, so its path segment is an object directory. Raises ValueError for a
+    malformed UUID."""
+    return f"{name}-{uuid.UUID(uid).hex}"
+
+
+def is_object_directory(segment: str) -> bool:
+    """True if a path segment (as written) has the form reserved for object directories."""
+    return _OBJECT_DIRECTORY.fullmatch(segment) is not None
+
+
+def check_namespace_name(level: str) -> None:
+    """Raise InvalidRequestError if a namespace named `level` would have an object directory as
+    its default directory (its path segment ends in `-` and 32 lowercase hex digits): that form
+    is reserved for tables and views, so objects can never take a future namespace's place."""
+    if is_object_directory(locations.segment(level)):
+        raise InvalidRequestError(
+            f"namespace name {level!r} is reserved: names ending in '-' and 32 lowercase hexadecimal "
+            "digits are the form of table and view directories"
+        )
 
 
 def object_roots(location: str, properties: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -81,6 +118,12 @@ def overlaps(first: str, second: str) -> bool:
     return contains(first, second) or contains(second, first)
 
 
+def first_segment_below(outer: str, inner: str) -> str:
+    """The path segment of normalised `inner` directly below normalised `outer` (which must
+    contain it and differ from it)."""
+    return inner[len(outer) :].lstrip("/").split("/", 1)[0]
+
+
 def within(path: str, roots: Iterable[str]) -> bool:
     """True if `path` (any spelling) lies under one of the normalised `roots`. A path that cannot
     be normalised lies nowhere."""
@@ -109,8 +152,9 @@ def check_placement(
 ) -> None:
     """Raise LocationNotAllowedError, naming the rule, unless every candidate root (normalised)
     lies inside its warehouse (`warehouse_root`), keeps clear of every warehouse root and lies
-    strictly inside `namespace_dir` (or, when `allow_outside_namespace`, anywhere in the warehouse
-    that is not the namespace directory or above it)."""
+    inside an object directory directly inside `namespace_dir` (or, when `allow_outside_namespace`
+    (legacy layouts, for migrations), anywhere in the warehouse that is not the namespace directory
+    or above it)."""
     warehouses = [locations.normalize(root) for root in warehouse_roots]
     for root in candidates:
         if not contains(locations.normalize(warehouse_root), root):
@@ -126,9 +170,17 @@ def check_placement(
                 f"location {root!r} is or contains the namespace directory {namespace_dir!r}: "
                 "a table or view must have a location of its own"
             )
-        if not allow_outside_namespace and not contains(namespace_dir, root):
+        if allow_outside_namespace:
+            continue
+        if not contains(namespace_dir, root):
             raise LocationNotAllowedError(
                 f"location {root!r} is outside the namespace directory {namespace_dir!r}"
+            )
+        if not is_object_directory(first_segment_below(namespace_dir, root)):
+            raise LocationNotAllowedError(
+                f"location {root!r} is not inside a table or view directory of the namespace directory "
+                f"{namespace_dir!r}: tables and views live in '<namespace directory>/<name>-<32 lowercase "
+                "hexadecimal digits>', a directory no namespace can take"
             )
 
 

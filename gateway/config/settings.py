@@ -60,7 +60,10 @@ class WarehouseSettings(FrozenSettings):
         False,
         description="Let table and view locations lie outside their namespace's directory (for "
         "migrating existing tables). They still may not be a warehouse root or a namespace directory "
-        "and never overlap another table's or view's location.",
+        "and never overlap another table's or view's location. Also admits legacy layouts inside "
+        "the namespace directory (`<namespace>/<table>`) instead of requiring an object directory "
+        "(`<namespace>/<name>-<32 hex digits>`); while it is on, such a location can take the "
+        "directory a child namespace would get by default, so turn it off once migrated.",
     )
     s3: S3Settings | None = Field(None, description="How the gateway reaches an s3:// warehouse.")
     vending: VendingSettings | None = Field(

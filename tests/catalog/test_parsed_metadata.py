@@ -74,6 +74,9 @@ async def ctx(tmp_path: Path) -> AsyncIterator[CatalogContext]:
         yield context
 
 
+MOVED_HEX = "5f0c3b2a1d4e4f6a8b9c0d1e2f3a4b5c"
+
+
 def _snapshot(location: str, snapshot_id: int, sequence: int, parent: int | None, v3: bool) -> dict[str, Any]:
     snapshot: dict[str, Any] = {
         "snapshot-id": snapshot_id,
@@ -156,7 +159,8 @@ def _steps(location: str, table_uuid: str, v3: bool) -> list[list[dict[str, Any]
         [{"action": "remove-snapshots", "snapshot-ids": [1]}],
         [{"action": "remove-partition-specs", "spec-ids": [0]}],
         [{"action": "remove-schemas", "schema-ids": [0]}],
-        [{"action": "set-location", "location": f"{location}-moved"}],
+        # Another object directory of the namespace (`<name>-<32 hex digits>`): a place it may move to.
+        [{"action": "set-location", "location": f"{location.rsplit('/', 1)[0]}/moved-{MOVED_HEX}"}],
     ]
 
 
@@ -230,7 +234,7 @@ async def test_every_update_type_leaves_the_shared_base_unchanged_and_keeps_what
         await _assert_kept_as_parsed(ctx, landed, updates[0]["action"])
     final = (await table_changes.open_table(ctx, await _row(ctx, name))).metadata  # type: ignore[union-attr]
     assert final.format_version == 3
-    assert final.location.endswith("-moved")
+    assert final.location.endswith(f"/moved-{MOVED_HEX}")
     assert [s.snapshot_id for s in final.snapshots] == [2]
     assert [s.schema_id for s in final.schemas] == [1]
 

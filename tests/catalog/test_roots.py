@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
-from cedarberg.catalog import roots
-from cedarberg.catalog.errors import LocationNotAllowedError
+from cedarberg.catalog import locations, roots
+from cedarberg.catalog.errors import InvalidRequestError, LocationNotAllowedError
 from cedarberg.catalog.identifiers import Namespace
 
 WAREHOUSE = "file:///w"
 NS_DIR = "file:///w/sales"
+HEX = "0b7e1a526c1d4d5e9a4b2f3c4d5e6f70"  # a UUID's 32 lowercase hex digits
 
 
 def place(candidate: str, *, allow_outside: bool = False) -> None:
@@ -55,9 +60,78 @@ def test_migration_setting_allows_elsewhere_in_the_warehouse_only() -> None:
         place("file:///elsewhere/t", allow_outside=True)
 
 
-@pytest.mark.parametrize("candidate", ["file:///w/sales/t", "file:/w/sales/t/", "/w/sales//t"])
-def test_inside_the_namespace_directory_is_placed(candidate: str) -> None:
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        f"file:///w/sales/t-{HEX}",
+        f"file:/w/sales/t-{HEX}/",
+        f"/w/sales//t-{HEX}/data",
+        f"file://localhost/w/sales/my%20table-{HEX}/x/y",
+    ],
+)
+def test_inside_an_object_directory_of_the_namespace_is_placed(candidate: str) -> None:
     place(candidate)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        # The default directory of a future child namespace `sales.hr`, in every spelling, and below it.
+        "file:///w/sales/hr",
+        "file:/w/sales/hr/",
+        "/w/sales/hr",
+        "file://localhost/w/sales/hr",
+        "file:///w/sales/hr/deeper",
+        f"file:///w/sales/hr/t-{HEX}",
+        # Near misses of the object-directory form.
+        f"file:///w/sales/t-{HEX.upper()}",
+        f"file:///w/sales/t-{HEX[:-1]}",
+        f"file:///w/sales/{HEX}",
+        f"file:///w/sales/t%2D{HEX}",
+        f"file:///w/sales/t-{HEX}x",
+    ],
+)
+def test_inside_the_namespace_directory_but_not_in_an_object_directory_is_refused(candidate: str) -> None:
+    with pytest.raises(LocationNotAllowedError, match="not inside a table or view directory"):
+        place(candidate)
+    place(candidate, allow_outside=True)  # a legacy layout: admitted for migrations only
+
+
+@given(st.text(min_size=1, max_size=40).filter(lambda s: all(ord(c) >= 0x20 for c in s)), st.uuids())
+def test_default_directories_are_object_directories_that_no_namespace_can_take(
+    name: str, uid: uuid.UUID
+) -> None:
+    for spelling in (str(uid), uid.hex):
+        directory = locations.join(NS_DIR, roots.object_directory_name(name, spelling))
+        assert roots.is_object_directory(roots.first_segment_below(NS_DIR, directory))
+        place(directory)
+    # A namespace with the directory's name would take that very directory: refused.
+    with pytest.raises(InvalidRequestError, match="reserved"):
+        roots.check_namespace_name(roots.object_directory_name(name, str(uid)))
+
+
+@pytest.mark.parametrize("name", [f"t-{HEX}", f"é-{HEX}", f".x-{HEX}", f"a b-{HEX}"])
+def test_namespace_names_of_the_object_directory_form_are_reserved(name: str) -> None:
+    with pytest.raises(InvalidRequestError, match="reserved"):
+        roots.check_namespace_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hr",
+        "t",
+        f"t-{HEX.upper()}",
+        f"t_{HEX}",
+        f"t-{HEX[:-1]}",
+        HEX,
+        f"-{HEX}",
+        f"t-{HEX}.x",
+        "t-" + "g" * 32,
+    ],
+)
+def test_other_namespace_names_are_free(name: str) -> None:
+    roots.check_namespace_name(name)
 
 
 def test_roots_include_every_write_path_spelling_normalised() -> None:

@@ -139,6 +139,11 @@ def local(location: str) -> Path:
     return Path(location.removeprefix("file://"))
 
 
+def object_dir(name: str) -> str:
+    """A fresh object directory name (`<name>-<32 hex digits>`): where a table or view may live."""
+    return f"{name}-{uuid.uuid4().hex}"
+
+
 # -- section 2: create --------------------------------------------------------------------------
 
 
@@ -182,7 +187,7 @@ def test_create_is_refused_inside_another_namespace_and_inside_another_table(
     # The same overlap inside the writer's own namespace: another table's location, from below
     # and from above.
     own = location_of(
-        lake.create("lake", "mine", f"own{spelling}", str(lake.root("lake") / "mine" / f"g{spelling}" / "t"))
+        lake.create("lake", "mine", f"own{spelling}", str(lake.root("lake") / "mine" / object_dir("g") / "t"))
     )
     before, files = lake.registry(), lake.files()
     for place in (local(own) / "data", local(own), local(own).parent):
@@ -209,10 +214,9 @@ def test_create_is_refused_inside_a_soft_deleted_table(lake: Lake) -> None:
 def test_control_create_at_the_default_and_at_an_explicit_location_in_the_own_namespace(lake: Lake) -> None:
     default = location_of(lake.create("lake", "mine", "ordinary"))
     assert local(default).parent == lake.root("lake") / "mine"
-    explicit = location_of(
-        lake.create("lake", "mine", "chosen", f"file:{lake.root('lake')}/mine/chosen-place/")
-    )
-    assert explicit == f"file://{lake.root('lake')}/mine/chosen-place"
+    place = object_dir("chosen")
+    explicit = location_of(lake.create("lake", "mine", "chosen", f"file:{lake.root('lake')}/mine/{place}/"))
+    assert explicit == f"file://{lake.root('lake')}/mine/{place}"
     staged = lake.create("lake", "mine", "staged", **{"stage-create": True})
     assert staged.status_code == 200, staged.text
 
@@ -265,17 +269,18 @@ def test_set_location_and_write_paths_are_confined(lake: Lake, theirs: str) -> N
     assert lake.files() == files
 
     # Control: set-location and write.data.path inside the own namespace directory.
-    new_place = f"file:{lake.root('lake')}/mine/moved-here/"
+    moved_to = object_dir("moved")
+    new_place = f"file:{lake.root('lake')}/mine/{moved_to}/"
     assert (
         lake.commit("lake", "mover", [{"action": "set-location", "location": new_place}]).status_code == 200
     )
-    data_path = f"file://{lake.root('lake')}/mine/mover-data"
+    data_path = f"file://{lake.root('lake')}/mine/{object_dir('mover-data')}"
     props = lake.commit(
         "lake", "mover", [{"action": "set-properties", "updates": {"write.data.path": data_path}}]
     )
     assert props.status_code == 200, props.text
     moved = normalize(location_of(lake.table("lake", "mine", "mover")))
-    assert moved == f"file://{lake.root('lake')}/mine/moved-here"
+    assert moved == f"file://{lake.root('lake')}/mine/{moved_to}"
     # The past location stays the table's: nothing else may move in.
     assert_refused(lake.create("lake", "mine", "heir", start), 400, "BadRequestException", "overlaps")
 
@@ -379,6 +384,192 @@ def test_migration_warehouse_allows_outside_the_namespace_but_never_overlap(lake
     assert lake.registry() == before
 
 
+# -- issue 27 section 5: no location takes the directory of a future namespace --------------------
+
+WRITE_PATHS = (
+    "write.data.path",
+    "write.metadata.path",
+    "write.object-storage.path",
+    "write.folder-storage.path",
+)
+VIEW_BODY = {
+    "schema": SCHEMA,
+    "view-version": {
+        "version-id": 1,
+        "timestamp-ms": 1,
+        "schema-id": 0,
+        "summary": {},
+        "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}],
+        "default-namespace": ["mine"],
+    },
+    "properties": {},
+}
+
+
+def squatting_places(namespace_dir: Path, child: str) -> list[str]:
+    """The default directory of the future namespace `<namespace>.<child>` in every spelling, and
+    the places around it a writer might try instead: below it, reached by climbing, percent-encoded
+    (another name to the gateway, the same one to storage that decodes), a percent-encoded look-alike
+    of an object directory, and the namespace's own directory above it."""
+    future = namespace_dir / child
+    return [
+        *spellings(future),
+        f"{future}/deeper",
+        f"file:{namespace_dir}/x/../{child}",
+        f"{namespace_dir}/{child[0]}%{ord(child[1]):02X}{child[2:]}",
+        f"{namespace_dir}/{child}%2D{uuid.uuid4().hex}",
+        f"file://{namespace_dir}/",
+    ]
+
+
+def admin_creates_namespace(lake: Lake, warehouse: str, *levels: str) -> requests.Response:
+    return lake.gateway.admin.post(
+        lake.url(warehouse, "namespaces"),
+        json={"namespace": list(levels), "properties": {}},
+        timeout=HTTP_TIMEOUT,
+    )
+
+
+def test_no_root_of_a_table_or_view_can_take_a_future_child_namespaces_directory(lake: Lake) -> None:
+    """Attack (issue 27 section 5): the writer of `mine` places every root a table or view has at
+    `<wh>/mine/hr` (the default directory of a namespace `mine.hr` nobody created yet), in every
+    spelling and through every operation; then the admin's `createNamespace mine.hr` works."""
+    anchor = location_of(lake.create("lake", "mine", "anchor"))
+    # For registration: a plain metadata file the writer put at the future namespace's directory,
+    # naming that directory as its table's location.
+    plain_future = lake.root("plain") / "mine" / "hr"
+    document = lake.table("lake", "mine", "anchor").json()["metadata"]
+    document.update({"location": f"file://{plain_future}", "table-uuid": str(uuid.uuid4())})
+    squatter_file = plain_future / "metadata" / "00000-squat.metadata.json"
+    squatter_file.parent.mkdir(parents=True)
+    squatter_file.write_text(json.dumps(document))
+    before, files = lake.registry(), lake.files()
+
+    ns_url = lake.ns("lake", "mine")
+    for place in squatting_places(lake.root("lake") / "mine", "hr"):
+        attempts = {
+            "create": lake.create("lake", "mine", "squat", place),
+            "stage-create": lake.create("lake", "mine", "squat", place, **{"stage-create": True}),
+            "view": lake.as_writer(
+                "POST", ns_url + "/views", json={**VIEW_BODY, "name": "squat", "location": place}
+            ),
+            "set-location": lake.commit("lake", "anchor", [{"action": "set-location", "location": place}]),
+            "transaction": lake.as_writer(
+                "POST",
+                lake.url("lake", "transactions/commit"),
+                json={
+                    "table-changes": [
+                        {
+                            "identifier": {"namespace": ["mine"], "name": "anchor"},
+                            "requirements": [],
+                            "updates": [{"action": "set-location", "location": place}],
+                        }
+                    ]
+                },
+            ),
+        }
+        for key in WRITE_PATHS:
+            attempts[f"create with {key}"] = lake.create("lake", "mine", "squat", properties={key: place})
+            attempts[f"commit of {key}"] = lake.commit(
+                "lake", "anchor", [{"action": "set-properties", "updates": {key: place}}]
+            )
+        view_with_path = {**VIEW_BODY, "name": "squat", "properties": {"write.metadata.path": place}}
+        attempts["view with write.metadata.path"] = lake.as_writer(
+            "POST", ns_url + "/views", json=view_with_path
+        )
+        for what, answer in attempts.items():
+            assert answer.status_code == 400, (place, what, answer.text)
+            error = answer.json()["error"]
+            assert (error["type"], error["code"]) == ("BadRequestException", 400), (place, what)
+            assert "location" in error["message"], (place, what, error["message"])
+    registered = lake.as_writer(
+        "POST",
+        lake.ns("plain", "mine") + "/register",
+        json={"name": "squat", "metadata-location": str(squatter_file)},
+    )
+    assert_refused(registered, 400, "BadRequestException", "not inside a table or view directory")
+    assert lake.registry() == before
+    assert lake.files() == files
+    assert location_of(lake.table("lake", "mine", "anchor")) == anchor
+
+    # The admin's namespace creation works, and the new namespace has its default directory.
+    for warehouse in ("lake", "plain"):
+        created = admin_creates_namespace(lake, warehouse, "mine", "hr")
+        assert created.status_code == 200, created.text
+        child = lake.url(warehouse, f"namespaces/{lake.gateway.ns_path('mine', 'hr')}")
+        table = lake.gateway.admin.post(
+            child + "/tables", json={"name": "people", "schema": SCHEMA}, timeout=HTTP_TIMEOUT
+        )
+        assert local(location_of(table)).parent == lake.root(warehouse) / "mine" / "hr"
+
+
+def test_namespace_names_of_the_object_directory_form_are_reserved(lake: Lake) -> None:
+    """Attack: a namespace named like an object directory would have one as its default directory
+    (`<wh>/mine/<table>-<uuid>`); whether a table is there or not, such a name is refused."""
+    taken = local(location_of(lake.create("lake", "mine", "dated"))).name
+    before = lake.registry()
+    for name in (taken, f"hr-{uuid.uuid4().hex}", f"é-{uuid.uuid4().hex}"):
+        answer = admin_creates_namespace(lake, "lake", "mine", name)
+        assert_refused(answer, 400, "BadRequestException", "reserved")
+        child = lake.url("lake", f"namespaces/{lake.gateway.ns_path('mine', name)}")
+        assert lake.gateway.admin.get(child, timeout=HTTP_TIMEOUT).status_code == 404
+    assert lake.registry() == before
+
+
+def test_control_tables_and_views_in_object_directories_leave_every_child_namespace_free(lake: Lake) -> None:
+    """Control: tables at the default place (`<wh>/mine/finance-<uuid>`) and at an explicit object
+    directory, with write paths inside their own directory or in another object directory, and a
+    view; the admin then creates `mine.finance` (the tables' namesake) with its default directory."""
+    mine = lake.root("lake") / "mine"
+    default = location_of(lake.create("lake", "mine", "finance"))
+    assert local(default).parent == mine
+    assert local(default).name.startswith("finance-")
+    chosen = f"file:{mine}/{object_dir('finance-archive')}/"
+    data_elsewhere = f"{mine}/{object_dir('finance-data')}"
+    explicit = lake.create(
+        "lake",
+        "mine",
+        "finance_archive",
+        chosen,
+        properties={"write.data.path": data_elsewhere, "write.metadata.path": f"{normalize(chosen)}/meta"},
+    )
+    assert location_of(explicit) == normalize(chosen)
+    view = lake.as_writer(
+        "POST", lake.ns("lake", "mine") + "/views", json={**VIEW_BODY, "name": "finance_view"}
+    )
+    assert view.status_code == 200, view.text
+    created = admin_creates_namespace(lake, "lake", "mine", "finance")
+    assert created.status_code == 200, created.text
+    child = lake.url("lake", f"namespaces/{lake.gateway.ns_path('mine', 'finance')}")
+    table = lake.gateway.admin.post(
+        child + "/tables", json={"name": "ledger", "schema": SCHEMA}, timeout=HTTP_TIMEOUT
+    )
+    assert local(location_of(table)).parent == mine / "finance"
+
+
+def test_migration_warehouse_admits_legacy_layouts_inside_the_namespace(lake: Lake) -> None:
+    """The migration setting still admits a legacy layout (`<wh>/<namespace>/<table>`), created or
+    registered, where the default warehouse refuses it."""
+    legacy = lake.root("mig") / "mine" / "orders_v1"
+    assert location_of(lake.create("mig", "mine", "orders_v1", str(legacy))) == f"file://{legacy}"
+    document = lake.table("mig", "mine", "orders_v1").json()["metadata"]
+    answers = {}
+    for warehouse in ("plain", "mig"):
+        place = lake.root(warehouse) / "mine" / "events"
+        copy = dict(document, location=f"file://{place}", **{"table-uuid": str(uuid.uuid4())})
+        metadata_file = place / "metadata" / "00000-legacy.metadata.json"
+        metadata_file.parent.mkdir(parents=True)
+        metadata_file.write_text(json.dumps(copy))
+        answers[warehouse] = lake.as_writer(
+            "POST",
+            lake.ns(warehouse, "mine") + "/register",
+            json={"name": "events", "metadata-location": str(metadata_file)},
+        )
+    assert_refused(answers["plain"], 400, "BadRequestException", "not inside a table or view directory")
+    assert lake.table("plain", "mine", "events").status_code == 404
+    assert location_of(answers["mig"]) == f"file://{lake.root('mig')}/mine/events"
+
+
 # -- section 4: registration -----------------------------------------------------------------------
 
 
@@ -404,8 +595,9 @@ def test_registering_a_dropped_tables_parked_file_is_refused(lake: Lake) -> None
 def test_registering_a_file_with_a_live_tables_uuid_is_refused(lake: Lake) -> None:
     source_location = location_of(lake.create("plain", "mine", "uuid-source"))
     metadata = lake.table("plain", "mine", "uuid-source").json()
-    copy = dict(metadata["metadata"], location=f"file://{lake.root('plain')}/mine/copy")
-    copy_file = lake.root("plain") / "mine" / "copy" / "metadata" / "00000-copy.metadata.json"
+    copy_dir = object_dir("copy")
+    copy = dict(metadata["metadata"], location=f"file://{lake.root('plain')}/mine/{copy_dir}")
+    copy_file = lake.root("plain") / "mine" / copy_dir / "metadata" / "00000-copy.metadata.json"
     copy_file.parent.mkdir(parents=True)
     copy_file.write_text(json.dumps(copy))
     before = lake.registry()
@@ -529,7 +721,7 @@ def test_concurrent_creates_at_overlapping_places_one_wins(lake: Lake) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     for round_no in range(5):
-        outer = lake.root("plain") / "mine" / f"race{round_no}"
+        outer = lake.root("plain") / "mine" / object_dir(f"race{round_no}")
         places = [(f"a{round_no}", str(outer)), (f"b{round_no}", f"file:{outer}/inner")]
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(lambda item: lake.create("plain", "mine", *item), places))

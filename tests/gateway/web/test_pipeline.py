@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -436,7 +437,7 @@ async def test_a_views_write_metadata_path_is_one_of_its_roots(gw: InProcessGate
     assert "overlaps the location of another table or view" in error["message"]
     assert (await gw.client.get("/v1/namespaces/ns/views/v")).status == 404
 
-    own = f"{table_location.rsplit('/', 1)[0]}/own-view"
+    own = f"{table_location.rsplit('/', 1)[0]}/own-view-{uuid.uuid4().hex}"  # an object directory
     created = await gw.client.post(
         "/v1/namespaces/ns/views", json={**view("v", f"{own}/custom"), "location": own}
     )
