@@ -48,6 +48,9 @@ NAMESPACE_LOCATION = "location"
 # The name of an object directory, as a path segment (compared as written: percent-encoded
 # spellings are other names). Lowercase only: it is what `uuid.UUID.hex` produces.
 _OBJECT_DIRECTORY = re.compile(r"[^/]+-[0-9a-f]{32}")
+# Namespace names are reserved in either case: on a filesystem that folds case (macOS, Windows), a
+# namespace `T-<HEX>` and an object directory `t-<hex>` would be one directory.
+_RESERVED_NAMESPACE = re.compile(r"[^/]+-[0-9a-f]{32}", re.IGNORECASE)
 
 
 def object_directory_name(name: str, uid: str) -> str:
@@ -65,12 +68,13 @@ def is_object_directory(segment: str) -> bool:
 
 def check_namespace_name(level: str) -> None:
     """Raise InvalidRequestError if a namespace named `level` would have an object directory as
-    its default directory (its path segment ends in `-` and 32 lowercase hex digits): that form
-    is reserved for tables and views, so objects can never take a future namespace's place."""
-    if is_object_directory(locations.segment(level)):
+    its default directory (its path segment ends in `-` and 32 hex digits, in either case, so that
+    a filesystem folding case cannot make them one): that form is reserved for tables and views, so
+    objects can never take a future namespace's place."""
+    if _RESERVED_NAMESPACE.fullmatch(locations.segment(level)) is not None:
         raise InvalidRequestError(
-            f"namespace name {level!r} is reserved: names ending in '-' and 32 lowercase hexadecimal "
-            "digits are the form of table and view directories"
+            f"namespace name {level!r} is reserved: names ending in '-' and 32 hexadecimal digits "
+            "are the form of table and view directories"
         )
 
 
