@@ -38,7 +38,7 @@ from cedarberg.catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
+from cedarberg.gateway.audit import AuditEvent, AuditUnavailableError, EventKind, Outcome
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
@@ -298,7 +298,9 @@ async def _authenticate(request: web.Request) -> Principal:
 
 async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) -> web.StreamResponse:
     """Authenticate, spend the principal's budget, authorize, run the handler; filter a listing
-    to what the caller may see; audit a mutation's outcome."""
+    to what the caller may see; audit a mutation's outcome. A mutation runs only once its
+    decisions' records are durable and is acknowledged only once its outcome's record is;
+    otherwise AuditUnavailableError (503)."""
     sec = security(request)
     principal = await _authenticate(request)
     request[PRINCIPAL] = principal
@@ -318,24 +320,64 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
             raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
         raise ForbiddenError(f"Not allowed: {spec.operation}")
     request[VERDICT] = verdict
+    mutation = spec.group not in _READ_GROUPS
+    if mutation:
+        # Nothing changes unless its decisions are on record: the destination takes records and
+        # has them (written, and synced per `audit.durability`); else 503, nothing done.
+        await sec.audit.durable()
     response = await handler(request)
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
-    if spec.group not in _READ_GROUPS:
-        sec.audit.record(
-            AuditEvent(
-                EventKind.MUTATION,
-                request_id=request_id_of(request),
-                principal=principal,
-                action=spec.operation,
-                resource=str(built.resource or ", ".join(str(t) for t in built.tables)),
-                outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
-                status=response.status,
-                policy_version=sec.policies.version,
-                client_address=request.remote,
-            )
+    if mutation:
+        await _record_outcome(
+            request, spec, principal, str(built.resource or ", ".join(map(str, built.tables))), response
         )
     return response
+
+
+APPLIED_NOT_RECORDED = (
+    "the change was applied, but its audit record could not be written yet: it is not "
+    "acknowledged; the record is kept and written when the audit log recovers"
+)
+
+
+async def _record_outcome(
+    request: web.Request,
+    spec: OperationSpec,
+    principal: Principal,
+    resource: str,
+    response: web.StreamResponse,
+) -> None:
+    """Audit a mutation's outcome; acknowledge a change only once that record is durable.
+
+    The record is kept whatever the destination's state (`keep`): the change is applied. If it
+    cannot be made durable now, the answer is 503 (`AuditUnavailableError`, naming the change as
+    applied and unacknowledged) and a second record says so; both are written on recovery."""
+    sec = security(request)
+    event = AuditEvent(
+        EventKind.MUTATION,
+        request_id=request_id_of(request),
+        principal=principal,
+        action=spec.operation,
+        resource=resource,
+        outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
+        status=response.status,
+        policy_version=sec.policies.version,
+        client_address=request.remote,
+    )
+    sec.audit.record(event, keep=True)
+    if response.status >= 400:
+        return
+    try:
+        await sec.audit.durable()
+    except AuditUnavailableError:
+        sec.audit.record(
+            dataclasses.replace(
+                event, status=503, detail={"acknowledged": False, "reason": "audit log unavailable"}
+            ),
+            keep=True,
+        )
+        raise AuditUnavailableError(APPLIED_NOT_RECORDED) from None
 
 
 async def _filtered(

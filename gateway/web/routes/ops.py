@@ -1,12 +1,13 @@
 """Operating the gateway: probes and metrics.
 
     GET /health    checkHealth      public   200 while the process serves requests (liveness)
-    GET /ready     checkReadiness   public   200 when the registry, the KMS and the policies are
-                                             usable; 503 otherwise and once shutdown has begun
+    GET /ready     checkReadiness   public   200 when the registry, the KMS, the policies and the
+                                             audit log are usable; 503 otherwise and once
+                                             shutdown has begun
     GET /metrics   readMetrics      Cedar    Prometheus text format, summed over the workers
 
 The probes are public because orchestrators call them without credentials; they reveal only
-"ok" or which of three dependencies is unusable, never why.
+"ok" or which of four dependencies is unusable, never why.
 """
 
 from __future__ import annotations
@@ -39,12 +40,17 @@ async def _usable(check: Awaitable[bool]) -> bool:
 
 async def check_readiness(request: web.Request) -> web.Response:
     svc, sec = services(request), security(request)
-    store, kms = await asyncio.gather(
-        _usable(svc.ctx.store.ping()), _usable(svc.ctx.sealer.keyring.healthy())
+    store, kms, audit = await asyncio.gather(
+        _usable(svc.ctx.store.ping()), _usable(svc.ctx.sealer.keyring.healthy()), _usable(sec.audit.probe())
     )
     checks = {
         name: "ok" if usable else "unavailable"
-        for name, usable in (("store", store), ("kms", kms), ("policies", bool(sec.policies.version)))
+        for name, usable in (
+            ("store", store),
+            ("kms", kms),
+            ("policies", bool(sec.policies.version)),
+            ("audit", audit),
+        )
     }
     failing = [name for name, state in checks.items() if state != "ok"]
     if request.app[LIFECYCLE].draining:
