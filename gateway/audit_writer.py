@@ -48,7 +48,7 @@ from typing import Final, Protocol
 
 from cedarberg.gateway.config.audit import AuditSettings
 
-__all__ = ["AuditObserver", "AuditUnavailableError", "AuditWriter"]
+__all__ = ["AuditObserver", "AuditUnavailableError", "AuditWriter", "open_destination"]
 
 log = logging.getLogger("cedarberg.audit")
 
@@ -96,6 +96,13 @@ class _Flush:
 def _settle(future: asyncio.Future[bool], ok: bool) -> None:
     if not future.done():  # its waiter may have timed out
         future.set_result(ok)
+
+
+def open_destination(path: Path) -> int:
+    """Open the audit file at `path` for appending, creating it (mode 0600) and its parent
+    directories if missing. Returns the descriptor; raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
 
 
 class AuditWriter:
@@ -385,9 +392,7 @@ class AuditWriter:
         return start
 
     def _open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self._path, flags, 0o600)
+        fd = open_destination(self._path)
         found = os.fstat(fd)
         self._fd, self._identity = fd, (found.st_dev, found.st_ino)
         # Only a regular file can be synced (not /dev/stdout, a pipe, a terminal).
