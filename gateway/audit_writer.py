@@ -13,20 +13,16 @@ Public API (used by `gateway.audit.AuditLog`)::
 Invariants:
 
 - **Nothing is dropped.** Lines the destination did not take stay in a backlog, in order, and
-  are written when it takes them again; the writer retries every `retry_interval_seconds`. A
-  write cut short (a full disk) resumes where it stopped, so no line is split or repeated in one
-  file. While failing, `put` keeps at most `queue_size` lines and refuses more with
-  `AuditUnavailableError` (and refuses every line under ``reads_when_failing = "refuse"``),
-  except lines put with ``keep=True`` (the outcome of a change already applied), which are
-  always kept.
+  are written when it takes them again; the writer retries every `retry_interval_seconds`. The
+  file (`gateway.audit_file.AuditFile`) resumes a write cut short by a full disk without
+  splitting or repeating a line, and follows its path when it is removed or rotated. While
+  failing, `put` keeps at most `queue_size` lines and refuses more with
+  `AuditUnavailableError` (every line under ``reads_when_failing = "refuse"``), except lines put
+  with ``keep=True`` (the outcome of a change already applied), which are always kept.
 - **Durable hand-off, group commit.** `durable` returns once every line put before it is
   written and, under ``durability = "fsync"``, synced; it raises `AuditUnavailableError` at once
   while the destination is failing, or when the write or sync fails. All waiters of one batch
   share one write and one sync. Reads never call it: their lines are written in batches.
-- **The destination is the path.** Before each batch the path is checked: a file that was
-  removed or replaced (rotated) is reopened at the configured path. Lines written to a file
-  that was removed meanwhile (its link count is 0) are written again to the new one; lines of a
-  rotated file stay there (only a line cut short is written again, whole, to the new file).
 - Recording never blocks the event loop on I/O: `put` appends to a deque (atomic under the
   interpreter lock); back-pressure waits only when the writer is `queue_size` lines behind a
   working destination.
@@ -37,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
-import stat
 import sys
 import threading
 import time
@@ -46,16 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
+from cedarberg.gateway.audit_file import AuditFile
 from cedarberg.gateway.config.audit import AuditSettings
 
-__all__ = ["AuditObserver", "AuditUnavailableError", "AuditWriter", "open_destination"]
+__all__ = ["AuditObserver", "AuditUnavailableError", "AuditWriter"]
 
 log = logging.getLogger("cedarberg.audit")
 
 _BATCH_PAUSE_SECONDS: Final = 0.01
 # A destination that hangs (a stuck network disk) fails the request rather than holding it forever.
 DURABLE_TIMEOUT_SECONDS: Final = 10.0
-_REWRITE_ATTEMPTS: Final = 3
 _STOP: Final = object()
 _REOPEN: Final = object()
 
@@ -98,21 +92,11 @@ def _settle(future: asyncio.Future[bool], ok: bool) -> None:
         future.set_result(ok)
 
 
-def open_destination(path: Path) -> int:
-    """Open the audit file at `path` for appending, creating it (mode 0600) and its parent
-    directories if missing. Returns the descriptor; raises OSError."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-
-
 class AuditWriter:
     """Writes lines to the destination from a background thread. Thread-safe."""
 
     def __init__(self, settings: AuditSettings) -> None:
         self._settings = settings
-        self._to_file = settings.destination != "stdout"
-        self._path = Path(settings.destination)
-        self._sync = False  # set when the file is opened
         # Lines and markers in order; drained by the writer.
         self._pending: collections.deque[object] = collections.deque()
         self._wake = threading.Event()  # set by a producer that finds the writer idle
@@ -120,19 +104,18 @@ class AuditWriter:
         self._writer_idle = False
         self._closed = False
         self._lock = threading.Lock()
-        # Writer-owned: lines not yet taken by the destination, and how many bytes of their
-        # concatenation the current file already has (a write cut short).
+        # Writer-owned: lines not yet taken by the destination, in order.
         self._backlog: list[bytes] = []
         self._backlog_len = 0  # read by producers (an int: a consistent enough snapshot)
-        self._offset = 0
-        self._unsynced = False
-        self._fd: int | None = None
-        self._identity: tuple[int, int] | None = None
         self._failing = False
         self._next_retry = 0.0
         self._observer: AuditObserver | None = None
-        if self._to_file:
-            self._open()  # start-up fails on an unusable destination
+        # Opened now: start-up fails on an unusable destination.
+        self._file = (
+            None
+            if settings.destination == "stdout"
+            else AuditFile(Path(settings.destination), settings.durability == "fsync")
+        )
         self._thread = threading.Thread(target=self._run, name="cedarberg-audit", daemon=True)
         self._thread.start()
 
@@ -231,7 +214,11 @@ class AuditWriter:
             self._closed = True
         self._marker(_STOP)
         self._thread.join(timeout)
-        self._close_fd()
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                log.exception("audit log %s could not be closed", self._settings.destination)
 
     # -- the writer thread ---------------------------------------------------------------------
 
@@ -295,28 +282,16 @@ class AuditWriter:
         if self._failing and not last and time.monotonic() < self._next_retry:
             return False
         try:
-            if self._to_file:
-                self._write_file(sync or self._failing)
+            if self._file is not None:
+                # A recovery syncs what it wrote: the records kept meanwhile are then durable.
+                self._file.write(self._backlog, sync or self._failing)
+                self._clear_backlog()
             else:
                 self._write_stdout()
         except (OSError, ValueError) as err:
             self._failed(err)
             return False
         return self._recovered()
-
-    def _write_file(self, sync: bool) -> None:
-        """Write the backlog to the file at the configured path (and sync it when `sync`).
-        Raises OSError."""
-        self._ensure_file()
-        for _attempt in range(_REWRITE_ATTEMPTS):
-            if not self._write_backlog():
-                break
-        else:
-            raise OSError("the audit file kept being removed while it was written")
-        if self._unsynced and sync and self._sync:
-            assert self._fd is not None
-            os.fsync(self._fd)
-            self._unsynced = False
 
     def _write_stdout(self) -> None:
         if not self._backlog:
@@ -331,86 +306,15 @@ class AuditWriter:
             sys.stdout.flush()
         self._clear_backlog()
 
-    def _write_backlog(self) -> bool:
-        """Write the backlog from `_offset` on. True if it must be written again: the file was
-        removed while it was written (the new file is open then)."""
-        if not self._backlog:
-            return False
-        fd = self._fd
-        assert fd is not None
-        view = memoryview(b"".join(self._backlog))[self._offset :]
-        while view:  # a write may be partial (a full disk takes what fits)
-            written = os.write(fd, view)
-            if not written:
-                raise OSError("audit log write made no progress")
-            self._offset += written
-            self._unsynced = True
-            view = view[written:]
-        if os.fstat(fd).st_nlink == 0:
-            self._replace_file()
-            return True
-        self._clear_backlog()
-        return False
-
     def _clear_backlog(self) -> None:
         self._backlog.clear()
         self._backlog_len = 0
-        self._offset = 0
-
-    def _ensure_file(self) -> None:
-        """Have the file at the configured path open: reopen it if it is missing or another file."""
-        if self._fd is None:
-            self._open()
-            return
-        try:
-            found = os.stat(self._path)
-        except FileNotFoundError:
-            found = None
-        if found is None or (found.st_dev, found.st_ino) != self._identity:
-            self._replace_file()
-
-    def _replace_file(self) -> None:
-        """Leave the open file (removed or rotated) for the one at the configured path. Lines of
-        the unfinished batch are written again whole: all of them if the old file is gone, else
-        from the start of the line cut short."""
-        fd = self._fd
-        if fd is not None:
-            removed = os.fstat(fd).st_nlink == 0
-            if not removed and self._unsynced and self._sync:
-                os.fsync(fd)  # what a rotated file holds stays
-            self._close_fd()
-            self._offset = 0 if removed else self._line_start(self._offset)
-            self._unsynced = False
-        self._open()
-
-    def _line_start(self, offset: int) -> int:
-        start = 0
-        for line in self._backlog:
-            if start + len(line) > offset:
-                return start
-            start += len(line)
-        return start
-
-    def _open(self) -> None:
-        fd = open_destination(self._path)
-        found = os.fstat(fd)
-        self._fd, self._identity = fd, (found.st_dev, found.st_ino)
-        # Only a regular file can be synced (not /dev/stdout, a pipe, a terminal).
-        self._sync = stat.S_ISREG(found.st_mode) and self._settings.durability == "fsync"
-
-    def _close_fd(self) -> None:
-        fd, self._fd, self._identity = self._fd, None, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                log.exception("audit log %s could not be closed", self._settings.destination)
 
     def _reopen_now(self) -> None:
-        if not self._to_file:
+        if self._file is None:
             return
         try:
-            self._replace_file()
+            self._file.reopen(self._backlog)
         except OSError as err:
             self._failed(err)
 

@@ -17,7 +17,7 @@ import os
 import ssl
 from pathlib import Path
 
-from cedarberg.gateway.audit_writer import open_destination
+from cedarberg.gateway.audit_file import open_destination
 from cedarberg.gateway.authn.tokens import TokenIssuer
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.config.settings import Settings
