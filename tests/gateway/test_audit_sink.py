@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from cedarberg.gateway.audit import AuditEvent, AuditLog, AuditUnavailableError, EventKind, Outcome
+from cedarberg.gateway.audit_file import AuditFile
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.config.audit import AuditSettings
 from cedarberg.gateway.metrics import Metrics
@@ -232,3 +233,68 @@ async def test_durable_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
         assert orjson.loads(line)["request_id"] == "to-stdout"
     finally:
         log.close()
+
+
+def _line(name: str, size: int = 1000) -> bytes:
+    """A JSON line of exactly `size` bytes (a page of 4096 never ends on a line boundary)."""
+    head = orjson.dumps({"request_id": name, "pad": ""})[:-2]
+    return head + b"x" * (size - len(head) - 3) + b'"}\n'
+
+
+def _write_until_full(audit: AuditFile, lines: list[bytes]) -> None:
+    for n in range(100):
+        lines.append(_line(f"line-{n}"))
+        try:
+            audit.write(lines, sync=True)
+        except OSError:
+            return
+        lines.clear()
+    raise AssertionError("a full disk kept taking lines")
+
+
+def test_a_line_cut_short_is_completed_in_place(disk: SmallDisk) -> None:
+    path = disk.root / "audit.jsonl"
+    audit = AuditFile(path, fsync=True)
+    try:
+        audit.write([_line("first")], sync=True)  # the file has its first page now
+        disk.fill()
+        pending: list[bytes] = []
+        _write_until_full(audit, pending)
+        assert not path.read_bytes().endswith(b"\n")  # the last line was cut short
+        disk.free()
+        pending.append(_line("later"))
+        audit.write(pending, sync=True)
+        names = [orjson.loads(line)["request_id"] for line in path.read_bytes().splitlines()]
+        assert names == ["first", *(f"line-{n}" for n in range(len(names) - 2)), "later"]
+    finally:
+        audit.close()
+
+
+def test_a_fragment_another_writer_appended_to_is_ended_and_the_line_written_whole(disk: SmallDisk) -> None:
+    path = disk.root / "audit.jsonl"
+    audit = AuditFile(path, fsync=True)
+    try:
+        audit.write([_line("first")], sync=True)
+        disk.fill()
+        pending: list[bytes] = []
+        _write_until_full(audit, pending)
+        cut = pending[-1]
+        disk.free()
+        other = AuditFile(path, fsync=True)  # a second worker appending to the same file
+        other.write([_line("other-worker")], sync=True)
+        other.close()
+        audit.write(pending, sync=True)
+        lines = path.read_bytes().splitlines(keepends=True)
+        # Every record of ours is whole, once; the other worker's line follows the fragment it
+        # was appended to; then the newline that ends the fragment (an empty line: the other
+        # line had ended it already) and our line, whole.
+        assert lines[-1] == cut
+        assert [line for line in lines if line == cut] == [cut]
+        assert lines[-2] == b"\n"
+        glued = lines[-3]
+        assert glued.endswith(_line("other-worker"))
+        fragment = glued[: len(glued) - len(_line("other-worker"))]
+        assert fragment
+        assert cut.startswith(fragment)
+    finally:
+        audit.close()
