@@ -38,7 +38,6 @@ from cedarberg.catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from cedarberg.gateway.audit import AuditEvent, AuditUnavailableError, EventKind, Outcome
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
@@ -48,7 +47,7 @@ from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, opera
 from cedarberg.gateway.logs import bind_principal, bind_request
 from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_subject
-from cedarberg.gateway.web import errors, http, replay, resources, verdicts
+from cedarberg.gateway.web import errors, http, outcomes, replay, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
@@ -329,55 +328,9 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
     if mutation:
-        await _record_outcome(
-            request, spec, principal, str(built.resource or ", ".join(map(str, built.tables))), response
-        )
+        resource = str(built.resource or ", ".join(map(str, built.tables)))
+        await outcomes.acknowledge(request, spec.operation, principal, resource, response)
     return response
-
-
-APPLIED_NOT_RECORDED = (
-    "the change was applied, but its audit record could not be written yet: it is not "
-    "acknowledged; the record is kept and written when the audit log recovers"
-)
-
-
-async def _record_outcome(
-    request: web.Request,
-    spec: OperationSpec,
-    principal: Principal,
-    resource: str,
-    response: web.StreamResponse,
-) -> None:
-    """Audit a mutation's outcome; acknowledge a change only once that record is durable.
-
-    The record is kept whatever the destination's state (`keep`): the change is applied. If it
-    cannot be made durable now, the answer is 503 (`AuditUnavailableError`, naming the change as
-    applied and unacknowledged) and a second record says so; both are written on recovery."""
-    sec = security(request)
-    event = AuditEvent(
-        EventKind.MUTATION,
-        request_id=request_id_of(request),
-        principal=principal,
-        action=spec.operation,
-        resource=resource,
-        outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
-        status=response.status,
-        policy_version=sec.policies.version,
-        client_address=request.remote,
-    )
-    sec.audit.record(event, keep=True)
-    if response.status >= 400:
-        return
-    try:
-        await sec.audit.durable()
-    except AuditUnavailableError:
-        sec.audit.record(
-            dataclasses.replace(
-                event, status=503, detail={"acknowledged": False, "reason": "audit log unavailable"}
-            ),
-            keep=True,
-        )
-        raise AuditUnavailableError(APPLIED_NOT_RECORDED) from None
 
 
 async def _filtered(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from cedarberg.gateway.web.middlewares import APPLIED_NOT_RECORDED
+from cedarberg.gateway.web.outcomes import APPLIED_NOT_RECORDED
 from tests.support.audit import flushed_audit_log
 from tests.support.gateway import GatewayProcess
 from tests.support.tmpfs import SmallDisk
