@@ -21,6 +21,7 @@ import requests
 from cedarberg.gateway.web.outcomes import APPLIED_NOT_RECORDED
 from tests.support.audit import flushed_audit_log
 from tests.support.gateway import GatewayProcess
+from tests.support.s3 import moto_s3_server
 from tests.support.tmpfs import SmallDisk
 
 RETRY_SECONDS = 0.2
@@ -254,3 +255,49 @@ def test_refuse_setting_refuses_reads_while_the_audit_disk_is_full(disk: SmallDi
         disk.free()
         _wait_for(lambda: _ready(gw).status_code == 200, "/ready to recover by itself")
         assert requests.get(f"{gw.url}/v1/namespaces/base", timeout=30).status_code == 200
+
+
+def test_write_credentials_are_not_vended_while_the_audit_disk_is_full(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """Read-write credentials let the caller change the warehouse's files: a vending is a
+    mutation of the warehouse and is held to the same rule (a real moto S3 + STS)."""
+    audit_file = disk.root / "audit.jsonl"
+    with moto_s3_server() as s3:
+        config = {
+            "default_warehouse": "lake",
+            "warehouses": {"lake": s3.warehouse("lake", vending=True)},
+            "audit": {"destination": str(audit_file), "retry_interval_seconds": RETRY_SECONDS},
+        }
+        with GatewayProcess(tmp_path / "gw", config=config) as gw:
+            assert _create_namespace(gw, "base").status_code == 200
+            table = requests.post(
+                f"{gw.url}/v1/namespaces/base/tables", json={"name": "t", "schema": SCHEMA}, timeout=30
+            )
+            assert table.status_code == 200, table.text
+            credentials = f"{gw.url}/v1/namespaces/base/tables/t/credentials"
+            control = requests.get(credentials, timeout=30)  # the test admin may write: read-write
+            assert control.status_code == 200, control.text
+            disk.fill()
+            for n in range(60):
+                if _create_namespace(gw, f"fill{n}").status_code == 503:
+                    break
+            else:
+                raise AssertionError("a full audit disk kept taking mutations")
+            _assert_refused(requests.get(credentials, timeout=30))
+            vended_load = requests.get(
+                f"{gw.url}/v1/namespaces/base/tables/t",
+                headers={"X-Iceberg-Access-Delegation": "vended-credentials"},
+                timeout=30,
+            )
+            _assert_refused(vended_load)
+            # A load without credentials is a read: served.
+            assert requests.get(f"{gw.url}/v1/namespaces/base/tables/t", timeout=30).status_code == 200
+            disk.free()
+            _recovered(gw)
+            after = requests.get(credentials, timeout=30)
+            assert after.status_code == 200, after.text
+            records = flushed_audit_log(audit_file)
+    vendings = [r for r in records if r["action"] == "vendCredentials"]
+    assert after.headers["X-Request-ID"] in {r["request_id"] for r in vendings}
+    assert control.headers["X-Request-ID"] in {r["request_id"] for r in vendings}
