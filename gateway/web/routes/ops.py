@@ -13,6 +13,7 @@ The probes are public because orchestrators call them without credentials; they 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 
 import orjson
@@ -23,6 +24,8 @@ from cedarberg.gateway.web.errors import error_body
 from cedarberg.gateway.web.keys import LIFECYCLE, metrics, security, services
 from cedarberg.gateway.web.route import Route
 
+log = logging.getLogger("cedarberg.ready")
+
 CHECK_TIMEOUT_SECONDS = 2.0
 
 
@@ -31,10 +34,16 @@ async def check_health(request: web.Request) -> web.Response:
 
 
 async def _usable(check: Awaitable[bool]) -> bool:
+    """The check's verdict; False if it takes too long or fails in a way it did not expect (a
+    driver's internal error on a connection the server just closed): /ready answers 503 then,
+    never 500."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
             return await check
     except TimeoutError:
+        return False
+    except Exception as err:  # any failure of a dependency is "not ready"
+        log.warning("readiness check failed: %s", type(err).__name__)
         return False
 
 
