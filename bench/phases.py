@@ -18,7 +18,7 @@ from pathlib import Path
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Cedar decision (cedarpy, entities JSON)", ("cedarpy", "authz/engine.py")),
-    ("audit record", ("gateway/audit.py",)),
+    ("audit record", ("gateway/audit.py", "gateway/audit_writer.py")),
     (
         "registry SQL (driver, statements)",
         ("sqlite_driver", "store/sql.py", "postgres_driver", "store/statements", "asyncpg"),
@@ -45,7 +45,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OTHER_THREADS = (
     ("commit thread (SQLite COMMIT and its sync)", "commit_thread"),
-    ("audit writer", "gateway/audit.py"),
+    ("audit writer", "gateway/audit_"),  # audit_writer.py (the thread), audit_file.py
     ("file writes and their fsyncs", "fileio"),
 )
 

@@ -7,6 +7,7 @@ Public API::
                             resource=..., decision="allow", policy_ids=[...], policy_version=...))
     audit.record(AuditEvent(EventKind.MUTATION, request_id=..., principal=..., action=...,
                             resource=..., outcome="success"))
+    await audit.durable()                       # a mutation's records are written (and synced)
     audit.flush()  /  await audit.aflush()      # wait until everything recorded so far is written
     audit.reopen()                              # after log rotation (e.g. on SIGHUP)
     audit.close()
@@ -24,10 +25,14 @@ Invariants:
 - **Recording never blocks the event loop on I/O.** `record` scrubs and serialises (orjson, a few
   µs) and appends the line to a deque the writer thread drains (an append is atomic under the
   interpreter lock: no lock, no condition and no wake-up per record; the writer is woken only when
-  it had gone idle); the thread writes whatever has queued up in one ``write`` and flushes after
-  each batch. Records are never dropped: if the writer falls ``queue_size`` lines behind,
-  recording waits for it (back-pressure) rather than losing audit records. A write error is
-  logged (``cedarberg.audit``) and makes `healthy` false.
+  it had gone idle); the thread (`gateway.audit_writer`) writes whatever has queued up in one
+  ``write`` per batch. Records are never dropped: if the writer falls ``queue_size`` lines
+  behind, recording waits for it (back-pressure); while the destination fails, they are kept
+  and written when it recovers, and recording is refused (`AuditUnavailableError`, 503) once no
+  more may be kept. A write error is logged (``cedarberg.audit``) and makes `healthy` false.
+- **A mutation is acknowledged only once its records are durable**: the pipeline awaits
+  `durable` before the change is applied (its decisions) and before it is acknowledged (its
+  outcome), see `gateway.web.middlewares`.
 - **No secret reaches the log**, even when passed by mistake: every string is scrubbed before it
   is serialised (see `scrub`): bearer/basic credentials, ``cbk_`` API keys, JWT/JWE-looking
   strings, PEM private keys, ``secret=...``/``"token": "..."`` pairs and values of mapping keys
@@ -43,28 +48,26 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
-import os
 import re
-import sys
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
-from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import orjson
 
+from cedarberg.gateway.audit_writer import AuditObserver, AuditUnavailableError, AuditWriter
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.config.audit import AuditSettings
 
 __all__ = [
     "AuditEvent",
     "AuditLog",
+    "AuditObserver",
+    "AuditUnavailableError",
     "Ruling",
     "EventKind",
     "Outcome",
@@ -237,20 +240,6 @@ class SecretScrubbingFilter(logging.Filter):
 
 # -- the log -----------------------------------------------------------------------------------
 
-_BATCH_PAUSE_SECONDS: Final = 0.01
-_STOP: Final = object()
-_REOPEN: Final = object()
-
-
-def _write_all(stream: IO[bytes], data: bytes) -> None:
-    view = memoryview(data)
-    while view:  # a raw (unbuffered) write may be partial
-        written = stream.write(view)
-        if not written:
-            raise OSError("audit log write made no progress")
-        view = view[written:]
-
-
 _second: tuple[int, str] = (-1, "")
 
 
@@ -288,22 +277,13 @@ def _scrub_short(text: str | None) -> str | None:
 
 
 class AuditLog:
-    """Writes audit records as JSON lines from a background thread. Thread-safe."""
+    """Scrubs and renders audit records and hands them to the writer thread
+    (`gateway.audit_writer.AuditWriter`, which knows whether the destination takes them).
+    Thread-safe."""
 
     def __init__(self, settings: AuditSettings) -> None:
         self._settings = settings
-        # Lines and markers (flush events, _REOPEN, _STOP) in order; drained by the writer.
-        self._pending: collections.deque[object] = collections.deque()
-        self._wake = threading.Event()  # set by a producer that finds the writer idle
-        self._writer_idle = False
-        self._stream: IO[bytes] | None = None
-        self._text_stream: IO[str] | None = None
-        self._healthy = True
-        self._closed = False
-        self._lock = threading.Lock()
-        self._open_stream()
-        self._thread = threading.Thread(target=self._run, name="cedarberg-audit", daemon=True)
-        self._thread.start()
+        self._writer = AuditWriter(settings)
 
     @classmethod
     def open(cls, settings: AuditSettings) -> AuditLog:
@@ -317,15 +297,22 @@ class AuditLog:
 
     @property
     def healthy(self) -> bool:
-        """False once a write has failed (for readiness checks)."""
-        return self._healthy
+        """False while the destination cannot take records (for readiness checks); true again
+        once the writer's retry succeeds."""
+        return self._writer.healthy
+
+    def observe(self, observer: AuditObserver) -> None:
+        """Report the destination's health and failed writes to `observer` (the metrics)."""
+        self._writer.observe(observer)
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record(self, event: AuditEvent) -> None:
-        """Queue one audit line for `event`. Raises `RuntimeError` once the log is closed, and
-        `ValueError` for a decision or outcome that is not one of the enums' values."""
-        self.record_template(self.template(event), event.request_id)
+    def record(self, event: AuditEvent, *, keep: bool = False) -> None:
+        """Queue one audit line for `event`. Raises `RuntimeError` once the log is closed,
+        `ValueError` for a decision or outcome that is not one of the enums' values, and
+        `AuditUnavailableError` while the destination is failing and no more records may be
+        kept (``keep=True``: never; for the outcome of a change already applied)."""
+        self.record_template(self.template(event), event.request_id, keep=keep)
 
     def template(self, event: AuditEvent) -> AuditTemplate:
         """`event`'s audit line, scrubbed and rendered once, with its time and request id left
@@ -354,12 +341,9 @@ class AuditLog:
         middle, _, tail = rest.partition(b'"' + _REQUEST_ID_SLOT.encode() + b'"')
         return AuditTemplate(head, middle, tail)
 
-    def record_template(self, template: AuditTemplate, request_id: str | None) -> None:
-        """Queue `template`'s line with the current time and `request_id`. Raises `RuntimeError`
-        once the log is closed."""
-        if self._closed:
-            raise RuntimeError("audit log is closed")
-        self._put(
+    def record_template(self, template: AuditTemplate, request_id: str | None, *, keep: bool = False) -> None:
+        """Queue `template`'s line with the current time and `request_id`. Raises like `record`."""
+        self._writer.put(
             b"".join(
                 (
                     template.head,
@@ -368,18 +352,27 @@ class AuditLog:
                     orjson.dumps(_scrub_request_id(request_id)),
                     template.tail,
                 )
-            )
+            ),
+            keep,
         )
+
+    async def durable(self) -> None:
+        """Return once every record made before this call is written to the destination (and
+        synced under ``durability = "fsync"``), sharing one write and sync with concurrent
+        callers. Raises `AuditUnavailableError` if it cannot be: a mutation must not proceed."""
+        await self._writer.durable()
+
+    async def probe(self) -> bool:
+        """True if the destination is usable now: not failing, and still the file at the
+        configured path (a removed file is reopened first)."""
+        return await self._writer.probe()
 
     # -- flushing and life cycle -------------------------------------------------------------
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every record made before this call is written; False on timeout."""
-        if not self._thread.is_alive():
-            return True
-        done = threading.Event()
-        self._put(done)
-        return done.wait(timeout)
+        """Wait until every record made before this call is written; False if the destination
+        is failing (the records are kept) or on timeout."""
+        return self._writer.flush(timeout)
 
     async def aflush(self) -> bool:
         """`flush` without blocking the event loop."""
@@ -387,122 +380,11 @@ class AuditLog:
 
     def reopen(self) -> None:
         """Close and reopen the file destination (after log rotation); no-op for stdout."""
-        self._put(_REOPEN)
+        self._writer.reopen()
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is queued, stop the writer and close the file. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._put(_STOP)
-        self._thread.join(timeout)
-        self._close_stream()
+        self._writer.close(timeout)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
-
-    # -- the writer thread -------------------------------------------------------------------
-
-    def _open_stream(self) -> None:
-        if self._settings.destination == "stdout":
-            buffer = getattr(sys.stdout, "buffer", None)
-            if buffer is not None:
-                self._stream = buffer
-            else:
-                self._text_stream = sys.stdout
-            return
-        path = Path(self._settings.destination)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        # Unbuffered: the writer thread batches lines itself, one write() per batch.
-        self._stream = os.fdopen(fd, "ab", buffering=0)
-
-    def _close_stream(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None and self._settings.destination != "stdout":
-            try:
-                stream.close()
-            except OSError:
-                self._healthy = False
-                log.exception("audit log %s could not be closed", self._settings.destination)
-
-    def _write(self, data: bytes) -> None:
-        try:
-            if self._stream is not None:
-                _write_all(self._stream, data)
-                self._stream.flush()
-            elif self._text_stream is not None:
-                self._text_stream.write(data.decode())
-                self._text_stream.flush()
-        except (OSError, ValueError):
-            self._healthy = False
-            log.exception("audit log write to %s failed", self._settings.destination)
-
-    def _put(self, item: object) -> None:
-        """Hand `item` to the writer; wait while it is `queue_size` lines behind."""
-        pending = self._pending
-        if len(pending) >= self._settings.queue_size:
-            self._wait_for_room()
-        pending.append(item)
-        if self._writer_idle:
-            self._wake.set()
-
-    def _wait_for_room(self) -> None:
-        # Back-pressure, as a bounded queue's put would block; rare (the writer drains every
-        # batch pause), so polled rather than signalled per record.
-        while len(self._pending) >= self._settings.queue_size and self._thread.is_alive():
-            self._wake.set()
-            time.sleep(_BATCH_PAUSE_SECONDS / 10)
-
-    def _take_batch(self) -> list[object]:
-        """Everything pending, waiting (idle) until there is something."""
-        pending = self._pending
-        while not pending:
-            # Idle is announced before the emptiness is checked again, so a producer that
-            # appends in between sees it and wakes the writer: no record waits for a timeout.
-            self._writer_idle = True
-            if not pending:
-                self._wake.wait()
-            self._wake.clear()
-            self._writer_idle = False
-        batch = []
-        while pending:
-            batch.append(pending.popleft())
-        return batch
-
-    def _run(self) -> None:
-        while True:
-            lines: list[bytes] = []
-            stop = False
-            for item in self._take_batch():
-                if isinstance(item, bytes):
-                    lines.append(item)
-                    continue
-                if lines:  # keep order: what came before a marker is written before it acts
-                    self._write(b"".join(lines))
-                    lines = []
-                if isinstance(item, threading.Event):
-                    item.set()
-                elif item is _REOPEN:
-                    self._reopen_now()
-                elif item is _STOP:
-                    stop = True
-            if lines:
-                self._write(b"".join(lines))
-            if stop:
-                return
-            # Gather the next batch for a moment: a writer woken for every record would take the
-            # interpreter lock from the event loop thousands of times a second.
-            time.sleep(_BATCH_PAUSE_SECONDS)
-
-    def _reopen_now(self) -> None:
-        if self._settings.destination == "stdout":
-            return
-        try:
-            self._close_stream()
-            self._open_stream()
-            self._healthy = True
-        except OSError:
-            self._healthy = False
-            log.exception("audit log %s could not be reopened", self._settings.destination)

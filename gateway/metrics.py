@@ -19,6 +19,8 @@ Families (labels):
     cedarberg_tokens_total                     grant_type, outcome (issued|refused)
     cedarberg_rate_limit_rejections_total      scope (address|auth_failures|principal), op_class
     cedarberg_store_pool_connections           state (checked_out|capacity)
+    cedarberg_audit_sink_up                    -   (1: the audit destination takes records; min over workers)
+    cedarberg_audit_write_failures_total       -   (failed attempts to write or sync audit records)
 Labels are bounded: operations and actions come from the route table, never from request paths,
 principals or table names.
 """
@@ -98,6 +100,8 @@ class Metrics:
     tokens: Counter
     rate_limited: Counter
     pool: Gauge
+    audit_sink: Gauge
+    audit_write_failures: Counter
     # Labelled children by (family, labels): `labels()` takes a lock and builds a key on every
     # call; label values here are bounded (operations, methods, statuses, actions, outcomes).
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(default_factory=dict)
@@ -193,6 +197,18 @@ class Metrics:
                 multiprocess_mode="livesum",
                 **where,
             ),
+            audit_sink=Gauge(
+                "cedarberg_audit_sink_up",
+                "1 while the audit log's destination takes records, 0 while it fails (mutations are "
+                "refused then); the lowest of the workers.",
+                multiprocess_mode="livemin",
+                **where,
+            ),
+            audit_write_failures=Counter(
+                "cedarberg_audit_write_failures",
+                "Failed attempts to write or sync audit records (each retry counts).",
+                **where,
+            ),
         )
 
     # -- recording ---------------------------------------------------------------------------
@@ -205,6 +221,13 @@ class Metrics:
     def token_request(self, grant_type: str | None, issued: bool) -> None:
         grant = grant_type if grant_type in _GRANT_TYPES else "other"
         self.tokens.labels(grant, "issued" if issued else "refused").inc()
+
+    def audit_sink_up(self, up: bool) -> None:
+        """The audit destination takes records (`gateway.audit_writer.AuditObserver`)."""
+        self.audit_sink.set(1 if up else 0)
+
+    def audit_write_failed(self) -> None:
+        self.audit_write_failures.inc()
 
     def watch_pool(self, pool: WatchedPool, capacity: int) -> None:
         """Count the registry's checked-out connections (the store's pool callbacks)."""

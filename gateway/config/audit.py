@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -10,13 +11,39 @@ from cedarberg.gateway.config.base import FrozenSettings
 
 
 class AuditSettings(FrozenSettings):
-    """Where audit records go."""
+    """Where audit records go, how durably a mutation's records are written before it is
+    acknowledged, and what reads do while the destination cannot take records."""
 
     destination: str = Field(
         "stdout", min_length=1, description='"stdout", or the path of a file that JSON lines are appended to.'
     )
     queue_size: int = Field(
-        10_000, ge=1, le=1_000_000, description="Records that may wait for the writer before recording waits."
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="Records that may wait for the writer before recording waits; while the "
+        "destination is failing, the records kept for it (beyond that, every request is refused).",
+    )
+    durability: Literal["fsync", "write"] = Field(
+        "fsync",
+        description='Before a mutation is applied and before it is acknowledged, its records are: "fsync": '
+        'written and synced to disk (they survive a crash of the machine); "write": written to the '
+        "operating system (they survive a crash of the gateway, not of the machine). Concurrent "
+        "mutations share one write and sync. Reads never wait for either.",
+    )
+    reads_when_failing: Literal["serve", "refuse"] = Field(
+        "serve",
+        description='While the destination cannot take records (mutations then fail with 503): "serve": '
+        "reads are answered and their records kept in memory, in order, written when it recovers "
+        '(at most `queue_size`; beyond that reads are refused too); "refuse": reads are refused '
+        "with 503 as well.",
+    )
+    retry_interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often a destination that failed is tried again (reopened at its path if it "
+        "was removed or replaced); recording resumes by itself once it takes records.",
     )
 
     @field_validator("destination")

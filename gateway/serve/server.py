@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from pathlib import Path
 
+from cedarberg.gateway.audit_file import open_destination
 from cedarberg.gateway.authn.tokens import TokenIssuer
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.config.settings import Settings
@@ -31,7 +33,7 @@ def prepare(settings: Settings) -> None:
     """Everything that must be done once before serving. Raises the errors `main` reports."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.audit.destination != "stdout":  # fail here, once, not in every worker
-        Path(settings.audit.destination).open("a").close()
+        os.close(open_destination(Path(settings.audit.destination)))
     PolicyEngine(settings.authz.policy_dir).load()
     TokenIssuer.open(settings.tokens, settings.data_dir)
     asyncio.run(_prepare_keys_and_registry(settings))

@@ -7,7 +7,8 @@ plans each change (requirements checked, updates applied), derives its effect
 anything is written. The gate decides each effect with the operation's effect checks
 (`gateway.authz.operations.EFFECT_CHECKS`) on the object's resource, built from the registry's
 current grants, with the effect as the context; a multi-table transaction is written only if
-every table's effect is allowed. Every decision is audited and counted like the pipeline's.
+every table's effect is allowed. Every decision is audited and counted like the pipeline's, and
+its record is durable before the catalog writes (`AuditLog.durable`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cedarberg.gateway.authz.authorizer import Check, effect_checks
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.web import http, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError
-from cedarberg.gateway.web.keys import PRINCIPAL, route_of, services
+from cedarberg.gateway.web.keys import PRINCIPAL, route_of, security, services
 
 
 def effect_gate(request: web.Request) -> EffectGate:
@@ -52,6 +53,9 @@ def effect_gate(request: web.Request) -> EffectGate:
                 f"Not allowed: {operation}: {denied.action} on {denied.resource.uid.id} "
                 f"({_describe(denied.context.changes)})"
             )
+        # The decisions that allow these effects are on record before the catalog writes
+        # anything; if they cannot be, AuditUnavailableError (503) and nothing is written.
+        await security(request).audit.durable()
 
     return gate
 

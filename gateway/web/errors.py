@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from cedarberg.catalog import errors as catalog_errors
+from cedarberg.gateway.audit import AuditUnavailableError
 from cedarberg.gateway.authn.errors import (
     AuthenticationError,
     CredentialExpiredError,
@@ -98,6 +99,8 @@ ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     ),
     AuthenticationError: ErrorMapping(401, "NotAuthorizedException", "Not authorized", _challenge),
     RateLimitedError: ErrorMapping(429, "TooManyRequestsException", headers=_retry_after_limited),
+    # The audit writer logs why its destination fails (once, not per refused request).
+    AuditUnavailableError: ErrorMapping(503, _UNAVAILABLE, log_failure=False),
     # The limiter logs why its storage is unusable.
     RateLimitUnavailableError: ErrorMapping(
         503, _UNAVAILABLE, "rate limiting is unavailable", log_failure=False

@@ -38,7 +38,6 @@ from cedarberg.catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from cedarberg.gateway.audit import AuditEvent, EventKind, Outcome
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
@@ -48,7 +47,7 @@ from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, opera
 from cedarberg.gateway.logs import bind_principal, bind_request
 from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
-from cedarberg.gateway.web import errors, http, replay, resources, verdicts
+from cedarberg.gateway.web import errors, http, outcomes, replay, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
@@ -300,7 +299,9 @@ async def _authenticate(request: web.Request) -> Principal:
 
 async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) -> web.StreamResponse:
     """Authenticate, spend the principal's budget, authorize, run the handler; filter a listing
-    to what the caller may see; audit a mutation's outcome."""
+    to what the caller may see; audit a mutation's outcome. A mutation runs only once its
+    decisions' records are durable and is acknowledged only once its outcome's record is;
+    otherwise AuditUnavailableError (503)."""
     sec = security(request)
     principal = await _authenticate(request)
     request[PRINCIPAL] = principal
@@ -320,23 +321,17 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
             raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
         raise ForbiddenError(f"Not allowed: {spec.operation}")
     request[VERDICT] = verdict
+    mutation = spec.group not in _READ_GROUPS
+    if mutation:
+        # Nothing changes unless its decisions are on record: the destination takes records and
+        # has them (written, and synced per `audit.durability`); else 503, nothing done.
+        await sec.audit.durable()
     response = await handler(request)
     if spec.lists is not None and isinstance(response, web.Response) and response.status == 200:
         response = await _filtered(request, spec, response, principal, context)
-    if spec.group not in _READ_GROUPS:
-        sec.audit.record(
-            AuditEvent(
-                EventKind.MUTATION,
-                request_id=request_id_of(request),
-                principal=principal,
-                action=spec.operation,
-                resource=str(built.resource or ", ".join(str(t) for t in built.tables)),
-                outcome=Outcome.SUCCESS if response.status < 400 else Outcome.FAILURE,
-                status=response.status,
-                policy_version=sec.policies.version,
-                client_address=request.remote,
-            )
-        )
+    if mutation:
+        resource = str(built.resource or ", ".join(map(str, built.tables)))
+        await outcomes.acknowledge(request, spec.operation, principal, resource, response)
     return response
 
 

@@ -5,7 +5,8 @@ Vended credentials are added to a load result per request, after the load-result
 idempotency record: neither ever holds them. What a caller gets is decided by `decide_file_access`:
 nothing (the load is answered without credentials), read-only, or read-write. A caller whose read
 is restricted gets them only when its client is trusted to enforce the restrictions; the vending's
-audit record then says so (`restrictions: enforced-by-client`).
+audit record then says so (`restrictions: enforced-by-client`). Read-write credentials are handed
+out only once the vending's records are durable (`AuditLog.durable`; 503 otherwise).
 """
 
 from __future__ import annotations
@@ -131,6 +132,10 @@ async def _vend(
             detail=detail,
         )
     )
+    if write:
+        # Write credentials let the caller change the warehouse: handed out only once their
+        # records are durable (else 503); read credentials follow `audit.reads_when_failing`.
+        await sec.audit.durable()
     return warehouse.vendor.config(credentials)
 
 

@@ -1,17 +1,19 @@
 """Operating the gateway: probes and metrics.
 
     GET /health    checkHealth      public   200 while the process serves requests (liveness)
-    GET /ready     checkReadiness   public   200 when the registry, the KMS and the policies are
-                                             usable; 503 otherwise and once shutdown has begun
+    GET /ready     checkReadiness   public   200 when the registry, the KMS, the policies and the
+                                             audit log are usable; 503 otherwise and once
+                                             shutdown has begun
     GET /metrics   readMetrics      Cedar    Prometheus text format, summed over the workers
 
 The probes are public because orchestrators call them without credentials; they reveal only
-"ok" or which of three dependencies is unusable, never why.
+"ok" or which of four dependencies is unusable, never why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 
 import orjson
@@ -22,6 +24,8 @@ from cedarberg.gateway.web.errors import error_body
 from cedarberg.gateway.web.keys import LIFECYCLE, metrics, security, services
 from cedarberg.gateway.web.route import Route
 
+log = logging.getLogger("cedarberg.ready")
+
 CHECK_TIMEOUT_SECONDS = 2.0
 
 
@@ -30,21 +34,32 @@ async def check_health(request: web.Request) -> web.Response:
 
 
 async def _usable(check: Awaitable[bool]) -> bool:
+    """The check's verdict; False if it takes too long or fails in a way it did not expect (a
+    driver's internal error on a connection the server just closed): /ready answers 503 then,
+    never 500."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
             return await check
     except TimeoutError:
         return False
+    except Exception as err:  # any failure of a dependency is "not ready"
+        log.warning("readiness check failed: %s", type(err).__name__)
+        return False
 
 
 async def check_readiness(request: web.Request) -> web.Response:
     svc, sec = services(request), security(request)
-    store, kms = await asyncio.gather(
-        _usable(svc.ctx.store.ping()), _usable(svc.ctx.sealer.keyring.healthy())
+    store, kms, audit = await asyncio.gather(
+        _usable(svc.ctx.store.ping()), _usable(svc.ctx.sealer.keyring.healthy()), _usable(sec.audit.probe())
     )
     checks = {
         name: "ok" if usable else "unavailable"
-        for name, usable in (("store", store), ("kms", kms), ("policies", bool(sec.policies.version)))
+        for name, usable in (
+            ("store", store),
+            ("kms", kms),
+            ("policies", bool(sec.policies.version)),
+            ("audit", audit),
+        )
     }
     failing = [name for name, state in checks.items() if state != "ok"]
     if request.app[LIFECYCLE].draining:

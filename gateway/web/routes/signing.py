@@ -5,7 +5,8 @@ only if it stays inside the table's location (`sign_scope.classify`) and, when i
 also allows writeTableData (`decide_file_access`); a caller whose read is restricted to some columns
 or rows is signed for only if its client is trusted (readRestrictedData, decided for each signature).
 Every refusal is a 403 ForbiddenException, audited with the method, path and reason (never the
-query, which may carry signatures).
+query, which may carry signatures). A write is signed only once its decisions are durably recorded
+(`AuditLog.durable`; 503 otherwise).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cedarberg.gateway.storage.sign_scope import S3Request, classify
 from cedarberg.gateway.web import http, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError
 from cedarberg.gateway.web.file_access import RESTRICTED, decide_file_access, require_confined, table_resource
-from cedarberg.gateway.web.keys import services, storage
+from cedarberg.gateway.web.keys import security, services, storage
 
 
 class RemoteSignRequest(BaseModel):
@@ -65,6 +66,10 @@ async def sign_request(request: web.Request) -> web.Response:
         _refuse(request, str(table), sign, reason)
     if verdict.write and not access.write:
         _refuse(request, str(table), sign, "writing the table's files needs writeTableData")
+    if verdict.write:
+        # A signed write changes the warehouse: handed out only once the decision allowing it is
+        # on record (else 503); signed reads follow `audit.reads_when_failing` like every read.
+        await security(request).audit.durable()
     headers = await warehouse.signer.sign(sign.method, sign.uri, sign.headers, verdict.payload_sha256)
     return http.json_response(orjson.dumps({"uri": sign.uri, "headers": headers}))
 
