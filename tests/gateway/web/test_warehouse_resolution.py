@@ -18,7 +18,8 @@ from tests.support.gateway import bundled_policies
 SALES = 'Cedarberg::Warehouse::"sales"'
 NO_SALES_FOR_ANALYSTS = (
     '@id("no-sales-for-analysts")\n'
-    'forbid (principal, action == Cedarberg::Action::"getConfig", resource == Cedarberg::Warehouse::"sales")\n'
+    'forbid (principal, action == Cedarberg::Action::"getConfig", '
+    'resource == Cedarberg::Warehouse::"sales")\n'
     'when { principal.groups.contains("analysts") };\n'
 )
 
