@@ -1,4 +1,5 @@
-"""registerTable and registerView read no file before the caller may have it (issue 27 §3).
+"""No I/O on a caller's path before it is decided (issue 27 §3): registerTable and registerView
+read no file before the caller may have it, and a create writes nothing in another object's place.
 
 The attacker is an ordinary writer of namespace `mine` (etl-bot); `other` is someone else's and
 answers 404 to it on every catalog route. Registering into `mine`, it names files in `other`, in a
@@ -205,3 +206,31 @@ async def test_a_migration_warehouse_reads_outside_namespaces_but_never_in_anoth
     registered = await lake.register("orders", str(legacy))
     assert registered.status == 200, await registered.text()
     assert (await registered.json())["metadata"]["location"] == (mig / "legacy" / "orders").as_uri()
+
+
+async def test_a_create_over_another_object_writes_nothing_there(
+    make_gateway: MakeGateway, tmp_path: Path
+) -> None:
+    mig = tmp_path / "mig"
+    config = {"mig": {"location": mig.as_uri(), "allow_locations_outside_namespace": True}}
+    lake = await _lake(make_gateway, config, "mig")
+    victim_dir = _local((await lake.create("other", "victim", "root"))["metadata"]["location"])
+    before = sorted(victim_dir.rglob("*"))
+    spy = victim_dir / "spy"
+    answer = await lake.gw.client.post(
+        lake.url("namespaces/mine/tables"),
+        json={"name": "spy", "schema": {"type": "struct", "fields": []}, "location": spy.as_uri()},
+        headers=lake.gw.as_("etl-bot"),
+    )
+    assert answer.status == 400
+    assert "overlaps the location of another table or view" in (await answer.json())["error"]["message"]
+    assert sorted(victim_dir.rglob("*")) == before, "no directory or file was made in the other table"
+    # Control: the same create at a free place outside any namespace.
+    free = mig / "legacy" / "spy"
+    answer = await lake.gw.client.post(
+        lake.url("namespaces/mine/tables"),
+        json={"name": "spy", "schema": {"type": "struct", "fields": []}, "location": free.as_uri()},
+        headers=lake.gw.as_("etl-bot"),
+    )
+    assert answer.status == 200, await answer.text()
+    assert list((free / "metadata").glob("*.metadata.json"))
