@@ -141,7 +141,8 @@ async def build(
 ) -> RequestResources:
     """The resources `spec` is decided on, named by the request as the operation table's `naming`
     says and built with the registry's grants (`gateway.authz.naming.build`). Raises
-    InvalidRequestError for unusable input."""
+    InvalidRequestError for unusable input, NoSuchWarehouseError for a warehouse that does not
+    exist (nothing is decided then)."""
     names = await _names(request, spec, services, security)
     changes = _changes(request, spec)
     created = None
