@@ -10,7 +10,8 @@ Tables and views share this one algorithm; only the planning differs (`catalog.t
 2. Gate: the effect of every planned change (`catalog.effects`) goes to the caller's gate, which
    refuses by raising: nothing is written unless every object's effect is allowed.
 3. Write each new metadata file under a fresh name (a registration brings its file: none is
-   written).
+   written), once the roots a change gains are checked clear of every other object's: nothing is
+   written in another object's place.
 4. In ONE database transaction, claim each object's roots (`catalog.confinement`), swap every
    pointer only if it still names the version read in 1 (or insert it, for a create); record the
    idempotent response in the same transaction.
@@ -128,6 +129,19 @@ def new_row(ctx: CatalogContext, target: SealTarget, key: ObjectKey, metadata_js
     )
 
 
+async def _check_places_clear(ctx: CatalogContext, changes: Sequence[PlannedChange[M]]) -> None:
+    """Raise LocationNotAllowedError before anything is written if a change writes its file while
+    gaining a root that overlaps another object (the file lies under the new roots): no I/O in
+    another object's place. Commits that keep their roots (nearly all) read nothing more here."""
+    for change in changes:
+        if not change.writes_file:
+            continue
+        before = set(roots.roots_of(change.origin)) if change.origin is not None else set()
+        added = sorted(set(change.roots) - before)
+        if added:
+            await confinement.check_clear(ctx, change.kind, change.object_uuid, added)
+
+
 async def _write_files(
     ctx: CatalogContext, warehouse: Warehouse, changes: Sequence[PlannedChange[M]]
 ) -> list[str]:
@@ -232,6 +246,7 @@ async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], 
             return body
         kind = changes[0].kind
         await gate([change.effect for change in changes])
+        await _check_places_clear(ctx, changes)
         written = await _write_files(ctx, warehouse, changes)
         try:
             await _swap_all(ctx, warehouse, changes, job.rec, body)

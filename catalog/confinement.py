@@ -101,6 +101,15 @@ async def check_free(
         await _check_no_overlap(tx, kind, "", candidate)
 
 
+async def check_clear(ctx: CatalogContext, kind: str, owner: str, candidate: Sequence[str]) -> None:
+    """Before a file is written under `candidate` (normalised roots the object `owner` is about to
+    gain): raise LocationNotAllowedError if one overlaps another object's roots or is or contains a
+    namespace directory, so nothing is written in another object's place. `claim` checks again
+    when it records them."""
+    async with ctx.store.read() as tx:
+        await _check_no_overlap(tx, kind, owner, candidate)
+
+
 async def _check_no_overlap(tx: StoreTx, kind: str, owner: str, candidate: Sequence[str]) -> None:
     """Raise LocationNotAllowedError if a root of `candidate` overlaps another object's roots or
     is (or contains) a namespace directory; `owner`'s own roots do not count."""

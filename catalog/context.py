@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cedarberg.catalog import locations
 from cedarberg.catalog.commit_locks import CommitLocks
-from cedarberg.catalog.errors import NoSuchWarehouseError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchWarehouseError
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.load_results import LoadResultCache
 from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.sealing import KeyPurpose, Sealer
 from cedarberg.catalog.store.sql import Store
+
+# The one answer for a warehouse that is not there, worded as the gateway's answer for one the
+# caller may not see, so that the two cannot be told apart.
+NO_SUCH_WAREHOUSE = "Warehouse does not exist"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +54,29 @@ class CatalogContext:
         """The named warehouse, or the default one for None. Raises NoSuchWarehouseError."""
         found = self.warehouses.get(self.default_warehouse if name is None else name)
         if found is None:
-            raise NoSuchWarehouseError(f"warehouse does not exist: {name}")
+            raise NoSuchWarehouseError(NO_SUCH_WAREHOUSE)
         return found
+
+    def find_warehouse(self, named: str | None) -> Warehouse:
+        """The warehouse a client names by its name or by its location (in any spelling
+        `locations.normalize` accepts); the default one when it names none (None or empty).
+        Names are matched exactly and first. Raises NoSuchWarehouseError for anything else.
+
+        The one resolution of a `warehouse` value: the request is decided, audited and answered
+        on the warehouse this returns, never on the value as sent."""
+        if not named:
+            return self.warehouse(None)
+        found = self.warehouses.get(named)
+        if found is not None:
+            return found
+        try:
+            location = locations.normalize(named)
+        except InvalidRequestError:
+            raise NoSuchWarehouseError(NO_SUCH_WAREHOUSE) from None
+        for warehouse in self.warehouses.values():
+            if warehouse.location == location:
+                return warehouse
+        raise NoSuchWarehouseError(NO_SUCH_WAREHOUSE)
 
     async def page_key(self) -> bytes:
         """The deployment's page-token key (shared by every instance; cached after first use).

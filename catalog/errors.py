@@ -4,6 +4,7 @@
     ├── InvalidRequestError            malformed or semantically invalid input
     │   ├── InvalidArgumentError       what Iceberg's reference refuses as IllegalArgumentException
     │   ├── LocationNotAllowedError    a location outside the table's allowed prefix
+    │   ├── NoFileError                no regular file at a location a request names
     │   └── DocumentTooLargeError      a document over its documented size bound
     ├── UnprocessableError             well-formed but contradictory input
     ├── NotFoundError
@@ -46,6 +47,10 @@ class InvalidArgumentError(InvalidRequestError):
 
 
 class LocationNotAllowedError(InvalidRequestError):
+    pass
+
+
+class NoFileError(InvalidRequestError):
     pass
 
 

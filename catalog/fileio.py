@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import shutil
+import stat
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from cedarberg.catalog import locations
 from cedarberg.catalog import roots as roots_
-from cedarberg.catalog.errors import InvalidRequestError, StorageUnavailableError
+from cedarberg.catalog.errors import InvalidRequestError, NoFileError, StorageUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +138,27 @@ def _fsync_directory(directory: str) -> None:
 
 
 def read_file(location: str, max_bytes: int) -> bytes:
-    """Read a whole file of at most `max_bytes`. Raises InvalidRequestError if absent or too big."""
+    """Read a whole file of at most `max_bytes`. Raises NoFileError if there is no regular file
+    there (nothing, a directory, a FIFO or a device: never opened, so a FIFO cannot block),
+    InvalidRequestError if it is too big, StorageUnavailableError if it cannot be read."""
     try:
+        if location.startswith("file:"):
+            _require_regular_file(locations.to_local_path(location))
         with file_io(location).new_input(location).open() as stream:
             data = stream.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise InvalidRequestError(f"no file at {location!r}") from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise NoFileError(f"no file at {location!r}") from None
     except OSError as err:
         raise StorageUnavailableError(f"cannot read from the warehouse: {type(err).__name__}") from err
     if len(data) > max_bytes:
         raise InvalidRequestError("metadata file is too large")
     return bytes(data)
+
+
+def _require_regular_file(path: str) -> None:
+    """Raise FileNotFoundError unless `path` is a regular file (following symbolic links)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise FileNotFoundError(path)
 
 
 def move_file(source: str, target: str) -> None:

@@ -325,8 +325,9 @@ class TableService:
         also removes the table it replaces, and is gated as that too."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        location = registration.check_file(warehouse, request.metadata_location)
-        content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
+        target = registration.Target(TABLE, identifier, request.overwrite)
+        location = await registration.confine_file(self._ctx, warehouse, target, request.metadata_location)
+        content = await registration.read_file(self._ctx, location)
         opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
         metadata = fileio.parse_table_metadata(opened.metadata_json)
         uid = str(metadata.table_uuid)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 
@@ -130,8 +129,9 @@ async def plan_register(
     Raises InvalidRequestError, LocationNotAllowedError, NoSuchNamespaceError,
     AlreadyExistsError, StorageUnavailableError, KeyServiceUnavailableError."""
     namespace = identifier.namespace
-    location = registration.check_file(warehouse, request.metadata_location)
-    content = await asyncio.to_thread(fileio.read_file, location, ctx.limits.max_metadata_bytes)
+    target = registration.Target(VIEW, identifier)
+    location = await registration.confine_file(ctx, warehouse, target, request.metadata_location)
+    content = await registration.read_file(ctx, location)
     opened = await ctx.sealer.open_file(warehouse.name, location, content)
     metadata = parse(opened.metadata_json)
     if opened.sealed_key is not None and (opened.kind != VIEW or opened.object_uuid != metadata.view_uuid):

@@ -94,7 +94,10 @@ class RegistryGrants:
 
 
 def _warehouse(request: web.Request, services: Services) -> str:
-    return request.match_info.get("prefix") or services.ctx.default_warehouse
+    """The warehouse of the path's prefix (the default one without a prefix), resolved as every
+    handler resolves it (`CatalogContext.warehouse`): an unknown prefix is a 404, never a decision
+    on a warehouse that does not exist."""
+    return services.ctx.warehouse(http.prefix(request)).name
 
 
 async def _chain(
@@ -138,8 +141,9 @@ async def build(
 ) -> RequestResources:
     """The resources `spec` is decided on, named by the request as the operation table's `naming`
     says and built with the registry's grants (`gateway.authz.naming.build`). Raises
-    InvalidRequestError for unusable input."""
-    names = await _names(request, spec, _warehouse(request, services), security)
+    InvalidRequestError for unusable input, NoSuchWarehouseError for a warehouse that does not
+    exist (nothing is decided then)."""
+    names = await _names(request, spec, services, security)
     changes = _changes(request, spec)
     created = None
     if spec.creates and names.resource is not None and names.resource.kind is EntityType.NAMESPACE:
@@ -165,17 +169,20 @@ def _identifier(value: object) -> Identifier:
     return value.identifier()
 
 
-async def _names(request: web.Request, spec: OperationSpec, warehouse: str, security: Security) -> _Names:
-    """What the request names, read where `spec.naming` says."""
+async def _names(request: web.Request, spec: OperationSpec, services: Services, security: Security) -> _Names:
+    """What the request names, read where `spec.naming` says, resolved to the canonical objects its
+    handler acts on. Raises NoSuchWarehouseError for a warehouse that does not exist."""
     how, view = spec.naming, spec.scope is Scope.VIEW
     if how.source is Source.SCOPE:
         return _Names(ResourceName(EntityType.CATALOG))
+    warehouse = _warehouse(request, services)
     if how.source is Source.QUERY:
         value = http.query_value(request, how.field)
         if not value:
             return _Names(ResourceName(EntityType.WAREHOUSE, warehouse))
         if spec.scope is Scope.WAREHOUSE:
-            return _Names(ResourceName(EntityType.WAREHOUSE, value))
+            # Named by name or by location: decided on the warehouse the handler will answer for.
+            return _Names(ResourceName(EntityType.WAREHOUSE, services.ctx.find_warehouse(value).name))
         return _Names(ResourceName(EntityType.NAMESPACE, warehouse, Namespace.parse(value).levels))
     if how.source is Source.PATH:
         value = request.match_info[how.field]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from cedarberg.catalog.registration import NOT_REGISTRABLE
 from tests.support import rck
 from tests.support.secure import SecureGateway, split_key
 from tests.support.tls import TestPki
@@ -127,6 +128,8 @@ def test_on_a_sealed_warehouse_only_what_sealing_rules_out_fails(sealed: rck.Kit
 def test_what_sealing_rules_out_fails_for_the_documented_reasons(sealed: rck.KitResult) -> None:
     reasons = {name: message for name, message in sealed.failed.items() if name in SEALED_BY_DESIGN}
     register = f"{CATALOG}.testRegisterTable()"
-    assert "no file at" in reasons.pop(register)
+    # The dropped table's files are its own until purged: the one answer for a file the
+    # registration may not read (issue 27 §3), given before anything is read.
+    assert NOT_REGISTRABLE in reasons.pop(register)
     assert reasons
     assert all("overlaps the location of another table or view" in m for m in reasons.values()), reasons
