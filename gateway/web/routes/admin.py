@@ -32,6 +32,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cedarberg.catalog import json_nesting
 from cedarberg.catalog.errors import (
     ConflictError,
     InvalidRequestError,
@@ -127,6 +128,7 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, len(raw))
     if not raw:
         raise InvalidRequestError("request body is required")
+    json_nesting.check_depth(raw, services(request).settings.max_body_depth)
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError:
