@@ -62,6 +62,8 @@ class CreateTableRequest(NamedRequest):
         if isinstance(data, dict):
             wire.check_struct(data.get("schema"))
             wire.check_optional_bool(data, "stage-create")
+            wire.check_transforms(data.get("partition-spec"), "partition-spec")
+            wire.check_transforms(data.get("write-order"), "write-order")
         return data
 
     location: str | None = None

@@ -7,6 +7,7 @@ against the spec's required fields and JSON types before they are parsed.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -135,6 +136,43 @@ def check_updates(updates: Any) -> None:
             )
         elif action == "add-schema":
             check_struct(update.get("schema"), f"{at}.schema")
+        elif action == "add-spec":
+            check_transforms(update.get("spec"), f"{at}.spec")
+        elif action == "add-sort-order":
+            check_transforms(update.get("sort-order"), f"{at}.sort-order")
+
+
+# bucket[N] and truncate[N] as Java's `Transforms.fromString` reads them: N a Java int, > 0.
+_SIZED_TRANSFORM = re.compile(r"(bucket|truncate)\[(\d+)\]")
+_JAVA_INT_MAX = 2**31 - 1
+_SIZE_ERRORS = {
+    "bucket": "Invalid number of buckets: {} (must be > 0)",
+    "truncate": "Invalid truncate width: {} (must be > 0)",
+}
+
+
+def check_transforms(spec_or_order: Any, where: str) -> None:
+    """The bucket and truncate transforms of a partition spec or sort order have a size that
+    Iceberg can use (1 to 2^31 - 1; Java's wording for 0). pyiceberg would accept bucket[0]
+    (a division by zero when a value is bucketed) and a size no engine can read. Malformed
+    names are left to pyiceberg (its ValidationError names the format); unknown names are
+    Iceberg's UnknownTransform, kept for forward compatibility."""
+    if not isinstance(spec_or_order, dict) or not isinstance(spec_or_order.get("fields"), list):
+        return  # the model reports the wrong shape
+    for index, field in enumerate(spec_or_order["fields"]):
+        transform = field.get("transform") if isinstance(field, dict) else None
+        sized = _SIZED_TRANSFORM.fullmatch(transform) if isinstance(transform, str) else None
+        if sized is None:
+            continue
+        name, digits = sized.group(1), sized.group(2).lstrip("0") or "0"
+        at = f"{where}.fields.{index}"
+        _require(digits != "0", at, _SIZE_ERRORS[name].format(0))
+        # Compared as text first: int() of thousands of digits is refused (or slow).
+        _require(
+            len(digits) <= len(str(_JAVA_INT_MAX)) and int(digits) <= _JAVA_INT_MAX,
+            at,
+            f"{name} size {digits[:12]} is larger than {_JAVA_INT_MAX}",
+        )
 
 
 def check_bounded(document: Any, what: str, max_depth: int, max_values: int) -> None:

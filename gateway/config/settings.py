@@ -37,7 +37,7 @@ from cedarberg.kms.settings import KmsSettings
 
 ENV_PREFIX = "CEDARBERG_"
 # The deepest request body the parsers are known to survive with room to spare (see
-# `catalog.json_nesting`): tests/gateway/test_bad_input_depth.py parses bodies this deep.
+# `catalog.json_nesting`): tests/gateway/test_parse_failures.py serves bodies this deep.
 MAX_BODY_DEPTH = 100
 RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})
 
