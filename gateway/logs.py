@@ -23,7 +23,7 @@ import contextvars
 import datetime as dt
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import orjson
 
@@ -107,14 +107,20 @@ class BoundedRecordFilter(logging.Filter):
         return True
 
 
-def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
-    """Send every logger's records to stderr in `fmt`, scrubbed and bounded, at `level` and above."""
-    handler = logging.StreamHandler(sys.stderr)
+def log_handler(stream: TextIO, fmt: Literal["json", "text"]) -> logging.Handler:
+    """The handler of the process log: lines in `fmt` to `stream`, scrubbed, then bounded."""
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else _TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     )
     handler.addFilter(SecretScrubbingFilter())
     handler.addFilter(BoundedRecordFilter())
+    return handler
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+    """Send every logger's records to stderr in `fmt`, scrubbed and bounded, at `level` and above."""
+    handler = log_handler(sys.stderr, fmt)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
