@@ -33,6 +33,10 @@ Not checked, and why:
   integration does not run; authorization has its own suites (tests/gateway/test_authz.py).
 - max_response_time: no latency budget is reproducible on shared CI cores (bench/ measures them).
 
+The spec types a schema's field types and a transform as plain strings, so Schemathesis seldom
+reaches what the gateway parses hardest (nested types, `decimal(P,S)`, `fixed[N]`, `bucket[N]`):
+tests/fuzz/test_nested_types.py draws those with strategies of its own, under the same checks.
+
 The run is bounded and reproducible: a fixed seed, derandomized generation, `MAX_EXAMPLES`
 examples per operation in the fuzzing phase, no example database (Hypothesis' ``.hypothesis``
 directory, git-ignored, only ever holds its own caches), a timeout per operation, and a total
