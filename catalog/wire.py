@@ -31,6 +31,7 @@ def _require(condition: bool, where: str, what: str) -> None:
 def check_type(value: Any, where: str) -> None:
     """A field type: a primitive name, or a struct, list or map object."""
     if isinstance(value, str):
+        check_sized_primitive(value, where)
         return
     _require(isinstance(value, dict), where, "type must be a string or an object")
     kind = value.get("type")
@@ -50,6 +51,42 @@ def check_type(value: Any, where: str) -> None:
         check_type(value.get("value"), f"{where}.value")
     else:
         raise WireError(f"{where}: unknown nested type {kind!r}")
+
+
+# decimal(P, S) and fixed[L] as Java's `Types.fromPrimitiveString` reads them (any case, spaces
+# around the numbers), with its wording for what it refuses.
+_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+_FIXED = re.compile(r"fixed\[\s*(\d+)\s*\]")
+_MAX_DECIMAL_PRECISION = 38
+
+
+def check_sized_primitive(name: str, where: str) -> None:
+    """A `decimal(...)` or `fixed[...]` type has arguments Iceberg can use: pyiceberg refuses the
+    others with its own ValidationError (a 400 too, but in other words than the reference's).
+    Other names are left to pyiceberg."""
+    lower = name.lower()
+    if not lower.startswith(("decimal", "fixed")):
+        return
+    decimal = _DECIMAL.fullmatch(lower)
+    if decimal is not None:
+        precision = decimal.group(1).lstrip("0") or "0"
+        _require(
+            len(precision) <= 2 and int(precision) <= _MAX_DECIMAL_PRECISION,
+            where,
+            f"Decimals with precision larger than 38 are not supported: {precision[:12]}",
+        )
+        return
+    fixed = _FIXED.fullmatch(lower)
+    if fixed is not None:
+        length = fixed.group(1).lstrip("0") or "0"
+        _require(
+            len(length) <= len(str(_JAVA_INT_MAX)) and int(length) <= _JAVA_INT_MAX,
+            where,
+            f"fixed length {length[:12]} is larger than {_JAVA_INT_MAX}",
+        )
+        return
+    expected = "decimal(P, S)" if lower.startswith("decimal") else "fixed[L]"
+    raise WireError(f"{where}: Cannot parse type string to primitive: {name[:64]} (expected {expected})")
 
 
 def check_struct(value: Any, where: str = "schema") -> None:
