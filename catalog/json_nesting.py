@@ -19,6 +19,13 @@ from cedarberg.catalog.errors import InvalidRequestError
 # alternative matches at every quote, terminated or not (an unterminated string runs to the end),
 # with possessive loops: one linear pass over any input, whatever its quotes and backslashes.
 _TOKEN = re.compile(rb'[\[{]|[\]}]|"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+# The deepest document every parser is known to read with room to spare (about 140 levels are
+# where nested lists and left-deep filters exhaust Python's stack): the request body bound's
+# default and maximum (the gateway's `max_body_depth`).
+MAX_SAFE_DEPTH = 100
+# A metadata file holds a schema a few levels deeper than the request that made it did
+# (metadata, schemas, schema): a registered file may nest this deep.
+MAX_METADATA_FILE_DEPTH = MAX_SAFE_DEPTH + 10
 _OPENING = frozenset(b"[{")
 _CLOSING = frozenset(b"]}")
 
@@ -37,12 +44,13 @@ def depth(raw: bytes) -> int:
     return deepest
 
 
-def check_depth(raw: bytes, max_depth: int) -> None:
-    """Refuse `raw` if its objects and arrays nest deeper than `max_depth` levels.
+def check_depth(raw: bytes, max_depth: int, what: str = "request body") -> None:
+    """Refuse `raw` (`what`: how the message names it) if its objects and arrays nest deeper than
+    `max_depth` levels.
 
     Costs two byte counts for a document with at most `max_depth` brackets (most commits), else
     one regular-expression pass. Raises InvalidRequestError naming the limit."""
     if raw.count(b"[") + raw.count(b"{") <= max_depth:
         return  # so few brackets cannot nest deeper
     if depth(raw) > max_depth:
-        raise InvalidRequestError(f"request body is nested deeper than {max_depth} levels")
+        raise InvalidRequestError(f"{what} is nested deeper than {max_depth} levels")

@@ -7,14 +7,17 @@ UUID stay its own until it is purged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
-from cedarberg.catalog import locations, roots
+from cedarberg.catalog import json_nesting, locations, roots
 from cedarberg.catalog.context import Warehouse
 from cedarberg.catalog.dropped import PARKING_DIR
-from cedarberg.catalog.errors import AlreadyExistsError, LocationNotAllowedError
+from cedarberg.catalog.errors import AlreadyExistsError, InvalidRequestError, LocationNotAllowedError
 from cedarberg.catalog.store import roots as rows
 from cedarberg.catalog.store.sql import StoreTx
+
+T = TypeVar("T")
 
 
 def check_file(warehouse: Warehouse, metadata_location: str) -> str:
@@ -26,6 +29,21 @@ def check_file(warehouse: Warehouse, metadata_location: str) -> str:
             f"metadata-location lies in a dropped object's area ({PARKING_DIR}/): undrop it instead"
         )
     return location
+
+
+def read_metadata(content: bytes, parse: Callable[[bytes], T], kind: str) -> T:
+    """The metadata a registered file holds, parsed by `parse`. The file is the client's, so it is
+    read as a request is: its depth bounded before any parser recurses into it, and whatever the
+    parser raises (pyiceberg's ValidationError for a `decimal(99,2)`, TypeError, ...) refused.
+    Raises InvalidRequestError."""
+    json_nesting.check_depth(content, json_nesting.MAX_METADATA_FILE_DEPTH, f"{kind} metadata file")
+    try:
+        return parse(content)
+    except InvalidRequestError:
+        raise
+    except Exception as err:  # parsing is pure: any failure is the file's
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise InvalidRequestError(f"not valid Iceberg {kind} metadata: {first}") from None
 
 
 def check_contents(location: str, held: Sequence[str], added: Iterable[str]) -> None:

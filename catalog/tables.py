@@ -328,7 +328,7 @@ class TableService:
         location = registration.check_file(warehouse, request.metadata_location)
         content = await asyncio.to_thread(fileio.read_file, location, self._ctx.limits.max_metadata_bytes)
         opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
-        metadata = fileio.parse_table_metadata(opened.metadata_json)
+        metadata = registration.read_metadata(opened.metadata_json, fileio.parse_table_metadata, "table")
         uid = str(metadata.table_uuid)
         if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
             raise InvalidRequestError("sealed metadata file does not hold this table's metadata")

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from cedarberg.catalog import locations
+from cedarberg.catalog import json_nesting, locations
 from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.gateway.config.audit import AuditSettings
 from cedarberg.gateway.config.authn import ApiKeySettings, OidcSettings, TokenSettings
@@ -38,7 +38,7 @@ from cedarberg.kms.settings import KmsSettings
 ENV_PREFIX = "CEDARBERG_"
 # The deepest request body the parsers are known to survive with room to spare (see
 # `catalog.json_nesting`): tests/gateway/test_parse_failures.py serves bodies this deep.
-MAX_BODY_DEPTH = 100
+MAX_BODY_DEPTH = json_nesting.MAX_SAFE_DEPTH
 RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})
 
 

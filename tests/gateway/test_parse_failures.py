@@ -14,8 +14,12 @@ a left-deep scan filter) are served, one level more is refused before parsing.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import orjson
 import pytest
@@ -154,13 +158,14 @@ def test_issue_inputs_are_a_400_for_everyone_with_a_bounded_log(
 ) -> None:
     """Attack: the issue's inputs to createTable. A stranger gets the same 400 as a writer (the
     body is refused before any decision), nothing is created, and no traceback is logged."""
+    existing = tables(gw)
     log_before = len(gw.log_text())
     answers = {}
     for who, session in callers.each():
         answers[who] = error_of(session.post(url(gw, CREATE), json=body, timeout=TIMEOUT), 400)
     assert answers["stranger"] == answers["reader"] == answers["writer"]
     assert answers["stranger"][1] == "BadRequestException"
-    assert tables(gw) == [TABLE]
+    assert tables(gw) == existing
     logged = gw.log_text()[log_before:]
     assert "Traceback" not in logged
     assert all(len(line) <= MAX_LOG_LINE_CHARS for line in logged.splitlines())
@@ -237,6 +242,7 @@ def test_bad_sort_and_partition_transforms_are_a_400(
     gw: SecureGateway, callers: Callers, transform: str
 ) -> None:
     """Attack: impossible transforms in a partition spec and in a write order."""
+    existing = tables(gw)
     for body in (
         {"name": "n", "schema": schema_with("long"), "partition-spec": bucket_spec(transform)},
         {"name": "n", "schema": schema_with("long"), "write-order": sort_order(transform)},
@@ -246,7 +252,7 @@ def test_bad_sort_and_partition_transforms_are_a_400(
             for who, session in callers.each()
         }
         assert answers["stranger"] == answers["writer"]
-    assert tables(gw) == [TABLE]
+    assert tables(gw) == existing
 
 
 # -- controls --------------------------------------------------------------------------------------
@@ -361,3 +367,61 @@ def test_a_scan_filter_nested_to_the_limit_is_served(gw: SecureGateway, callers:
     assert planned.json()["status"] == "completed"
     deeper = callers.reader.post(plan, json={"filter": left_deep_filter(MAX_BODY_DEPTH)}, timeout=TIMEOUT)
     assert error_of(deeper, 400)[2] == f"request body is nested deeper than {MAX_BODY_DEPTH} levels"
+
+
+BAD_FILTERS = [
+    pytest.param(left_deep_filter(150), id="150-predicates-deep"),
+    pytest.param({"type": "and", "left": {"type": "true"}}, id="and-without-right"),
+    pytest.param({"type": "in", "term": "c0", "values": [[1]]}, id="nested-values"),
+    pytest.param({"type": "no-such-expression"}, id="unknown-type"),
+]
+
+
+@pytest.mark.parametrize("expression", BAD_FILTERS)
+def test_bad_scan_filters_are_a_400_for_everyone(
+    gw: SecureGateway, callers: Callers, expression: dict[str, Any]
+) -> None:
+    """Attack: planTableScan's body is parsed before the decision like every other body: a
+    stranger gets the reader's 400, not a 404 that depends on what it may see."""
+    plan = url(gw, f"{CREATE}/{TABLE}/plan")
+    answers = {
+        who: error_of(session.post(plan, json={"filter": expression}, timeout=TIMEOUT), 400)
+        for who, session in callers.each()
+    }
+    assert answers["stranger"] == answers["reader"] == answers["writer"]
+
+
+def registered_copy(gw: SecureGateway, name: str, field_type: Any) -> str:
+    """A metadata file beside table `t`'s: its metadata under a new uuid and location, with its
+    first column of `field_type`. Returns the file's location."""
+    metadata = gw.admin.get(url(gw, f"{CREATE}/{TABLE}"), timeout=TIMEOUT).json()["metadata"]
+    location = f"{metadata['location'].rsplit('/', 1)[0]}/{name}"
+    metadata.update({"table-uuid": str(uuid.uuid4()), "location": location})
+    metadata["schemas"][0]["fields"][0]["type"] = field_type
+    file_location = f"{location}/metadata/00000-{uuid.uuid4()}.metadata.json"
+    path = Path(urlparse(file_location).path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(metadata))  # orjson refuses to write the deepest
+    return file_location
+
+
+def test_registered_metadata_files_are_read_as_requests(gw: SecureGateway, callers: Callers) -> None:
+    """Attack: a registered file is the client's too: one nested past the parsers' stack and one
+    with a type pyiceberg refuses are 400s, not 500s, and register nothing. Control: the same
+    file with a valid type registers."""
+    existing = tables(gw)
+    register = url(gw, f"namespaces/{NS}/register")
+    refusals = {
+        "reg_deep": (nested_type("list", 150), "table metadata file is nested deeper than"),
+        "reg_decimal": ("decimal(99,2)", "not valid Iceberg table metadata"),
+        "reg_fixed": ("fixed[-1]", "not valid Iceberg table metadata"),
+    }
+    for name, (field_type, wording) in refusals.items():
+        body = {"name": name, "metadata-location": registered_copy(gw, name, field_type)}
+        refused = callers.writer.post(register, json=body, timeout=TIMEOUT)
+        assert wording in error_of(refused, 400)[2]
+    assert tables(gw) == existing
+    body = {"name": "reg_ok", "metadata-location": registered_copy(gw, "reg_ok", nested_type("list", 20))}
+    registered = callers.writer.post(register, json=body, timeout=TIMEOUT)
+    assert registered.status_code == 200, registered.text[:500]
+    assert "reg_ok" in tables(gw)
