@@ -58,6 +58,7 @@ def check_type(value: Any, where: str) -> None:
 _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 _FIXED = re.compile(r"fixed\[\s*(\d+)\s*\]")
 _MAX_DECIMAL_PRECISION = 38
+_JAVA_INT_MAX = 2**31 - 1  # lengths and sizes are Java ints in every engine
 
 
 def check_sized_primitive(name: str, where: str) -> None:
@@ -181,7 +182,6 @@ def check_updates(updates: Any) -> None:
 
 # bucket[N] and truncate[N] as Java's `Transforms.fromString` reads them: N a Java int, > 0.
 _SIZED_TRANSFORM = re.compile(r"(bucket|truncate)\[(\d+)\]")
-_JAVA_INT_MAX = 2**31 - 1
 _SIZE_ERRORS = {
     "bucket": "Invalid number of buckets: {} (must be > 0)",
     "truncate": "Invalid truncate width: {} (must be > 0)",
