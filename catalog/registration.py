@@ -14,13 +14,19 @@ UUID stay its own until it is purged.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from cedarberg.catalog import confinement, fileio, locations, roots
+from cedarberg.catalog import confinement, fileio, json_nesting, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.dropped import PARKING_DIR
-from cedarberg.catalog.errors import AlreadyExistsError, LocationNotAllowedError, NoFileError
+from cedarberg.catalog.errors import (
+    AlreadyExistsError,
+    InvalidRequestError,
+    LocationNotAllowedError,
+    NoFileError,
+)
 from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.namespaces import require_namespace
 from cedarberg.catalog.objects import TABLE, name_taken
@@ -31,6 +37,8 @@ from cedarberg.catalog.store.sql import StoreTx
 # namespace's directory or another object's files, or not there at all: the answers cannot tell
 # these apart, nor tell anything about a place the caller may not see.
 NOT_REGISTRABLE = "metadata-location does not name a metadata file this namespace can register"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +115,21 @@ async def read_file(ctx: CatalogContext, location: str) -> bytes:
         return await asyncio.to_thread(fileio.read_file, location, ctx.limits.max_metadata_bytes)
     except NoFileError:
         raise LocationNotAllowedError(NOT_REGISTRABLE) from None
+
+
+def read_metadata(content: bytes, parse: Callable[[bytes], T], kind: str) -> T:
+    """The metadata a registered file holds, parsed by `parse`. The file is the client's, so it is
+    read as a request is: its depth bounded before any parser recurses into it, and whatever the
+    parser raises (pyiceberg's ValidationError for a `decimal(99,2)`, TypeError, ...) refused.
+    Raises InvalidRequestError."""
+    json_nesting.check_depth(content, json_nesting.MAX_METADATA_FILE_DEPTH, f"{kind} metadata file")
+    try:
+        return parse(content)
+    except InvalidRequestError:
+        raise
+    except Exception as err:  # parsing is pure: any failure is the file's
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise InvalidRequestError(f"not valid Iceberg {kind} metadata: {first}") from None
 
 
 def check_contents(location: str, held: Sequence[str], added: Iterable[str]) -> None:

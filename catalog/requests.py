@@ -7,9 +7,11 @@ later. `parse` turns any validation failure into InvalidRequestError with a shor
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import SortOrder
@@ -21,6 +23,7 @@ from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 class _Request(BaseModel):
@@ -59,6 +62,8 @@ class CreateTableRequest(NamedRequest):
         if isinstance(data, dict):
             wire.check_struct(data.get("schema"))
             wire.check_optional_bool(data, "stage-create")
+            wire.check_transforms(data.get("partition-spec"), "partition-spec")
+            wire.check_transforms(data.get("write-order"), "write-order")
         return data
 
     location: str | None = None
@@ -235,16 +240,28 @@ class MetricsReport(_Request):
 
 
 def parse(model: type[M], data: Any) -> M:
-    """Validate a decoded JSON document. Raises InvalidRequestError naming the first problem."""
+    """Validate a decoded JSON document. Raises InvalidRequestError naming the first problem, for
+    whatever the document makes the models raise: validation is pure (no I/O, no state), so any
+    exception it ends with was caused by the document and is the client's error, never a 500."""
     try:
         return model.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         message = str(first["msg"]).removeprefix("Value error, ")
         where = ".".join(str(part) for part in first["loc"])
+        if len(where) > _MAX_WHERE:
+            where = "..." + where[-_MAX_WHERE:]  # the innermost part says what is wrong
         raise InvalidRequestError(
-            f"invalid request: {where}: {message}" if where else f"invalid request: {message}"
+            _bounded(f"invalid request: {where}: {message}" if where else f"invalid request: {message}")
         ) from None
+    except IcebergValidationError as err:
+        # pyiceberg's own (a type, transform or spec it cannot read: decimal(99,2), fixed[-1],
+        # bucket[-3]); not a ValueError, so pydantic does not wrap it. Its text names the format.
+        raise InvalidRequestError(f"invalid request: {_first_line(err)}") from None
+    except RecursionError:
+        # Bodies are bounded in depth before they are parsed (`catalog.json_nesting`); this keeps
+        # a document built in process, or a lower stack, from becoming a 500.
+        raise InvalidRequestError("invalid request: the document is nested too deeply") from None
     except (ValueError, TypeError, ArithmeticError, NotImplementedError) as err:
         # pydantic wraps a validator's ValueError, but not what else pyiceberg's validators may
         # raise for a value they cannot decode (TypeError, decimal.InvalidOperation, ...).
@@ -252,13 +269,28 @@ def parse(model: type[M], data: Any) -> M:
     except KeyError as err:
         # pyiceberg's "before" validators read fields they assume are there (set-statistics reads
         # its "statistics" before the field's own check can report it missing).
-        raise InvalidRequestError(f"invalid request: missing field {err.args[0]!r}") from None
+        raise InvalidRequestError(_bounded(f"invalid request: missing field {err.args[0]!r}")) from None
     except (LookupError, AttributeError):
         # ... and assume an object where the document may hold another JSON type (a sort field
         # that is a list).
         raise InvalidRequestError(
             "invalid request: a value is not of the JSON type its field requires"
         ) from None
+    except Exception as err:
+        # Whatever else a model raises is still the document's fault; the class is logged (not
+        # the text, which may quote the document) so that a validator's new failure is seen.
+        log.warning("request document refused by an unexpected %s", type(err).__name__)
+        raise InvalidRequestError("invalid request: the document cannot be read") from None
+
+
+# What an error message quotes of the document is bounded: the answer (and any log of it) stays
+# small whatever the client sent.
+_MAX_WHERE = 120
+_MAX_MESSAGE = 400
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= _MAX_MESSAGE else message[:_MAX_MESSAGE] + "..."
 
 
 def _first_line(err: Exception) -> str:

@@ -329,7 +329,7 @@ class TableService:
         location = await registration.confine_file(self._ctx, warehouse, target, request.metadata_location)
         content = await registration.read_file(self._ctx, location)
         opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
-        metadata = fileio.parse_table_metadata(opened.metadata_json)
+        metadata = registration.read_metadata(opened.metadata_json, fileio.parse_table_metadata, "table")
         uid = str(metadata.table_uuid)
         if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
             raise InvalidRequestError("sealed metadata file does not hold this table's metadata")

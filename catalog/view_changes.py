@@ -133,7 +133,7 @@ async def plan_register(
     location = await registration.confine_file(ctx, warehouse, target, request.metadata_location)
     content = await registration.read_file(ctx, location)
     opened = await ctx.sealer.open_file(warehouse.name, location, content)
-    metadata = parse(opened.metadata_json)
+    metadata = registration.read_metadata(opened.metadata_json, parse, "view")
     if opened.sealed_key is not None and (opened.kind != VIEW or opened.object_uuid != metadata.view_uuid):
         raise InvalidRequestError("sealed metadata file does not hold this view's metadata")
     async with ctx.store.read() as tx:

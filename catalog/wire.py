@@ -7,6 +7,7 @@ against the spec's required fields and JSON types before they are parsed.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -30,6 +31,7 @@ def _require(condition: bool, where: str, what: str) -> None:
 def check_type(value: Any, where: str) -> None:
     """A field type: a primitive name, or a struct, list or map object."""
     if isinstance(value, str):
+        check_sized_primitive(value, where)
         return
     _require(isinstance(value, dict), where, "type must be a string or an object")
     kind = value.get("type")
@@ -49,6 +51,43 @@ def check_type(value: Any, where: str) -> None:
         check_type(value.get("value"), f"{where}.value")
     else:
         raise WireError(f"{where}: unknown nested type {kind!r}")
+
+
+# decimal(P, S) and fixed[L] as Java's `Types.fromPrimitiveString` reads them (any case, spaces
+# around the numbers), with its wording for what it refuses.
+_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+_FIXED = re.compile(r"fixed\[\s*(\d+)\s*\]")
+_MAX_DECIMAL_PRECISION = 38
+_JAVA_INT_MAX = 2**31 - 1  # lengths and sizes are Java ints in every engine
+
+
+def check_sized_primitive(name: str, where: str) -> None:
+    """A `decimal(...)` or `fixed[...]` type has arguments Iceberg can use: pyiceberg refuses the
+    others with its own ValidationError (a 400 too, but in other words than the reference's).
+    Other names are left to pyiceberg."""
+    lower = name.lower()
+    if not lower.startswith(("decimal", "fixed")):
+        return
+    decimal = _DECIMAL.fullmatch(lower)
+    if decimal is not None:
+        precision = decimal.group(1).lstrip("0") or "0"
+        _require(
+            len(precision) <= 2 and int(precision) <= _MAX_DECIMAL_PRECISION,
+            where,
+            f"Decimals with precision larger than 38 are not supported: {precision[:12]}",
+        )
+        return
+    fixed = _FIXED.fullmatch(lower)
+    if fixed is not None:
+        length = fixed.group(1).lstrip("0") or "0"
+        _require(
+            len(length) <= len(str(_JAVA_INT_MAX)) and int(length) <= _JAVA_INT_MAX,
+            where,
+            f"fixed length {length[:12]} is larger than {_JAVA_INT_MAX}",
+        )
+        return
+    expected = "decimal(P, S)" if lower.startswith("decimal") else "fixed[L]"
+    raise WireError(f"{where}: Cannot parse type string to primitive: {name[:64]} (expected {expected})")
 
 
 def check_struct(value: Any, where: str = "schema") -> None:
@@ -135,6 +174,42 @@ def check_updates(updates: Any) -> None:
             )
         elif action == "add-schema":
             check_struct(update.get("schema"), f"{at}.schema")
+        elif action == "add-spec":
+            check_transforms(update.get("spec"), f"{at}.spec")
+        elif action == "add-sort-order":
+            check_transforms(update.get("sort-order"), f"{at}.sort-order")
+
+
+# bucket[N] and truncate[N] as Java's `Transforms.fromString` reads them: N a Java int, > 0.
+_SIZED_TRANSFORM = re.compile(r"(bucket|truncate)\[(\d+)\]")
+_SIZE_ERRORS = {
+    "bucket": "Invalid number of buckets: {} (must be > 0)",
+    "truncate": "Invalid truncate width: {} (must be > 0)",
+}
+
+
+def check_transforms(spec_or_order: Any, where: str) -> None:
+    """The bucket and truncate transforms of a partition spec or sort order have a size that
+    Iceberg can use (1 to 2^31 - 1; Java's wording for 0). pyiceberg would accept bucket[0]
+    (a division by zero when a value is bucketed) and a size no engine can read. Malformed
+    names are left to pyiceberg (its ValidationError names the format); unknown names are
+    Iceberg's UnknownTransform, kept for forward compatibility."""
+    if not isinstance(spec_or_order, dict) or not isinstance(spec_or_order.get("fields"), list):
+        return  # the model reports the wrong shape
+    for index, field in enumerate(spec_or_order["fields"]):
+        transform = field.get("transform") if isinstance(field, dict) else None
+        sized = _SIZED_TRANSFORM.fullmatch(transform) if isinstance(transform, str) else None
+        if sized is None:
+            continue
+        name, digits = sized.group(1), sized.group(2).lstrip("0") or "0"
+        at = f"{where}.fields.{index}"
+        _require(digits != "0", at, _SIZE_ERRORS[name].format(0))
+        # Compared as text first: int() of thousands of digits is refused (or slow).
+        _require(
+            len(digits) <= len(str(_JAVA_INT_MAX)) and int(digits) <= _JAVA_INT_MAX,
+            at,
+            f"{name} size {digits[:12]} is larger than {_JAVA_INT_MAX}",
+        )
 
 
 def check_bounded(document: Any, what: str, max_depth: int, max_values: int) -> None:

@@ -10,7 +10,11 @@ the context variables below hold the current request's values in every log call 
 serving it, whichever module makes the call. Outside a request both are null.
 
 Every handler gets `SecretScrubbingFilter`: whatever a log call is handed, secrets never reach
-the log (the filter also renders and scrubs tracebacks before the formatter sees them).
+the log (the filter also renders and scrubs tracebacks before the formatter sees them). Then
+`BoundedRecordFilter`: a line is bounded whatever a client sent, its message to
+`MAX_MESSAGE_CHARS` and its traceback to `MAX_TRACEBACK_CHARS` (the first and the last frames
+kept), while the structured fields (time, level, logger, request id, principal) are always whole.
+A client's error (4xx) is answered without a traceback (`gateway.web.errors`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextvars
 import datetime as dt
 import logging
 import sys
-from typing import Literal
+from typing import Literal, TextIO
 
 import orjson
 
@@ -67,13 +71,56 @@ class _TextFormatter(logging.Formatter):
         return f"{line} [rid={request_id} principal={_PRINCIPAL.get() or '-'}]"
 
 
-def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
-    """Send every logger's records to stderr in `fmt`, scrubbed, at `level` and above."""
-    handler = logging.StreamHandler(sys.stderr)
+# A 13 KB body nested 150 deep once made a 100 KB traceback: lines are bounded so that a client
+# cannot fill the log (or hide other lines in it) with what it sends.
+MAX_MESSAGE_CHARS = 2048
+MAX_TRACEBACK_CHARS = 16384
+_TRACEBACK_HEAD_CHARS = 4096  # the entry frames; the rest of the budget keeps the innermost ones
+
+
+def _cut(text: str, limit: int, head: int) -> str:
+    """`text`, or its first `head` and last characters with a marker between, `limit` in all."""
+    if len(text) <= limit:
+        return text
+    tail = limit - head
+    return f"{text[:head]}\n...[{len(text) - limit} characters cut]...\n{text[-tail:]}"
+
+
+class BoundedRecordFilter(logging.Filter):
+    """Bounds a record's message and traceback (install after `SecretScrubbingFilter`, so that
+    what is cut was scrubbed whole and no secret is left half-recognisable)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > MAX_MESSAGE_CHARS:
+            record.msg = (
+                f"{message[:MAX_MESSAGE_CHARS]}...[{len(message) - MAX_MESSAGE_CHARS} characters cut]"
+            )
+            record.args = None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = _cut(record.exc_text, MAX_TRACEBACK_CHARS, _TRACEBACK_HEAD_CHARS)
+            record.exc_info = None
+        if record.stack_info:
+            record.stack_info = _cut(record.stack_info, MAX_TRACEBACK_CHARS, _TRACEBACK_HEAD_CHARS)
+        return True
+
+
+def log_handler(stream: TextIO, fmt: Literal["json", "text"]) -> logging.Handler:
+    """The handler of the process log: lines in `fmt` to `stream`, scrubbed, then bounded."""
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else _TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     )
     handler.addFilter(SecretScrubbingFilter())
+    handler.addFilter(BoundedRecordFilter())
+    return handler
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+    """Send every logger's records to stderr in `fmt`, scrubbed and bounded, at `level` and above."""
+    handler = log_handler(sys.stderr, fmt)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

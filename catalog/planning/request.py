@@ -4,16 +4,26 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression, SerializableBooleanExpression
 
-from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.catalog.requests import parse
 
 M = TypeVar("M", bound=BaseModel)
 
 _MAX_NAMES = 10_000  # select / stats-fields entries: far above any real table's column count
-_MAX_FILTER_DEPTH = 200  # nesting of and/or/not: a left-deep AND of 200 predicates
+# Nesting of and/or/not. pyiceberg's expression parser spends about seven Python frames per level
+# and exhausts the stack near 140; the body's depth bound (the gateway's `max_body_depth`, at
+# most 100) refuses deeper filters first, this keeps any other caller of the parser as safe.
+_MAX_FILTER_DEPTH = 100
 
 _COMBINING = {"and": ("left", "right"), "or": ("left", "right"), "not": ("child",)}
 _UNARY = frozenset({"is-null", "not-null", "is-nan", "not-nan"})
@@ -83,6 +93,19 @@ class PlanScanRequest(BaseModel):
     stats_fields: list[str] | None = Field(None, alias="stats-fields", max_length=_MAX_NAMES)
     min_rows_requested: int | None = Field(None, alias="min-rows-requested", ge=0)  # accepted, unused
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _expression_failures_are_invalid(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Whatever pyiceberg's expression parsing raises past the shape checks below (TypeError,
+        its ValidationError, RecursionError, ...) is a validation error without its internals,
+        so that the one `catalog.requests.parse` answers it with a 400."""
+        try:
+            return handler(data)
+        except ValidationError:
+            raise
+        except Exception:
+            raise ValueError("filter: not a valid expression") from None
+
     @field_validator("filter", mode="before")
     @classmethod
     def _spec_expression(cls, value: Any) -> Any:
@@ -115,11 +138,5 @@ class FetchScanTasksRequest(BaseModel):
 
 
 def parse_request(model: type[M], data: Any) -> M:
-    """`catalog.requests.parse`, except that whatever pyiceberg's expression parsing raises past
-    the shape checks above (not a pydantic error) is refused without its internals."""
-    try:
-        return model.model_validate(data)
-    except ValidationError:
-        return parse(model, data)  # raises InvalidRequestError naming the first problem
-    except (TypeError, ValueError, ArithmeticError, NotImplementedError):
-        raise InvalidRequestError("invalid request: filter: not a valid expression") from None
+    """`catalog.requests.parse` (the pipeline parses these bodies with it before authorizing)."""
+    return parse(model, data)

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from cedarberg.catalog import requests as req
+from cedarberg.catalog.planning.request import FetchScanTasksRequest, PlanScanRequest
 from cedarberg.gateway.authz.entities import EntityType
 from cedarberg.gateway.authz.errors import UnknownOperationError
 
@@ -191,10 +192,10 @@ _TABLE: tuple[OperationSpec, ...] = (
         naming=Naming(Source.BODY_TABLES, "table_changes"),
         body=req.CommitTransactionRequest,
     ),
-    _op("planTableScan", Scope.TABLE, R),
+    _op("planTableScan", Scope.TABLE, R, body=PlanScanRequest),
     _op("fetchPlanningResult", Scope.TABLE, R),
     _op("cancelPlanning", Scope.TABLE, R),
-    _op("fetchScanTasks", Scope.TABLE, R),
+    _op("fetchScanTasks", Scope.TABLE, R, body=FetchScanTasksRequest),
     # Access to a table's files. loadCredentials and signRequest are the routes (reads); the right to
     # write the files (read-write vended credentials, signed PUT/POST/DELETE) is the extra decision
     # writeTableData, which no route carries: the data-access handlers decide it themselves.

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from cedarberg.catalog import locations
+from cedarberg.catalog import json_nesting, locations
 from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.gateway.config.audit import AuditSettings
 from cedarberg.gateway.config.authn import ApiKeySettings, OidcSettings, TokenSettings
@@ -36,6 +36,9 @@ from cedarberg.gateway.config.tls import TlsSettings
 from cedarberg.kms.settings import KmsSettings
 
 ENV_PREFIX = "CEDARBERG_"
+# The deepest request body the parsers are known to survive with room to spare (see
+# `catalog.json_nesting`): tests/gateway/test_parse_failures.py serves bodies this deep.
+MAX_BODY_DEPTH = json_nesting.MAX_SAFE_DEPTH
 RESERVED_WAREHOUSE_NAMES = frozenset({"namespaces", "tables", "views", "transactions", "config", "oauth"})
 
 
@@ -127,6 +130,15 @@ class Settings(FrozenSettings):
     default_warehouse: str = Field("default", description="Warehouse served when a client names none.")
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, le=1024**3, description="Largest accepted request body."
+    )
+    max_body_depth: int = Field(
+        MAX_BODY_DEPTH,
+        ge=16,
+        le=MAX_BODY_DEPTH,
+        description="Deepest nesting of objects and arrays accepted in a JSON request body, counted "
+        "on its bytes before parsing (deeper: 400). 100 admits a schema of 30 nested structs or 90 "
+        "nested lists, or a filter of 90 predicates joined left-deep; it cannot be raised: the "
+        "parsers of types and filters recurse and would exhaust Python's stack at about 140.",
     )
     idempotency_key_lifetime_seconds: int = Field(
         1800, ge=60, le=7 * 24 * 3600, description="How long an Idempotency-Key is remembered and replayed."

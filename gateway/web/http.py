@@ -8,11 +8,11 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
-from cedarberg.catalog import requests
+from cedarberg.catalog import json_nesting, requests
 from cedarberg.catalog.errors import DocumentTooLargeError, InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.gateway.web import strict_json
-from cedarberg.gateway.web.keys import PARSED_BODY
+from cedarberg.gateway.web.keys import PARSED_BODY, services
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
@@ -27,10 +27,12 @@ def json_response(body: bytes | None, headers: dict[str, str] | None = None) -> 
 
 async def json_body(request: web.Request) -> Any:
     """The decoded JSON body. Raises InvalidRequestError for a missing or malformed body, or one
-    with a repeated object key (`strict_json`)."""
+    with a repeated object key (`strict_json`), or one nested deeper than the `max_body_depth`
+    setting (checked on the bytes, before any parser recurses into it)."""
     raw = await request.read()
     if not raw:
         raise InvalidRequestError("request body is required")
+    json_nesting.check_depth(raw, services(request).settings.max_body_depth)
     return strict_json.loads(raw)
 
 

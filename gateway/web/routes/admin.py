@@ -32,6 +32,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cedarberg.catalog import json_nesting
 from cedarberg.catalog.errors import (
     ConflictError,
     InvalidRequestError,
@@ -128,6 +129,7 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, len(raw))
     if not raw:
         raise InvalidRequestError("request body is required")
+    json_nesting.check_depth(raw, services(request).settings.max_body_depth)
     document = strict_json.loads(raw)
     if not isinstance(document, dict):
         raise InvalidRequestError("request body must be a JSON object")

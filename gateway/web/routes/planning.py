@@ -10,7 +10,7 @@ import orjson
 from aiohttp import web
 
 from cedarberg.catalog.planning.grants import ScanGrant
-from cedarberg.catalog.planning.request import FetchScanTasksRequest, PlanScanRequest, parse_request
+from cedarberg.catalog.planning.request import FetchScanTasksRequest, PlanScanRequest
 from cedarberg.catalog.planning.service import PlanAnswer
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.scan_grants import scan_grants
@@ -43,7 +43,7 @@ def _answer(answer: PlanAnswer) -> web.Response:
 
 async def plan_table_scan(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = parse_request(PlanScanRequest, await http.json_body(request))
+    body = http.parsed_body(request, PlanScanRequest)
     answer = await services(request).plans.plan(
         http.prefix(request), identifier, body, _scan_grants(request), _owner(request)
     )
@@ -66,7 +66,7 @@ async def cancel_planning(request: web.Request) -> web.Response:
 
 async def fetch_scan_tasks(request: web.Request) -> web.Response:
     identifier = http.table(request)
-    body = parse_request(FetchScanTasksRequest, await http.json_body(request))
+    body = http.parsed_body(request, FetchScanTasksRequest)
     page = await services(request).plans.tasks(
         http.prefix(request), identifier, body.plan_task, _owner(request)
     )
