@@ -171,7 +171,12 @@ def _by_id(
     """Name what appeared (`names[0]`) and disappeared (`names[1]`) among items keyed by id; an
     id that names other content counts as both. Returns the ids whose content changed."""
     added, removed = names
-    changed = {key for key in before.keys() & after.keys() if not same(before[key], after[key])}
+    # Most items are the very objects they were (a change shares what it does not touch).
+    changed = {
+        key
+        for key in before.keys() & after.keys()
+        if before[key] is not after[key] and not same(before[key], after[key])
+    }
     if changed or after.keys() - before.keys():
         kinds.add(added)
     if changed or before.keys() - after.keys():
@@ -200,7 +205,7 @@ class _Histories:
         """True when every snapshot reachable from `head` after the change is the snapshot that
         was at that place in the history before it; the history may only have lost its oldest
         part (expired ancestors). A snapshot that was not there, or differs, is a change."""
-        walked: list[int] = []
+        walked: dict[int, None] = {}  # in order, with O(1) membership (histories can be long)
         verdict = True
         snapshot_id: int | None = head
         while snapshot_id is not None and snapshot_id in self._after:
@@ -209,7 +214,7 @@ class _Histories:
                 break
             if snapshot_id in walked:  # a cycle in registered metadata: walked once is enough
                 break
-            walked.append(snapshot_id)
+            walked[snapshot_id] = None
             old, new = self._before.get(snapshot_id), self._after[snapshot_id]
             if old is None or not _same_snapshot(old, new, self._after):
                 verdict = False
@@ -220,11 +225,28 @@ class _Histories:
         return verdict
 
 
+def _reachable_changes(old: _Facets, now: _Facets, heads: set[object]) -> bool:
+    """Whether a history from `heads` can reach a snapshot that is not the very object it was.
+
+    A history reaches such a snapshot only through a head or a parent link; when none leads to
+    one (an append: the new snapshot is nobody's parent), every history from `heads` is kept and
+    none need be walked."""
+    different = {key for key, snap in now.snapshots.items() if old.snapshots.get(key) is not snap}
+    if not different:
+        return False
+    return not different.isdisjoint(heads) or any(
+        snap.parent_snapshot_id in different for snap in now.snapshots.values()
+    )
+
+
 def _moved_refs(old: _Facets, now: _Facets) -> set[str]:
     """Refs created, removed, re-pointed or re-configured, and refs whose history changed."""
     refs = _changed_keys(old.refs, now.refs)
+    kept_refs = old.refs.keys() & now.refs.keys() - refs
+    if not kept_refs or not _reachable_changes(old, now, {now.refs[name][0] for name in kept_refs}):
+        return refs
     histories = _Histories(old.snapshots, now.snapshots)
-    for name in old.refs.keys() & now.refs.keys() - refs:
+    for name in kept_refs:
         head = now.refs[name][0]
         if isinstance(head, int) and not histories.kept(head):
             refs.add(name)
