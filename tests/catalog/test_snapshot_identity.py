@@ -47,6 +47,7 @@ GUARDS = {
 }
 PROTECTED = ("main", "release")
 WRITER = Principal("erin", PrincipalKind.USER, frozenset({"etl"}), AuthMethod.API_KEY, {})
+ADMIN = Principal("ada", PrincipalKind.USER, frozenset({"admins"}), AuthMethod.API_KEY, {})
 FIELD = {"id": 1, "name": "id", "type": "long", "required": False}
 REFUSED = (InvalidRequestError, CommitFailedError, ForbiddenError)
 
@@ -72,15 +73,15 @@ class Lab:
     def run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
 
-    def gate_for(self, identifier: Identifier, operation: str) -> Any:
-        """The writer's gate: the bundled policies decide each effect, as the gateway does."""
+    def gate_for(self, identifier: Identifier, operation: str, who: Principal = WRITER) -> Any:
+        """`who`'s gate: the bundled policies decide each effect, as the gateway does."""
         resource = child_table(namespace_resource(WAREHOUSE, NAMESPACE.levels, [GUARDS]), identifier.name)
 
         async def gate(effects: Sequence[Effect]) -> None:
             for effect in effects:
-                context = RequestContext.of(WRITER, "127.0.0.1", ChangeSummary.of_effect(effect))
+                context = RequestContext.of(who, "127.0.0.1", ChangeSummary.of_effect(effect))
                 verdict = decide_checks(
-                    self.engine, WRITER, operation, effect_checks(operation, resource, context)
+                    self.engine, who, operation, effect_checks(operation, resource, context)
                 )
                 if not verdict.allowed:
                     raise ForbiddenError(f"refused by the bundled policies: {sorted(effect.update_kinds)}")
@@ -103,10 +104,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         loop.run_until_complete(stack.aclose())
         loop.close()
-
-
-async def _allow(_effects: Sequence[Effect]) -> None:
-    """The admin's gate (admins are bound by no guard)."""
 
 
 def _snapshot(location: str, snapshot_id: int, parent: int | None, sequence: int, tag: str) -> dict[str, Any]:
@@ -138,7 +135,7 @@ async def _commit(
     tables = TableService(lab.ctx)
     if len(lists) == 1:
         request = req.parse(req.CommitTableRequest, {"requirements": [], "updates": lists[0]})
-        gate = _allow if admin else lab.gate_for(identifier, "updateTable")
+        gate = lab.gate_for(identifier, "updateTable", ADMIN if admin else WRITER)
         await tables.commit(None, identifier, request, None, gate)
         return
     changes = [
@@ -146,7 +143,7 @@ async def _commit(
         for updates in lists
     ]
     await tables.commit_transaction(
-        None, changes, None, _allow if admin else lab.gate_for(identifier, "commitTransaction")
+        None, changes, None, lab.gate_for(identifier, "commitTransaction", ADMIN if admin else WRITER)
     )
 
 
@@ -155,7 +152,9 @@ async def _guarded_table(lab: Lab) -> tuple[Identifier, str]:
     and schemas 0 (current) and 1. Returns it and its location."""
     identifier = Identifier.of(NAMESPACE, f"t{next(lab.names)}")
     create = req.parse(req.CreateTableRequest, {"name": identifier.name, "schema": _schema(0)})
-    await TableService(lab.ctx).create(None, NAMESPACE, create, None, _allow)
+    await TableService(lab.ctx).create(
+        None, NAMESPACE, create, None, lab.gate_for(identifier, "createTable", ADMIN)
+    )
     _, metadata = await _stored(lab, identifier)
     location = metadata["location"]
     seed: list[dict[str, Any]] = [
@@ -401,7 +400,7 @@ def test_the_property_sees_a_rewritten_history() -> None:
     expired = {**base, "snapshots": [{"snapshot-id": 2, "manifest-list": "b", "timestamp-ms": 2}]}
     rewritten = {
         **base,
-        "snapshots": [base["snapshots"][0], {**base["snapshots"][1], "manifest-list": "evil"}],  # type: ignore[index]
+        "snapshots": [base["snapshots"][0], {**base["snapshots"][1], "manifest-list": "evil"}],
     }
     assert _history(expired, "main") == _history(base, "main")[:1]
     assert _history(rewritten, "main") != _history(base, "main")[:2]
