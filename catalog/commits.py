@@ -82,6 +82,9 @@ class PlannedChange(Generic[M]):
     roots: tuple[str, ...]  # the object's roots after the commit, claimed in the swap transaction
     writes_file: bool = True  # False: the file exists already (a registration) and is not ours
     check_uuid_free: bool = False  # refuse a UUID a live or dropped object has (creates of views)
+    # (tables) the snapshot ids this commit has added so far: a later change list to the same
+    # table may not add them again (`catalog.snapshot_ids`).
+    added_snapshot_ids: frozenset[int] = frozenset()
 
     def seal_target(self, warehouse: str) -> SealTarget:
         """The version this change seals its metadata for, in `warehouse` (a name)."""

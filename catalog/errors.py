@@ -3,6 +3,7 @@
     CatalogError
     ├── InvalidRequestError            malformed or semantically invalid input
     │   ├── InvalidArgumentError       what Iceberg's reference refuses as IllegalArgumentException
+    │   ├── MetadataValidationError    what Iceberg's reference refuses as ValidationException
     │   ├── LocationNotAllowedError    a location outside the table's allowed prefix
     │   ├── NoFileError                no regular file at a location a request names
     │   └── DocumentTooLargeError      a document over its documented size bound
@@ -44,6 +45,12 @@ class InvalidRequestError(CatalogError):
 class InvalidArgumentError(InvalidRequestError):
     """Invalid input that Iceberg's reference implementation refuses with an
     IllegalArgumentException: Java clients raise that exception, with the message as sent."""
+
+
+class MetadataValidationError(InvalidRequestError):
+    """A change that Iceberg's reference implementation refuses with a ValidationException (the
+    checks of its `TableMetadata.Builder`): its REST server answers 400 with that type and the
+    message as worded here."""
 
 
 class LocationNotAllowedError(InvalidRequestError):

@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from cedarberg.catalog import confinement, documents, effects, fileio, requirements, roots, table_metadata
+from cedarberg.catalog import (
+    confinement,
+    documents,
+    effects,
+    fileio,
+    requirements,
+    roots,
+    snapshot_ids,
+    table_metadata,
+)
 from cedarberg.catalog.commits import CommitJob, NewFile, PlannedChange, default_location
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import NoSuchTableError
@@ -94,7 +104,8 @@ async def plan_change(
     """Check and apply one table's change to `basis`; None when it changes nothing.
 
     A change that creates the table gets a new data key.
-    Raises CommitFailedError, NoSuchTableError, InvalidRequestError, LocationNotAllowedError,
+    Raises CommitFailedError, NoSuchTableError, InvalidRequestError (MetadataValidationError for
+    a snapshot id the commit cannot use again), LocationNotAllowedError,
     KeyServiceUnavailableError.
     """
     current, ns_properties, working = basis.current, basis.ns_properties, basis.working
@@ -108,6 +119,10 @@ async def plan_change(
     requirements.validate(change.requirements, base)
     if not change.updates and base is not None:
         return None
+    origin = working.origin if working is not None else base
+    added = snapshot_ids.added_ids(
+        origin, working.added_snapshot_ids if working is not None else frozenset(), change.updates
+    )
     # The metadata log gains the previous file once, on the first change to a table in a commit.
     previous_file = row.metadata_location if row is not None and working is None else None
     new = table_metadata.apply_updates(base, change.updates, previous_file)
@@ -122,7 +137,9 @@ async def plan_change(
     )
     roots.check_added_paths(base, new)
     if working is not None:
-        return _change(identifier, row, new, working.origin, NewFile(working.metadata_location, working.key))
+        file = NewFile(working.metadata_location, working.key)
+        planned = _change(identifier, row, new, working.origin, file)
+        return dataclasses.replace(planned, added_snapshot_ids=added)
     version = fileio.parse_metadata_version(row.metadata_location) + 1 if row is not None else 0
     key = (
         current.key
@@ -130,4 +147,5 @@ async def plan_change(
         else await ctx.sealer.new_object_key(warehouse.name, TABLE, str(new.table_uuid))
     )
     location = fileio.metadata_file_location(new, max(version, 0))
-    return _change(identifier, row, new, base, NewFile(location, key))
+    planned = _change(identifier, row, new, base, NewFile(location, key))
+    return dataclasses.replace(planned, added_snapshot_ids=added)

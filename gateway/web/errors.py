@@ -70,6 +70,7 @@ _UNAVAILABLE = "ServiceUnavailableException"
 ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     catalog_errors.InvalidRequestError: ErrorMapping(400, "BadRequestException"),
     catalog_errors.InvalidArgumentError: ErrorMapping(400, "IllegalArgumentException"),
+    catalog_errors.MetadataValidationError: ErrorMapping(400, "ValidationException"),
     catalog_errors.LocationNotAllowedError: ErrorMapping(400, "BadRequestException"),
     catalog_errors.DocumentTooLargeError: ErrorMapping(413, "RequestTooLargeException"),
     catalog_errors.UnprocessableError: ErrorMapping(422, "UnprocessableEntityException"),

@@ -209,3 +209,174 @@ def test_view_effects_name_schema_and_version_changes() -> None:
     assert {"add-schema", "set-current-schema", "add-view-version", "set-current-view-version"} <= (
         effect.update_kinds
     )
+
+
+# -- an identifier is not an identity ----------------------------------------------------------------
+
+
+def _replaced(metadata: TableMetadata, snapshot_id: int, manifest_list: str) -> TableMetadata:
+    """`metadata` with another snapshot under `snapshot_id`: what a commit that removes a snapshot
+    and adds another with its id would leave (the catalog refuses such a commit: this is the
+    effect's own line of defence)."""
+    snapshots = [
+        s.model_copy(update={"manifest_list": manifest_list}) if s.snapshot_id == snapshot_id else s
+        for s in metadata.snapshots
+    ]
+    return metadata.model_copy(update={"snapshots": snapshots})
+
+
+def test_a_snapshot_replaced_under_its_id_moves_every_ref_whose_history_holds_it() -> None:
+    base = _apply(
+        _with_history(),
+        {"action": "set-snapshot-ref", "ref-name": "release", "snapshot-id": 1, "type": "tag"},
+        {"action": "set-snapshot-ref", "ref-name": "dev", "snapshot-id": 2, "type": "branch"},
+    )
+    head = effects.of_table_change(T, base, _replaced(base, 2, "file:///w/sales/orders/evil.avro"))
+    assert head.refs == {"main", "dev"}
+    assert head.update_kinds == {"set-snapshot-ref", "add-snapshot", "remove-snapshots"}
+    # An ancestor: every ref that reads through it moved, though no ref tuple changed.
+    ancestor = effects.of_table_change(T, base, _replaced(base, 1, "file:///w/sales/orders/evil.avro"))
+    assert ancestor.refs == {"main", "dev", "release"}
+
+
+def test_expiring_old_history_moves_no_ref() -> None:
+    """Control: expiry cuts parent links (pyiceberg sets them to None); the ref reads what it read."""
+    base = _apply(
+        _with_history(),
+        {"action": "add-snapshot", "snapshot": _snapshot(3, parent=2, sequence=3)},
+        {"action": "set-snapshot-ref", "ref-name": "main", "snapshot-id": 3, "type": "branch"},
+    )
+    new = _apply(base, {"action": "remove-snapshots", "snapshot-ids": [2]})  # the middle one
+    kept = new.snapshot_by_id(3)
+    assert kept is not None
+    assert kept.parent_snapshot_id is None
+    effect = effects.of_table_change(T, base, new)
+    assert effect.refs == frozenset()
+    assert effect.update_kinds == {"remove-snapshots"}
+
+
+def test_a_snapshot_linked_into_a_history_moves_the_ref() -> None:
+    """A ref whose oldest snapshot names an expired parent: adding a snapshot under that id
+    lengthens what the ref reads."""
+    full = _with_history()
+    dangling = full.model_copy(update={"snapshots": [s for s in full.snapshots if s.snapshot_id != 1]})
+    linked = _apply(dangling, {"action": "add-snapshot", "snapshot": _snapshot(1, sequence=3)})
+    effect = effects.of_table_change(T, dangling, linked)
+    assert effect.refs == {"main"}
+    assert "set-snapshot-ref" in effect.update_kinds
+
+
+def test_a_schema_that_takes_a_removed_schemas_id_is_a_schema_change() -> None:
+    """Two change lists of one transaction: the first drops schema 1, the second adds a schema
+    that is numbered 1 and makes it current again. Ids and the current id end as they began."""
+    base = _apply(
+        _create(),
+        {
+            "action": "add-schema",
+            "schema": {
+                "type": "struct",
+                "schema-id": 1,
+                "fields": [
+                    {"id": 1, "name": "id", "type": "long", "required": False},
+                    {"id": 2, "name": "note", "type": "string", "required": False},
+                ],
+            },
+        },
+        {"action": "set-current-schema", "schema-id": -1},
+    )
+    first = _apply(
+        base,
+        {"action": "set-current-schema", "schema-id": 0},
+        {"action": "remove-schemas", "schema-ids": [1]},
+    )
+    other = {
+        "type": "struct",
+        "schema-id": 1,
+        "fields": [
+            {"id": 1, "name": "id", "type": "long", "required": False},
+            {"id": 3, "name": "secret", "type": "string", "required": False},
+        ],
+    }
+    second = _apply(
+        first, {"action": "add-schema", "schema": other}, {"action": "set-current-schema", "schema-id": -1}
+    )
+    assert ({s.schema_id for s in second.schemas}, second.current_schema_id) == ({0, 1}, 1)
+    effect = effects.of_table_change(T, base, second)
+    assert {"add-schema", "remove-schemas", "set-current-schema"} <= effect.update_kinds
+
+
+def test_specs_and_sort_orders_are_compared_by_content() -> None:
+    bucket = {"source-id": 1, "field-id": 1000, "name": "id_b", "transform": "bucket[4]"}
+    ascending = {"source-id": 1, "transform": "identity", "direction": "asc", "null-order": "nulls-first"}
+    base = _apply(
+        _create(),
+        {"action": "add-spec", "spec": {"spec-id": 1, "fields": [bucket]}},
+        {"action": "set-default-spec", "spec-id": -1},
+        {"action": "add-sort-order", "sort-order": {"order-id": 1, "fields": [ascending]}},
+        {"action": "set-default-sort-order", "sort-order-id": -1},
+    )
+    other = _apply(
+        _create(),
+        {"action": "add-spec", "spec": {"spec-id": 1, "fields": [{**bucket, "transform": "bucket[8]"}]}},
+        {
+            "action": "add-sort-order",
+            "sort-order": {"order-id": 1, "fields": [{**ascending, "direction": "desc"}]},
+        },
+    )
+    # The same ids (1 and 1, both the defaults) naming other content.
+    swapped = base.model_copy(
+        update={
+            "partition_specs": [*base.partition_specs[:1], other.specs()[1]],
+            "sort_orders": [*base.sort_orders[:1], other.sort_order_by_id(1)],
+        }
+    )
+    assert (swapped.default_spec_id, swapped.default_sort_order_id) == (1, 1)
+    effect = effects.of_table_change(T, base, swapped)
+    assert effect.update_kinds == {
+        "add-spec",
+        "remove-partition-specs",
+        "set-default-spec",
+        "add-sort-order",
+        "remove-sort-orders",
+        "set-default-sort-order",
+    }
+
+
+def _view_version(version_id: int, sql: str) -> ViewVersion:
+    return ViewVersion(
+        version_id=version_id,
+        schema_id=0,
+        timestamp_ms=1,
+        summary={},
+        representations=[SQLViewRepresentation(type="sql", sql=sql, dialect="spark")],
+        default_namespace=["sales"],
+    )
+
+
+def test_a_view_version_keeps_its_id_and_content() -> None:
+    base = view_metadata.new_view_metadata("file:///w/sales/v", SCHEMA, _view_version(1, "select 1"), {})
+    # A version sent with the current version's id is added under a new id: 1 still says select 1.
+    change = req.parse(
+        req.CommitViewRequest,
+        {
+            "updates": [
+                {
+                    "action": "add-view-version",
+                    "view-version": _view_version(1, "select 2").model_dump(mode="json", by_alias=True),
+                }
+            ]
+        },
+    )
+    added = view_metadata.apply_updates(base, change.updates)
+    assert [(v.version_id, v.representations[0].root.sql) for v in added.versions] == [
+        (1, "select 1"),
+        (2, "select 2"),
+    ]
+    assert effects.of_view_change(T, base, added).update_kinds == {"add-view-version"}
+    # Other content under the current version's id (as a registered file could carry) was set.
+    replaced = base.model_copy(update={"versions": [_view_version(1, "select secret")]})
+    assert effects.of_view_change(T, base, replaced).update_kinds == {
+        "add-view-version",
+        "remove-view-versions",
+        "set-current-view-version",
+    }

@@ -37,7 +37,8 @@ class Lake:
     def __init__(self, gw: SecureGateway) -> None:
         self.gw = gw
         self.admin_catalog = gw.admin_catalog()
-        self.writer = gw.session(gw.create_key("etl-bot", ["etl"]))
+        self.writer_key = gw.create_key("etl-bot", ["etl"])
+        self.writer = gw.session(self.writer_key)
         self.reader = gw.session(gw.create_key("bi-bot", ["bi"]))
 
     def table_url(self, namespace: str, name: str) -> str:
@@ -326,3 +327,128 @@ def test_a_locked_view_schema_cannot_change_and_creating_a_view_is_not_a_change(
     }
     response = lake.writer.post(f"{views}/{name}", json=kept, timeout=TIMEOUT)
     assert response.status_code == 200, response.text
+
+
+# -- 5. an identifier is not an identity -------------------------------------------------------------
+
+
+def _impostor(metadata: dict[str, Any], snapshot_id: int) -> dict[str, Any]:
+    """Another snapshot under `snapshot_id`: same parent and schema, the writer's manifest list."""
+    original = next(s for s in metadata["snapshots"] if s["snapshot-id"] == snapshot_id)
+    manifest_list = original["manifest-list"].rsplit("/", 1)[0] + "/snap-impostor.avro"
+    return {
+        **original,
+        "manifest-list": manifest_list,
+        "sequence-number": metadata["last-sequence-number"] + 1,
+    }
+
+
+def _main_history(metadata: dict[str, Any]) -> list[tuple[int, str]]:
+    snapshots = {s["snapshot-id"]: s for s in metadata["snapshots"]}
+    history, snapshot_id = [], metadata["refs"]["main"]["snapshot-id"]
+    while snapshot_id in snapshots:
+        history.append((snapshot_id, snapshots[snapshot_id]["manifest-list"]))
+        snapshot_id = snapshots[snapshot_id].get("parent-snapshot-id")
+    return history
+
+
+@pytest.mark.parametrize("where", ["head", "ancestor", "across-a-transaction"])
+def test_a_snapshot_of_main_cannot_be_replaced_under_its_id(lake: Lake, where: str) -> None:
+    """The attack: `remove-snapshots [S]`, `add-snapshot` S with another manifest list and
+    `set-snapshot-ref main -> S` leave every ref tuple and id as they were. Refused as Iceberg's
+    reference refuses it (400 ValidationException), and `main` reads what it read."""
+    name = _name()
+    snapshots = lake.table_with_history("finance", name)
+    before = lake.state("finance", name)
+    target = snapshots[0] if where == "ancestor" else snapshots[-1]
+    remove = {"action": "remove-snapshots", "snapshot-ids": [target]}
+    add = {"action": "add-snapshot", "snapshot": _impostor(before["metadata"], target)}
+    repoint = {
+        "action": "set-snapshot-ref",
+        "ref-name": "main",
+        "snapshot-id": snapshots[-1],
+        "type": "branch",
+    }
+    if where == "across-a-transaction":
+        table = {"namespace": ["finance"], "name": name}
+        changes = [
+            {"identifier": table, "requirements": [], "updates": [remove]},
+            {"identifier": table, "requirements": [], "updates": [add, repoint]},
+        ]
+        url = lake.gw.catalog_url("transactions/commit")
+        response = lake.writer.post(url, json={"table-changes": changes}, timeout=TIMEOUT)
+    else:
+        response = lake.commit(lake.writer, "finance", name, remove, add, repoint)
+    _refused(response, 400, "ValidationException")
+    assert response.json()["error"]["message"] == f"Snapshot already exists for id: {target}"
+    after = lake.state("finance", name)
+    assert after["metadata-location"] == before["metadata-location"]
+    assert _main_history(after["metadata"]) == _main_history(before["metadata"])
+    assert len(_main_history(after["metadata"])) == len(snapshots)
+
+
+def test_a_locked_schema_cannot_be_replaced_under_its_id_in_a_transaction(lake: Lake) -> None:
+    """A transaction's first change list drops schema 1, its second adds a schema that takes id 1
+    and makes it current: the ids and the current id end as they began, the schema does not."""
+    name = _name()
+    lake.table_with_history("finance", name, appends=1)
+    fields = [{"id": 1, "name": "id", "type": "long", "required": False}]
+    note = {"id": 2, "name": "note", "type": "string", "required": False}
+    admin_change = lake.commit(
+        lake.gw.admin,
+        "finance",
+        name,
+        {"action": "add-schema", "schema": {"type": "struct", "schema-id": 1, "fields": [*fields, note]}},
+        {"action": "set-current-schema", "schema-id": -1},
+    )
+    assert admin_change.status_code == 200, admin_change.text
+    before = lake.state("finance", name)
+    secret = {"id": 3, "name": "secret", "type": "string", "required": False}
+    table = {"namespace": ["finance"], "name": name}
+    changes = [
+        {
+            "identifier": table,
+            "requirements": [],
+            "updates": [
+                {"action": "set-current-schema", "schema-id": 0},
+                {"action": "remove-schemas", "schema-ids": [1]},
+            ],
+        },
+        {
+            "identifier": table,
+            "requirements": [],
+            "updates": [
+                {
+                    "action": "add-schema",
+                    "schema": {"type": "struct", "schema-id": 1, "fields": [*fields, secret]},
+                },
+                {"action": "set-current-schema", "schema-id": -1},
+            ],
+        },
+    ]
+    url = lake.gw.catalog_url("transactions/commit")
+    _refused(lake.writer.post(url, json={"table-changes": changes}, timeout=TIMEOUT))
+    after = lake.state("finance", name)
+    assert after["metadata-location"] == before["metadata-location"]
+    assert after["metadata"]["schemas"] == before["metadata"]["schemas"]
+
+
+def test_writers_append_to_and_expire_an_unprotected_main(lake: Lake) -> None:
+    """Control: where `main` is not protected, a writer's engine appends to it and expires
+    snapshots no ref points at, through the same checks."""
+    name = _name()
+    lake.table_with_history("scratch", name, appends=1)
+    table = lake.gw.catalog("etl", token=lake.writer_key).load_table(f"scratch.{name}")
+    table.append(_rows(7))
+    table.append(_rows(8))
+    metadata = lake.state("scratch", name)["metadata"]
+    history = _main_history(metadata)
+    assert len(history) == 3
+    oldest = history[-1][0]
+    expire = lake.commit(
+        lake.writer, "scratch", name, {"action": "remove-snapshots", "snapshot-ids": [oldest]}
+    )
+    assert expire.status_code == 200, expire.text
+    after = lake.state("scratch", name)["metadata"]
+    assert [s for s, _ in _main_history(after)] == [s for s, _ in history[:2]]
+    assert sorted(table.refresh().scan().to_arrow().column("id").to_pylist()) == [0, 7, 8]
