@@ -198,7 +198,10 @@ def test_insert_is_read_back_by_pyiceberg(
 def test_create_table_then_insert(clickhouse: ClickHouse, lake: RestCatalog, s3: MotoS3Server) -> None:
     ns = unique("create")
     lake.create_namespace(ns)
-    location = f"{s3.url}/{s3.bucket}/lake/{ns}/made_by_clickhouse/"
+    # ClickHouse's engine clause names the location; it must be an object directory of the
+    # namespace (`<name>-<32 hex>`, catalog/roots.py), so that no future child namespace's is taken.
+    directory = f"made_by_clickhouse-{uuid.uuid4().hex}"
+    location = f"{s3.url}/{s3.bucket}/lake/{ns}/{directory}/"
     clickhouse.execute(
         f"CREATE TABLE lake.`{ns}.made` (id Int64, name Nullable(String)) "
         f"ENGINE = IcebergS3('{location}', '{s3.access_key_id}', '{s3.secret_access_key}')"
@@ -209,7 +212,7 @@ def test_create_table_then_insert(clickhouse: ClickHouse, lake: RestCatalog, s3:
         ("id", "long", True),
         ("name", "string", False),
     ]
-    assert created.location() == f"s3://{s3.bucket}/lake/{ns}/made_by_clickhouse"
+    assert created.location() == f"s3://{s3.bucket}/lake/{ns}/{directory}"
 
     clickhouse.execute(f"INSERT INTO lake.`{ns}.made` VALUES (1, 'one'), (2, NULL)")
     assert rows(lake, f"{ns}.made") == [{"id": 1, "name": "one"}, {"id": 2, "name": None}]
