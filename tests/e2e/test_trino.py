@@ -1,0 +1,229 @@
+"""Trino 476 against a production-like gateway (TLS, API keys, Cedar namespace grants).
+
+One coordinator for the session (the ``trino`` fixture); this module gives it catalogs on one
+gateway: ``lake`` (a writer's key, the sealed ``file://`` warehouse), ``lake_ro`` (a reader's key),
+``lake_admin`` (the admin's key) and ``s3lake`` (the writer on an S3 warehouse whose files Trino
+reaches only with credentials the gateway vends). Each catalog is OAuth2 client credentials,
+nested namespaces and view endpoints on, exactly as docs/engines.md tells operators.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pytest
+
+from tests.support.s3 import REGION, MotoS3Server, moto_s3_server
+from tests.support.secure import AMBIENT_CA_VARIABLES, SecureGateway
+from tests.support.tls import TestPki
+from tests.support.trino import TrinoQueryError, TrinoServer, rest_catalog_properties
+
+pytestmark = pytest.mark.trino
+
+
+@dataclass
+class Lake:
+    gateway: SecureGateway
+    s3: MotoS3Server
+    trino: TrinoServer
+    local_dir: Path
+    writer: str
+    reader: str
+
+    def q(self, sql: str, **kwargs: Any) -> list[list[Any]]:
+        return self.trino.query(sql, **kwargs)
+
+    def rest(self, warehouse: str, path: str, key: str | None = None) -> Any:
+        """GET ``/v1/{prefix of warehouse}/{path}`` as ``key`` (default: the admin)."""
+        session = self.gateway.session(key or self.gateway.admin_key)
+        config = session.get(f"{self.gateway.url}/v1/config", params={"warehouse": warehouse}, timeout=30)
+        prefix = quote(config.json()["overrides"]["prefix"], safe="")
+        return session.get(f"{self.gateway.url}/v1/{prefix}/{path}", timeout=30)
+
+    def grant(self, warehouse: str, *levels: str, readers: str = "bi", writers: str = "etl") -> None:
+        """Grant read/write on a namespace (as the admin), as an operator would after creating it."""
+        session = self.gateway.session(self.gateway.admin_key)
+        config = session.get(f"{self.gateway.url}/v1/config", params={"warehouse": warehouse}, timeout=30)
+        prefix = quote(config.json()["overrides"]["prefix"], safe="")
+        answer = session.post(
+            f"{self.gateway.url}/v1/{prefix}/namespaces/{SecureGateway.ns_path(*levels)}/properties",
+            json={"updates": {"cedarberg.readers": readers, "cedarberg.writers": writers}},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+
+
+@pytest.fixture(scope="module")
+def lake(
+    tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki, trino: TrinoServer
+) -> Iterator[Lake]:
+    base = tmp_path_factory.mktemp("trino-lake")
+    local_dir = base / "local"
+    with pytest.MonkeyPatch.context() as env, moto_s3_server() as s3:
+        for name in AMBIENT_CA_VARIABLES:
+            env.delenv(name, raising=False)
+        config = {
+            "default_warehouse": "local",
+            "purge_interval_seconds": 0.2,
+            "warehouses": {
+                "local": {"location": local_dir.as_uri(), "drop_retention_seconds": 0},
+                "s3": s3.warehouse("s3", vending=True),
+            },
+        }
+        with SecureGateway(base / "gw", pki=session_pki, config=config) as gateway:
+            gateway.create_namespace("sales", readers=["bi"], writers=["etl"], properties={"location": (local_dir / "sales").as_uri()})
+            gateway.create_namespace("sales", "eu", readers=["bi"], writers=["etl"], properties={"location": (local_dir / "sales" / "eu").as_uri()})
+            writer = gateway.create_key("trino-etl", ["etl"])
+            reader = gateway.create_key("trino-bi", ["bi"])
+            common = {"iceberg.expire-snapshots.min-retention": "0s", "iceberg.remove-orphan-files.min-retention": "0s"}
+            catalogs = {
+                "lake": ("local", gateway.credential(writer)),
+                "lake_ro": ("local", gateway.credential(reader)),
+                "lake_admin": ("local", None),
+            }
+            for name, (warehouse, credential) in catalogs.items():
+                props = rest_catalog_properties(
+                    gateway.url,
+                    warehouse=warehouse,
+                    credential=credential,
+                    token=None if credential else gateway.admin_key,
+                    local_root=Path("/"),
+                    **common,
+                )
+                trino.create_catalog(name, props)
+            s3_props = {"endpoint": s3.url, "region": REGION}
+            trino.create_catalog(
+                "s3lake",
+                rest_catalog_properties(
+                    gateway.url, warehouse="s3", credential=gateway.credential(writer), s3=s3_props, **common
+                ),
+            )
+            trino.create_catalog(
+                "s3admin",
+                rest_catalog_properties(gateway.url, warehouse="s3", token=gateway.admin_key, s3=s3_props, **common),
+            )
+            yield Lake(gateway, s3, trino, local_dir, writer, reader)
+
+
+def test_show_schemas_lists_nested_namespaces(lake: Lake) -> None:
+    schemas = {row[0] for row in lake.q("SHOW SCHEMAS FROM lake")}
+    assert {"sales", "sales.eu"} <= schemas
+
+
+def test_create_schema_with_and_without_location(lake: Lake) -> None:
+    lake.q("CREATE SCHEMA lake_admin.mkt")
+    custom = (lake.local_dir / "custom-mkt").as_uri()
+    lake.q(f"CREATE SCHEMA lake_admin.mkt2 WITH (location = '{custom}')")
+    assert lake.rest("local", "namespaces/mkt").status_code == 200
+    props = lake.rest("local", "namespaces/mkt2").json()["properties"]
+    assert props["location"].rstrip("/") == custom.rstrip("/")
+    assert {"mkt", "mkt2"} <= {row[0] for row in lake.q("SHOW SCHEMAS FROM lake_admin")}
+    lake.q("DROP SCHEMA lake_admin.mkt")
+    lake.q("DROP SCHEMA lake_admin.mkt2")
+    assert lake.rest("local", "namespaces/mkt").status_code == 404
+
+
+def test_table_lifecycle_on_the_sealed_local_warehouse(lake: Lake) -> None:
+    q = lake.q
+    q("CREATE TABLE lake.sales.orders (id bigint, region varchar, amount double)")
+    q("INSERT INTO lake.sales.orders VALUES (1, 'eu', 10.0), (2, 'us', 20.0), (3, 'eu', 30.0)")
+    assert q("SELECT id, region, amount FROM lake.sales.orders ORDER BY id") == [
+        [1, "eu", 10.0], [2, "us", 20.0], [3, "eu", 30.0],
+    ]  # fmt: skip
+    [[first_snapshot]] = q(
+        'SELECT snapshot_id FROM lake.sales."orders$snapshots" ORDER BY committed_at DESC LIMIT 1'
+    )
+    q("UPDATE lake.sales.orders SET amount = amount + 1 WHERE id = 1")
+    q("DELETE FROM lake.sales.orders WHERE id = 2")
+    q(
+        "MERGE INTO lake.sales.orders t USING (VALUES (3, 'eu', 33.0), (4, 'za', 40.0)) AS s(id, region, amount) "
+        "ON t.id = s.id WHEN MATCHED THEN UPDATE SET amount = s.amount "
+        "WHEN NOT MATCHED THEN INSERT (id, region, amount) VALUES (s.id, s.region, s.amount)"
+    )
+    assert q("SELECT id, amount FROM lake.sales.orders ORDER BY id") == [[1, 11.0], [3, 33.0], [4, 40.0]]
+    assert q(f"SELECT count(*) FROM lake.sales.orders FOR VERSION AS OF {first_snapshot}") == [[3]]
+    q("ALTER TABLE lake.sales.orders ADD COLUMN note varchar")
+    q("ALTER TABLE lake.sales.orders RENAME COLUMN note TO remark")
+    q("INSERT INTO lake.sales.orders VALUES (5, 'eu', 50.0, 'late')")
+    assert q("SELECT remark FROM lake.sales.orders WHERE id = 5") == [["late"]]
+    assert len(q('SELECT * FROM lake.sales."orders$history"')) >= 6
+    files_before = q('SELECT count(*) FROM lake.sales."orders$files"')[0][0]
+    assert files_before >= 3
+    q("ALTER TABLE lake.sales.orders EXECUTE optimize")
+    assert q('SELECT count(*) FROM lake.sales."orders$files"') == [[1]]
+    snapshots_before = q('SELECT count(*) FROM lake.sales."orders$snapshots"')[0][0]
+    q("ALTER TABLE lake.sales.orders EXECUTE expire_snapshots(retention_threshold => '0s')")
+    assert q('SELECT count(*) FROM lake.sales."orders$snapshots"') == [[1]] != [[snapshots_before]]
+    assert q("SELECT id FROM lake.sales.orders ORDER BY id") == [[1], [3], [4], [5]]
+    q("ALTER TABLE lake.sales.orders RENAME TO lake.sales.orders_v2")
+    assert q("SELECT count(*) FROM lake.sales.orders_v2") == [[4]]
+    assert lake.rest("local", "namespaces/sales/tables/orders").status_code == 404
+    location = lake.rest("local", "namespaces/sales/tables/orders_v2").json()["metadata"]["location"]
+    table_dir = Path(location.removeprefix("file://"))
+    assert table_dir.is_dir()
+    q("DROP TABLE lake.sales.orders_v2")
+    assert lake.rest("local", "namespaces/sales/tables/orders_v2").status_code == 404
+    deadline = time.monotonic() + 30
+    while table_dir.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not table_dir.exists(), "the gateway did not purge the dropped table's files"
+
+
+def test_ctas_and_nested_namespace(lake: Lake) -> None:
+    q = lake.q
+    q('CREATE TABLE lake."sales.eu".src (id bigint, name varchar)')
+    q("INSERT INTO lake.\"sales.eu\".src VALUES (1, 'a'), (2, 'b')")
+    q('CREATE TABLE lake."sales.eu".copy AS SELECT id, upper(name) AS name FROM lake."sales.eu".src')
+    assert q('SELECT id, name FROM lake."sales.eu".copy ORDER BY id') == [[1, "A"], [2, "B"]]
+    assert lake.rest("local", f"namespaces/{SecureGateway.ns_path('sales', 'eu')}/tables/copy").status_code == 200
+    assert {row[0] for row in q('SHOW TABLES FROM lake."sales.eu"')} >= {"src", "copy"}
+
+
+def test_views_in_the_trino_dialect(lake: Lake) -> None:
+    q = lake.q
+    q("CREATE TABLE lake.sales.v_src (id bigint)")
+    q("INSERT INTO lake.sales.v_src VALUES (1), (2), (3)")
+    q("CREATE VIEW lake.sales.big AS SELECT id FROM lake.sales.v_src WHERE id > 1")
+    assert q("SELECT id FROM lake.sales.big ORDER BY id") == [[2], [3]]
+    view = lake.rest("local", "namespaces/sales/views/big").json()["metadata"]
+    [representation] = view["versions"][-1]["representations"]
+    assert representation["dialect"] == "trino"
+    # The reader's catalog sees the view too and reads it with its own grants.
+    assert q("SELECT count(*) FROM lake_ro.sales.big") == [[2]]
+    q("DROP VIEW lake.sales.big")
+    assert lake.rest("local", "namespaces/sales/views/big").status_code == 404
+
+
+def test_a_readers_insert_is_refused_with_the_gateways_message(lake: Lake) -> None:
+    q = lake.q
+    q("CREATE TABLE lake.sales.guarded (id bigint)")
+    q("INSERT INTO lake.sales.guarded VALUES (1)")
+    assert q("SELECT id FROM lake_ro.sales.guarded") == [[1]]
+    with pytest.raises(TrinoQueryError) as refused:
+        q("INSERT INTO lake_ro.sales.guarded VALUES (2)")
+    print(refused.value.message)
+    assert q("SELECT id FROM lake.sales.guarded") == [[1]]
+
+
+def test_s3_warehouse_with_vended_credentials(lake: Lake) -> None:
+    q = lake.q
+    q(f"CREATE SCHEMA s3admin.finance WITH (location = 's3://{lake.s3.bucket}/s3/finance')")
+    lake.grant("s3", "finance")
+    q("CREATE TABLE s3lake.finance.ledger (id bigint, amount double)")
+    q("INSERT INTO s3lake.finance.ledger VALUES (1, 1.5), (2, 2.5)")
+    q("UPDATE s3lake.finance.ledger SET amount = 3.5 WHERE id = 2")
+    assert q("SELECT id, amount FROM s3lake.finance.ledger ORDER BY id") == [[1, 1.5], [2, 3.5]]
+    location = lake.rest("s3", "namespaces/finance/tables/ledger").json()["metadata"]["location"]
+    prefix = location.removeprefix(f"s3://{lake.s3.bucket}/")
+    assert any(key.endswith(".parquet") for key in lake.s3.keys(prefix))
+    q("DROP TABLE s3lake.finance.ledger")
+    deadline = time.monotonic() + 30
+    while lake.s3.keys(prefix) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert lake.s3.keys(prefix) == []
