@@ -249,5 +249,7 @@ def pyiceberg_catalog() -> Callable[..., Any]:
 def trino(session_pki: TestPki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrinoServer]:
     """One Trino coordinator (Iceberg connector only, 1 GB heap) for the session; its JVM trusts
     ``session_pki``'s CA, so TLS gateways it talks to must serve that CA's certificate."""
-    with TrinoServer(tmp_path_factory.mktemp("trino"), java_options=session_pki.java_options().split()) as server:
+    with TrinoServer(
+        tmp_path_factory.mktemp("trino"), java_options=session_pki.java_options().split()
+    ) as server:
         yield server

@@ -47,11 +47,15 @@ class TrinoError(RuntimeError):
 class TrinoQueryError(Exception):
     """A statement Trino answered with an error: ``message`` is what a Trino user sees."""
 
-    def __init__(self, message: str, error_name: str, error_type: str, sql: str) -> None:
-        super().__init__(f"{error_name} ({error_type}): {message}\n-- in: {sql}")
+    def __init__(
+        self, message: str, error_name: str, error_type: str, sql: str, causes: Sequence[str] = ()
+    ) -> None:
+        super().__init__(f"{error_name} ({error_type}): {message}\n-- in: {sql}\n-- causes: {list(causes)}")
         self.message = message
         self.error_name = error_name
         self.error_type = error_type
+        # The messages of the exception's causes, outermost first: what `trino --debug` prints.
+        self.causes = tuple(causes)
 
 
 def trino_home() -> Path:
@@ -60,7 +64,9 @@ def trino_home() -> Path:
     home = cache / "cedarberg" / f"trino-{TRINO_VERSION}"
     marker = home / ".complete"
     if not marker.is_file() or marker.read_text().strip() != TRINO_VERSION:
-        raise TrinoError(f"Trino {TRINO_VERSION} is not installed in {home}: run scripts/install-test-deps.sh")
+        raise TrinoError(
+            f"Trino {TRINO_VERSION} is not installed in {home}: run scripts/install-test-deps.sh"
+        )
     return home
 
 
@@ -70,7 +76,9 @@ def trino_java() -> Path:
         java = home / "bin" / "java"
         if not java.is_file() or home.is_symlink():
             continue
-        done = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [str(java), "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
         match = JVM_JAVA_VERSION.search(done.stderr)
         if match and int(match.group(1)) >= TRINO_MIN_JAVA:
             return java
@@ -269,14 +277,20 @@ class TrinoServer:
                 f"{key}={urllib.request.quote(value)}" for key, value in extra_credentials.items()
             )
         deadline = time.monotonic() + timeout
-        answer = _call(urllib.request.Request(f"{self.url}/v1/statement", sql.encode(), headers, method="POST"))
+        answer = _call(
+            urllib.request.Request(f"{self.url}/v1/statement", sql.encode(), headers, method="POST")
+        )
         rows: list[list[Any]] = []
         while True:
             rows.extend(answer.get("data") or [])
             if "error" in answer:
                 error = answer["error"]
                 raise TrinoQueryError(
-                    str(error.get("message", "")), str(error.get("errorName")), str(error.get("errorType")), sql
+                    str(error.get("message", "")),
+                    str(error.get("errorName")),
+                    str(error.get("errorType")),
+                    sql,
+                    _cause_messages(error.get("failureInfo") or {}),
                 )
             next_uri = answer.get("nextUri")
             if not next_uri:
@@ -299,6 +313,15 @@ def _call(request: urllib.request.Request, *, expect_body: bool = True) -> dict[
                 raise TrinoError(f"Trino answered {exc.code}: {exc.read()[:2000]!r}") from None
             time.sleep(0.1 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _cause_messages(failure: Mapping[str, Any]) -> list[str]:
+    messages = []
+    cause = failure.get("cause")
+    while isinstance(cause, Mapping) and len(messages) < 20:
+        messages.append(str(cause.get("message")))
+        cause = cause.get("cause")
+    return messages
 
 
 def _literal(value: str) -> str:
