@@ -328,17 +328,41 @@ def test_trino_476_needs_a_namespace_location_to_create_tables(lake: Lake) -> No
 
 
 def test_s3_warehouse_with_vended_credentials(lake: Lake) -> None:
+    """Trino has no S3 keys: every data and manifest file it reads or writes on moto (which checks
+    signatures) is reached with the table-scoped credentials the gateway vended."""
     q = lake.q
+    vended_before = lake.s3.assume_role_count()
     q(f"CREATE SCHEMA s3admin.finance WITH (location = 's3://{lake.s3.bucket}/s3/finance')")
     lake.grant("s3", "finance")
     q("CREATE TABLE s3lake.finance.ledger (id bigint, amount double)")
     q("INSERT INTO s3lake.finance.ledger VALUES (1, 1.5), (2, 2.5)")
+    [[first_snapshot]] = q(
+        'SELECT snapshot_id FROM s3lake.finance."ledger$snapshots" ORDER BY committed_at DESC LIMIT 1'
+    )
     q("UPDATE s3lake.finance.ledger SET amount = 3.5 WHERE id = 2")
-    assert q("SELECT id, amount FROM s3lake.finance.ledger ORDER BY id") == [[1, 1.5], [2, 3.5]]
+    q(
+        "MERGE INTO s3lake.finance.ledger t USING (VALUES (1, 9.0), (3, 4.5)) AS s(id, amount) "
+        "ON t.id = s.id WHEN MATCHED THEN DELETE "
+        "WHEN NOT MATCHED THEN INSERT (id, amount) VALUES (s.id, s.amount)"
+    )
+    assert q("SELECT id, amount FROM s3lake.finance.ledger ORDER BY id") == [[2, 3.5], [3, 4.5]]
+    assert q(f"SELECT id FROM s3lake.finance.ledger FOR VERSION AS OF {first_snapshot} ORDER BY id") == [
+        [1],
+        [2],
+    ]
+    q("CREATE TABLE s3lake.finance.ledger_copy AS SELECT * FROM s3lake.finance.ledger")
+    assert q("SELECT count(*) FROM s3lake.finance.ledger_copy") == [[2]]
+    q("ALTER TABLE s3lake.finance.ledger EXECUTE optimize")
+    assert q('SELECT count(*) FROM s3lake.finance."ledger$files"') == [[1]]
+    q("ALTER TABLE s3lake.finance.ledger EXECUTE expire_snapshots(retention_threshold => '0s')")
+    assert q('SELECT count(*) FROM s3lake.finance."ledger$snapshots"') == [[1]]
+    assert lake.s3.assume_role_count() > vended_before
     location = lake.rest("s3", "namespaces/finance/tables/ledger").json()["metadata"]["location"]
     prefix = location.removeprefix(f"s3://{lake.s3.bucket}/")
     assert any(key.endswith(".parquet") for key in lake.s3.keys(prefix))
     q("DROP TABLE s3lake.finance.ledger")
+    q("DROP TABLE s3lake.finance.ledger_copy")
+    assert lake.rest("s3", "namespaces/finance/tables/ledger").status_code == 404
     deadline = time.monotonic() + 30
     while lake.s3.keys(prefix) and time.monotonic() < deadline:
         time.sleep(0.2)
