@@ -76,6 +76,7 @@ def lake(
             "purge_interval_seconds": 0.2,
             "warehouses": {
                 "local": {"location": local_dir.as_uri(), "drop_retention_seconds": 0},
+                "plain": {"location": (base / "plain").as_uri(), "seal_metadata_files": False},
                 "s3": s3.warehouse("s3", vending=True),
             },
         }
@@ -101,8 +102,10 @@ def lake(
             }
             catalogs = {
                 "lake": ("local", gateway.credential(writer)),
+                "plain": ("plain", gateway.credential(writer)),
                 "lake_ro": ("local", gateway.credential(reader)),
                 "lake_admin": ("local", None),
+                "lake_admin_plain": ("plain", None),
             }
             for name, (warehouse, credential) in catalogs.items():
                 props = rest_catalog_properties(
@@ -206,6 +209,23 @@ def test_ctas_and_nested_namespace(lake: Lake) -> None:
         == 200
     )
     assert {row[0] for row in q('SHOW TABLES FROM lake."sales.eu"')} >= {"src", "copy"}
+
+
+def test_unsealed_warehouse(lake: Lake) -> None:
+    """A warehouse with plain metadata files: Trino works the same, and the file it is told about
+    is plain Iceberg JSON."""
+    q = lake.q
+    location = (lake.local_dir.parent / "plain" / "ops").as_uri()
+    q(f"CREATE SCHEMA lake_admin_plain.ops WITH (location = '{location}')")
+    lake.grant("plain", "ops")
+    q("CREATE TABLE plain.ops.events (id bigint, kind varchar)")
+    q("INSERT INTO plain.ops.events VALUES (1, 'start'), (2, 'stop')")
+    q("DELETE FROM plain.ops.events WHERE id = 1")
+    assert q("SELECT id, kind FROM plain.ops.events") == [[2, "stop"]]
+    metadata_location = lake.rest("plain", "namespaces/ops/tables/events").json()["metadata-location"]
+    assert Path(metadata_location.removeprefix("file://")).read_bytes().startswith(b"{")
+    q("DROP TABLE plain.ops.events")
+    assert lake.rest("plain", "namespaces/ops/tables/events").status_code == 404
 
 
 def test_views_in_the_trino_dialect(lake: Lake) -> None:
