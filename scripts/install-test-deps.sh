@@ -164,12 +164,20 @@ if [ "$(cat "$TRINO_HOME/.complete" 2>/dev/null)" != "$TRINO_VERSION" ]; then
     rm -rf "$staging"
     mkdir -p "$staging/download"
     fetch_trino_artifact() {  # G:A:V:packaging, expected SHA-256
-        mvn -B -q -C -Dmaven.repo.local="$staging/m2" dependency:copy \
-            -Dartifact="$1" -DoutputDirectory="$staging/download"
-        local file
+        local output file
+        # -C: fail on a checksum that does not match the repository's. Maven's output is shown
+        # only when it fails (Maven 3.8 prints colour codes even in batch mode).
+        if ! output="$(mvn -B -q -C -Dmaven.repo.local="$staging/m2" dependency:copy \
+            -Dartifact="$1" -DoutputDirectory="$staging/download" 2>&1)"; then
+            printf '%s\n' "$output" >&2
+            echo "test-deps: mvn could not fetch $1" >&2
+            rm -rf "$staging"
+            exit 1
+        fi
         file="$staging/download/$(printf '%s' "$1" | awk -F: '{print $2 "-" $3 "." $4}')"
         echo "$2  $file" | sha256sum -c --quiet - || {
             echo "test-deps: $1 does not have the pinned SHA-256 digest" >&2
+            rm -rf "$staging"
             exit 1
         }
     }
