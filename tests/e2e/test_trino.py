@@ -74,6 +74,7 @@ def lake(
         config = {
             "default_warehouse": "local",
             "purge_interval_seconds": 0.2,
+            "access_log": True,
             "warehouses": {
                 "local": {"location": local_dir.as_uri(), "drop_retention_seconds": 0},
                 "plain": {"location": (base / "plain").as_uri(), "seal_metadata_files": False},
