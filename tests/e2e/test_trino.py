@@ -2,9 +2,11 @@
 
 One coordinator for the session (the ``trino`` fixture); this module gives it catalogs on one
 gateway: ``lake`` (a writer's key, the sealed ``file://`` warehouse), ``lake_ro`` (a reader's key),
-``lake_admin`` (the admin's key) and ``s3lake`` (the writer on an S3 warehouse whose files Trino
-reaches only with credentials the gateway vends). Each catalog is OAuth2 client credentials,
-nested namespaces and view endpoints on, exactly as docs/engines.md tells operators.
+``lake_admin`` (the admin's key), ``plain`` / ``lake_admin_plain`` (an unsealed warehouse), and
+``s3lake`` / ``s3admin`` (a sealed S3 warehouse on moto whose files Trino reaches only with
+credentials the gateway vends). Each catalog is OAuth2 (client credentials, or the admin's key as a
+token), nested namespaces and view endpoints on, as docs/engines.md tells operators. Namespaces
+that Trino creates tables in have a ``location``: Trino 476 needs one (pinned below).
 """
 
 from __future__ import annotations
@@ -42,24 +44,33 @@ class Lake:
     def q(self, sql: str, **kwargs: Any) -> list[list[Any]]:
         return self.trino.query(sql, **kwargs)
 
-    def rest(self, warehouse: str, path: str, key: str | None = None) -> Any:
-        """GET ``/v1/{prefix of warehouse}/{path}`` as ``key`` (default: the admin)."""
-        session = self.gateway.session(key or self.gateway.admin_key)
-        config = session.get(f"{self.gateway.url}/v1/config", params={"warehouse": warehouse}, timeout=30)
-        prefix = quote(config.json()["overrides"]["prefix"], safe="")
-        return session.get(f"{self.gateway.url}/v1/{prefix}/{path}", timeout=30)
-
-    def grant(self, warehouse: str, *levels: str, readers: str = "bi", writers: str = "etl") -> None:
-        """Grant read/write on a namespace (as the admin), as an operator would after creating it."""
+    def url(self, warehouse: str, path: str) -> str:
+        """``https://.../v1/{prefix of warehouse}/{path}``."""
         session = self.gateway.session(self.gateway.admin_key)
         config = session.get(f"{self.gateway.url}/v1/config", params={"warehouse": warehouse}, timeout=30)
         prefix = quote(config.json()["overrides"]["prefix"], safe="")
-        answer = session.post(
-            f"{self.gateway.url}/v1/{prefix}/namespaces/{SecureGateway.ns_path(*levels)}/properties",
-            json={"updates": {"cedarberg.readers": readers, "cedarberg.writers": writers}},
+        return f"{self.gateway.url}/v1/{prefix}/{path}"
+
+    def rest(self, warehouse: str, path: str) -> Any:
+        """GET ``/v1/{prefix of warehouse}/{path}`` as the admin, who sees everything."""
+        return self.gateway.session(self.gateway.admin_key).get(self.url(warehouse, path), timeout=30)
+
+    def set_namespace_properties(
+        self, warehouse: str, levels: tuple[str, ...], updates: dict[str, str]
+    ) -> None:
+        """Update a namespace's properties as the admin, as an operator does."""
+        answer = self.gateway.session(self.gateway.admin_key).post(
+            self.url(warehouse, f"namespaces/{SecureGateway.ns_path(*levels)}/properties"),
+            json={"updates": updates},
             timeout=30,
         )
         assert answer.status_code == 200, answer.text
+
+    def grant(self, warehouse: str, *levels: str) -> None:
+        """Readers ``bi``, writers ``etl`` on a namespace Trino created."""
+        self.set_namespace_properties(
+            warehouse, levels, {"cedarberg.readers": "bi", "cedarberg.writers": "etl"}
+        )
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +108,8 @@ def lake(
             )
             writer = gateway.create_key("trino-etl", ["etl"])
             reader = gateway.create_key("trino-bi", ["bi"])
-            common = {
-                "iceberg.expire-snapshots.min-retention": "0s",
-                "iceberg.remove-orphan-files.min-retention": "0s",
-            }
+            # expire_snapshots below this is refused by Trino itself (default: 7 days).
+            common = {"iceberg.expire-snapshots.min-retention": "0s"}
             catalogs = {
                 "lake": ("local", gateway.credential(writer)),
                 "plain": ("plain", gateway.credential(writer)),
@@ -132,6 +141,8 @@ def lake(
                 ),
             )
             yield Lake(gateway, s3, trino, local_dir, writer, reader)
+            for name in [*catalogs, "s3lake", "s3admin"]:
+                trino.query(f"DROP CATALOG {name}")
 
 
 def test_show_schemas_lists_nested_namespaces(lake: Lake) -> None:
@@ -336,13 +347,7 @@ def test_trino_476_needs_a_namespace_location_to_create_tables(lake: Lake) -> No
     lake.q("DROP TABLE lake.bare.t")
     assert lake.rest("local", "namespaces/bare/tables/t").status_code == 404
     # The workaround: the namespace gets a location (here from the admin, as an operator would).
-    admin = lake.gateway.session(lake.gateway.admin_key)
-    answer = admin.post(
-        lake.gateway.catalog_url("namespaces/bare/properties"),
-        json={"updates": {"location": (lake.local_dir / "bare").as_uri()}},
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text
+    lake.set_namespace_properties("local", ("bare",), {"location": (lake.local_dir / "bare").as_uri()})
     lake.q("CREATE TABLE lake.bare.t (id bigint)")
     lake.q("INSERT INTO lake.bare.t VALUES (1)")
     assert lake.q("SELECT id FROM lake.bare.t") == [[1]]
