@@ -148,6 +148,9 @@ def lake(
 def test_show_schemas_lists_nested_namespaces(lake: Lake) -> None:
     schemas = {row[0] for row in lake.q("SHOW SCHEMAS FROM lake")}
     assert {"sales", "sales.eu"} <= schemas
+    # Any Trino user of the catalog sees what the catalog's principal sees.
+    assert lake.q("SELECT current_user", user="alice") == [["alice"]]
+    assert {row[0] for row in lake.q("SHOW SCHEMAS FROM lake", user="alice")} == schemas
 
 
 def test_create_schema_with_and_without_location(lake: Lake) -> None:

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -275,7 +276,7 @@ class TrinoServer:
         headers = {"X-Trino-User": user, "X-Trino-Source": "cedarberg-tests", "Content-Type": "text/plain"}
         if extra_credentials:
             headers["X-Trino-Extra-Credential"] = ", ".join(
-                f"{key}={urllib.request.quote(value)}" for key, value in extra_credentials.items()
+                f"{key}={urllib.parse.quote(value)}" for key, value in extra_credentials.items()
             )
         deadline = time.monotonic() + timeout
         answer = _call(
