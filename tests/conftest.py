@@ -11,6 +11,8 @@
 - ``spark`` (session): a SparkSession whose catalog ``cat`` is ``session_gateway``.
 - ``duckdb_conn``: DuckDB with ``session_gateway`` attached as ``cat``.
 - ``make_catalog`` (alias ``pyiceberg_catalog``): ``make_catalog(gateway, **props) -> RestCatalog``.
+- ``trino`` (session): one Trino 476 coordinator trusting ``session_pki``; modules add catalogs
+  (``trino.create_catalog``) pointing at their own gateways.
 
 Tests using ``spark``, ``duckdb_conn`` or PostgreSQL get the matching marker automatically, so
 ``-m "not spark"`` and friends work without each test repeating the marker.
@@ -29,6 +31,7 @@ from tests.support.engines import duckdb_attach, duckdb_connect, spark_session
 from tests.support.engines import make_catalog as _make_catalog
 from tests.support.gateway import GatewayProcess
 from tests.support.tls import TestPki, make_pki
+from tests.support.trino import TrinoServer
 
 if TYPE_CHECKING:
     import duckdb
@@ -40,6 +43,7 @@ _AUTO_MARKERS = {
     "duckdb_conn": "duckdb",
     "postgres_server": "postgres",
     "postgres_url": "postgres",
+    "trino": "trino",
 }
 
 
@@ -239,3 +243,13 @@ def make_catalog() -> Callable[..., Any]:
 def pyiceberg_catalog() -> Callable[..., Any]:
     """Alias of ``make_catalog``."""
     return _make_catalog
+
+
+@pytest.fixture(scope="session")
+def trino(session_pki: TestPki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrinoServer]:
+    """One Trino coordinator (Iceberg connector only, 1 GB heap) for the session; its JVM trusts
+    ``session_pki``'s CA, so TLS gateways it talks to must serve that CA's certificate."""
+    with TrinoServer(
+        tmp_path_factory.mktemp("trino"), java_options=session_pki.java_options().split()
+    ) as server:
+        yield server
