@@ -47,7 +47,9 @@ def policies(issuer: str) -> str:
     return f"""
 @id("trino-acts-for-directory-users")
 permit (principal == Cedarberg::Service::"key:trino", action == Cedarberg::Action::"actAs", resource)
-when {{ context.subject_issuer == "unsigned" && context has trino_catalog && context.trino_catalog == "lake" }};
+when {{
+  context.subject_issuer == "unsigned" && context has trino_catalog && context.trino_catalog == "lake"
+}};
 
 @id("trino-acts-for-corp-users")
 permit (principal == Cedarberg::Service::"key:trino", action == Cedarberg::Action::"actAs", resource)
@@ -135,7 +137,8 @@ def _run(driver: Path, gw: GatewayProcess, steps: Sequence[str], between: str | 
         stderr=subprocess.DEVNULL,
         text=True,
     ) as process:
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdin is not None
+        assert process.stdout is not None
         lines = []
         for line in process.stdout:
             lines.append(line.strip())
@@ -191,7 +194,8 @@ def test_an_engine_the_policies_do_not_allow_cannot_act_for_anyone(
     _key_id, credential = _key(gateway, "spark")
     lines = _run(driver, gateway, [f"credential={credential}", "user=alice", "load=sales.orders"])
     assert lines[-1].startswith("ERR load=sales.orders"), lines
-    assert "unauthorized_client" in lines[-1] and "the actor may not act for this user" in lines[-1]
+    assert "unauthorized_client" in lines[-1]
+    assert "the actor may not act for this user" in lines[-1]
 
 
 def test_a_signed_oidc_subject_is_verified_and_reads_with_its_issuers_groups(
@@ -231,4 +235,5 @@ def test_a_session_is_refreshed_by_re_exchange_and_cut_off_when_the_engine_key_i
         for r in _audit(gateway)
         if r["action"] == "actAs" and r["detail"] == {"refresh": True, "subject_issuer": "unsigned"}
     ]
-    assert refreshes and all(r["decision"] == "allow" for r in refreshes)
+    assert refreshes
+    assert all(r["decision"] == "allow" for r in refreshes)
