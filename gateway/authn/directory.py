@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Column, DateTime, String, Table, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from cedarberg.gateway.authn.key_store import KeyStore, metadata
 from cedarberg.gateway.authn.subject_token import MAX_NAME_LENGTH, valid_user_name
@@ -100,6 +101,14 @@ class UserDirectory:
                 "user names must be 1-256 characters, not padded, without control characters or '/'"
             )
         members = clean_groups(groups)
+        try:
+            return await self._upsert(name, members)
+        except IntegrityError:
+            # Another writer listed the same name between our update and insert: it exists now,
+            # so the second attempt replaces it.
+            return await self._upsert(name, members)
+
+    async def _upsert(self, name: str, members: tuple[str, ...]) -> DirectoryUser:
         now = datetime.now(UTC)
         async with self._store.writing() as conn:
             changed = await conn.execute(
