@@ -22,6 +22,7 @@ from cedarberg.gateway.authn.principal import Principal, PrincipalKind
 from cedarberg.gateway.authn.subject_token import DelegationFacts
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, EntityUid, principal_entities, principal_uid
+from cedarberg.gateway.logs import current_request_id
 
 ACT_AS = "actAs"
 _UNKNOWN_USER = "(not established)"
@@ -92,7 +93,7 @@ class CedarDelegationJudge:
         self._audit.record(
             AuditEvent(
                 EventKind.DECISION,
-                request_id=None,
+                request_id=current_request_id(),
                 principal=actor,
                 action=ACT_AS,
                 resource=str(resource),
@@ -110,7 +111,7 @@ class CedarDelegationJudge:
         self._audit.record(
             AuditEvent(
                 EventKind.DECISION,
-                request_id=None,
+                request_id=current_request_id(),
                 principal=actor,
                 action=ACT_AS,
                 resource=str(EntityUid.of(EntityType.USER, user)) if user is not None else _UNKNOWN_USER,

@@ -187,6 +187,7 @@ async def test_an_allowed_engine_acts_for_a_listed_user_who_reads_with_the_direc
     assert granted[-1]["principal"] == "key:etl-bot"
     assert granted[-1]["resource"] == 'Cedarberg::User::"user:alice"'
     assert granted[-1]["policy_ids"] == ["etl-bot-acts-for-directory-users"]
+    assert granted[-1]["request_id"]  # the token request's id, like every decision's
     read = [r for r in records if r["action"] == "loadTable"][-1]
     assert (read["principal"], read["actor"], read["decision"]) == ("user:alice", "key:etl-bot", "allow")
 
