@@ -9,12 +9,13 @@ the session's extra credentials). Iceberg's `OAuth2Manager` does the rest: the R
 with the engine's token as actor, once per session, and the refresh by exchanging again. So the
 exchange is covered end to end where Trino itself is absent.
 
-Controls: a listed analyst reads; a signed OIDC subject reads with its issuer's groups; the
-session's token is refreshed by re-exchange. Attacks: a listed user without a grant, a user
-outside the directory, an engine the policies do not allow, a forged signed subject, a read a
-`context.via` policy forbids, and the engine's key revoked mid-session. (A subject without an
-actor cannot be sent by this client to a gateway that refuses unauthenticated requests: it stops
-at the configuration request; tests/gateway/web/test_delegation.py sends that form raw.)
+Controls: a listed analyst reads (also after a refused old subject, with a fresh one); a signed
+OIDC subject reads with its issuer's groups; the session's token is refreshed by re-exchange.
+Attacks: a listed user without a grant, a user outside the directory, an engine the policies do
+not allow, a replayed old subject, a forged signed subject, a read a `context.via` policy forbids,
+and the engine's key revoked mid-session. (A subject without an actor cannot be sent by this
+client to a gateway that refuses unauthenticated requests: it stops at the configuration request;
+tests/gateway/web/test_delegation.py sends that form raw.)
 """
 
 from __future__ import annotations
@@ -196,6 +197,20 @@ def test_an_engine_the_policies_do_not_allow_cannot_act_for_anyone(
     assert lines[-1].startswith("ERR load=sales.orders"), lines
     assert "unauthorized_client" in lines[-1]
     assert "the actor may not act for this user" in lines[-1]
+
+
+def test_a_replayed_old_subject_is_refused_as_expired(driver: Path, gateway: GatewayProcess) -> None:
+    _key_id, credential = _key(gateway, "trino")
+    lines = _run(
+        driver,
+        gateway,
+        [f"credential={credential}", "backdate=3600", "user=alice", "load=sales.orders",
+         "backdate=0", "user=alice", "load=sales.orders"],
+    )  # fmt: skip
+    old, fresh = _outcome(lines, "load=sales.orders")
+    assert old.startswith("ERR load=sales.orders"), lines
+    assert "subject_token has expired (too old)" in old
+    assert fresh == "OK load=sales.orders true", lines  # a new session builds a fresh subject
 
 
 def test_a_signed_oidc_subject_is_verified_and_reads_with_its_issuers_groups(

@@ -23,6 +23,8 @@ import org.apache.iceberg.rest.RESTSessionCatalog;
  * "ERR <step> <exception class>: <message>":
  *   credential=<id:secret>  the engine's catalog credential (before any other step; may be empty)
  *   user=<name>             the Trino user of the following steps
+ *   backdate=<seconds>      the following subjects claim to be this much older (a captured,
+ *                           replayed subject)
  *   extra=<type>=<token>    an extra credential of the current user's session
  *   load=<ns>.<table>       loadTable as the current user
  *   list=<ns>               listTables as the current user
@@ -34,6 +36,8 @@ public final class TrinoSessionDriver {
   private static final String TRINO_VERSION = "476";
   private static final String CATALOG = "lake";
   private static final String SOURCE = "trino-cli";
+
+  private static long backdateSeconds = 0;
 
   private TrinoSessionDriver() {}
 
@@ -47,7 +51,7 @@ public final class TrinoSessionDriver {
 
   /** The subject JWT as jjwt's DefaultJwtBuilder writes it for Trino: sub, iss, iat, then the claims. */
   static String subjectJwt(String user) {
-    long now = System.currentTimeMillis() / 1000;
+    long now = System.currentTimeMillis() / 1000 - backdateSeconds;
     String claims = "{\"sub\":" + quoted(user) + ",\"iss\":" + quoted(TRINO_VERSION) + ",\"iat\":" + now
         + ",\"user\":" + quoted(user) + ",\"source\":" + quoted(SOURCE) + ",\"trinoCatalog\":"
         + quoted(CATALOG) + ",\"trinoVersion\":" + quoted(TRINO_VERSION) + "}";
@@ -93,6 +97,10 @@ public final class TrinoSessionDriver {
             user = value;
             extra = new HashMap<>();
             System.out.println("OK user " + value);
+            break;
+          case "backdate":
+            backdateSeconds = Long.parseLong(value);
+            System.out.println("OK " + step);
             break;
           case "extra":
             String[] typed = value.split("=", 2);
