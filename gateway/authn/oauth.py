@@ -2,8 +2,8 @@
 
 Public API::
 
-    endpoint = TokenEndpoint(keys, issuer, admit=None)   # keys: ApiKeyAuthenticator, issuer: TokenIssuer
-    result = await endpoint.handle(form, basic_auth, client)   # TokenResponse | OAuthError
+    endpoint = TokenEndpoint(keys, issuer, admit=None, delegation=None)   # keys: ApiKeyAuthenticator
+    result = await endpoint.handle(form, basic_auth, client, peer, tls_subject)   # TokenResponse | OAuthError
     result.auth_failure                                # an OAuthError: did credentials fail?
     result.status, result.headers, result.to_json()    # what the HTTP handler sends
 
