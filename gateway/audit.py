@@ -16,7 +16,8 @@ Public API::
 
 Every line has the same keys, in this order (``null`` where a key does not apply): ``time``
 (ISO-8601 UTC, milliseconds, ``Z``), ``event`` (``decision`` | ``mutation``), ``request_id``,
-``principal``, ``principal_kind``, ``auth_method``, ``client_address``, ``action``, ``resource``,
+``principal``, ``principal_kind``, ``auth_method``, ``actor`` (the engine acting for the
+principal, when it was delegated), ``client_address``, ``action``, ``resource``,
 ``decision`` (``allow`` | ``deny``), ``policy_ids`` (determining policies), ``policy_version``,
 ``outcome`` (mutations: ``success`` | ``failure`` | ``unknown``), ``status`` (HTTP status), ``detail``.
 
@@ -326,6 +327,7 @@ class AuditLog:
             "principal": _scrub_short(principal.id) if principal else None,
             "principal_kind": principal.kind.value if principal else None,
             "auth_method": principal.auth_method.value if principal else None,
+            "actor": _scrub_short(principal.actor) if principal else None,
             "client_address": None if client_address is None else _scrub_repeated(client_address, True),
             "action": _scrub_short(event.action),
             "resource": _scrub_short(event.resource),

@@ -42,6 +42,11 @@ def bind_principal(principal: str) -> None:
     _PRINCIPAL.set(principal)
 
 
+def current_request_id() -> str | None:
+    """The id of the request being handled (for records made below the HTTP layer)."""
+    return _REQUEST_ID.get()
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, message, request_id, principal[, exception]."""
 

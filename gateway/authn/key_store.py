@@ -227,6 +227,11 @@ class KeyStore:
         except (SQLAlchemyError, OSError) as err:
             raise StorageUnavailableError(f"the key store is unavailable: {type(err).__name__}") from err
 
+    # For the other gateway tables on this engine (`gateway.authn.directory`): the same
+    # transactions, SQLite write locking and error mapping as the key tables.
+    writing = _write
+    reading = _read
+
     async def insert(self, record: ApiKeyRecord, secret_hash: str) -> None:
         """Store a new key. Raises KeyIdTakenError, StorageUnavailableError."""
         try:

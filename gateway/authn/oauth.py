@@ -2,8 +2,8 @@
 
 Public API::
 
-    endpoint = TokenEndpoint(keys, issuer, admit=None)   # keys: ApiKeyAuthenticator, issuer: TokenIssuer
-    result = await endpoint.handle(form, basic_auth, client)   # TokenResponse | OAuthError
+    endpoint = TokenEndpoint(keys, issuer, admit=None, delegation=None)   # keys: ApiKeyAuthenticator
+    result = await endpoint.handle(form, basic_auth, client, peer, tls_subject)   # TokenResponse | OAuthError
     result.auth_failure                                # an OAuthError: did credentials fail?
     result.status, result.headers, result.to_json()    # what the HTTP handler sends
 
@@ -30,6 +30,10 @@ the caller's per-address failed-authentication budget like every other failed au
 Anything else is `unsupported_grant_type`; missing or repeated-method parameters are
 `invalid_request` (400). Responses carry `Cache-Control: no-store` (RFC 6749 section 5.1).
 
+- the same grant with an `actor_token`, or with a `jwt`/`id_token` subject: an engine acting for
+  its user (`gateway.authn.delegation`, given as `delegation`); refreshing a token issued that way
+  (a subject token carrying `act`) goes back to it, never to the actor's own key.
+
 With `admit` (the gateway passes the principal's `rate_limits.token` budget), a principal over its
 budget gets `temporarily_unavailable` (429, `Retry-After`) after its credentials verified.
 """
@@ -40,18 +44,26 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote_plus
 
+from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authn.subject_token import ID_TOKEN_TYPE, JWT_TOKEN_TYPE, DelegationFacts
 from cedarberg.gateway.authn.tokens import TokenIssuer
+
+if TYPE_CHECKING:
+    from cedarberg.gateway.authn.delegation import Delegation
 
 log = logging.getLogger("cedarberg.authn.oauth")
 
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105
 GRANT_CLIENT_CREDENTIALS = "client_credentials"
 GRANT_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105
+# Subject token types that only name a user (an engine's assertion or a signed OIDC token):
+# exchanged by the delegation grant, never by a refresh.
+_USER_TOKEN_TYPES = frozenset({JWT_TOKEN_TYPE, ID_TOKEN_TYPE})
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _CHALLENGE = 'Basic realm="cedarberg", charset="UTF-8"'
 
@@ -144,32 +156,52 @@ def _client_credentials(
 class TokenEndpoint:
     """Exchanges API key credentials (or a still-valid token) for a gateway access token."""
 
-    def __init__(self, keys: KeyVerifier, issuer: TokenIssuer, admit: Admission | None = None) -> None:
+    def __init__(
+        self,
+        keys: KeyVerifier,
+        issuer: TokenIssuer,
+        admit: Admission | None = None,
+        delegation: Delegation | None = None,
+    ) -> None:
         self._keys = keys
         self._issuer = issuer
         self._admit = admit
+        self.delegation = delegation  # set once at start-up (it needs the gateway's authenticators)
 
     async def handle(
-        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None, client: str = ""
+        self,
+        form: Mapping[str, str],
+        basic_auth: tuple[str, str] | None,
+        client: str = "",
+        peer: PeerCertificate = no_peer_certificate,
+        tls_subject: str | None = None,
     ) -> TokenResponse | OAuthError:
-        """Dispatch on `grant_type`."""
+        """Dispatch on `grant_type`. `peer` and `tls_subject` describe the connection's verified
+        client certificate (an actor's, when an engine acts for a user)."""
         grant_type = _param(form, "grant_type")
         if grant_type is None:
             return _invalid_request("grant_type is required")
         if grant_type == GRANT_CLIENT_CREDENTIALS:
             return await self.client_credentials(form, basic_auth, client)
         if grant_type == GRANT_TOKEN_EXCHANGE:
-            return await self.refresh(form, basic_auth, client)
+            acting = _param(form, "actor_token") is not None
+            if acting or _param(form, "subject_token_type") in _USER_TOKEN_TYPES:
+                if self.delegation is None:
+                    return _invalid_request("actor_token is not supported")
+                return await self.delegation.exchange(form, client, peer, tls_subject, self._issue)
+            return await self.refresh(form, basic_auth, client, tls_subject)
         return OAuthError("unsupported_grant_type", "Unsupported grant_type", 400)
 
-    async def _issue(self, principal: Principal) -> TokenResponse | OAuthError:
+    async def _issue(
+        self, principal: Principal, lifetime: int | None = None, delegation: DelegationFacts | None = None
+    ) -> TokenResponse | OAuthError:
         """A token for an authenticated principal, within its token budget (`admit`)."""
         retry_after = None if self._admit is None else await self._admit(principal)
         if retry_after is not None:
             return OAuthError(
                 "temporarily_unavailable", "Too many token requests; retry later", 429, retry_after
             )
-        token, expires_in = self._issuer.issue(principal)
+        token, expires_in = self._issuer.issue(principal, lifetime, delegation)
         return TokenResponse(token, expires_in)
 
     async def client_credentials(
@@ -191,7 +223,11 @@ class TokenEndpoint:
         return await self._issue(principal)
 
     async def refresh(
-        self, form: Mapping[str, str], basic_auth: tuple[str, str] | None, client: str = ""
+        self,
+        form: Mapping[str, str],
+        basic_auth: tuple[str, str] | None,
+        client: str = "",
+        tls_subject: str | None = None,
     ) -> TokenResponse | OAuthError:
         """Token exchange (RFC 8693) of a gateway access token for a fresh one."""
         subject_token = _param(form, "subject_token")
@@ -208,9 +244,13 @@ class TokenEndpoint:
             except AuthenticationError:
                 return INVALID_CLIENT
         try:
-            subject = self._issuer.verify(subject_token)
+            subject, facts = self._issuer.verify_delegation(subject_token)
         except AuthenticationError:
             return INVALID_SUBJECT
+        if facts is not None:  # a user's token: refreshed as the delegation it came from
+            if self.delegation is None:
+                return INVALID_SUBJECT
+            return await self.delegation.refresh(subject, facts, client, tls_subject, self._issue)
         key_id = subject.attributes.get("api_key_id")
         if key_id is None:
             log.info("token refresh refused: token not issued for an api key")

@@ -8,7 +8,11 @@ collide (an OIDC `sub` equal to an API key's principal name is another principal
 - `oidc:<alias>/<subject>` — a token from a configured OIDC issuer; `<alias>` is the issuer's
   `alias` setting, else its `issuer` URL, and `<subject>` its principal claim (after the issuer's
   `principal_prefix`). Issuer namespaces are validated to be distinct and prefix-free;
-- `anonymous:<name>` — the configured anonymous principal.
+- `anonymous:<name>` — the configured anonymous principal;
+- `user:<name>` — a user an engine acts for (delegation, `gateway.authn.delegation`): named by an
+  unsigned subject token that only an allowed actor may present, and known only if the gateway's
+  directory lists it. A user proved by a signed OIDC subject keeps its `oidc:` id instead. Either
+  way the principal carries its `actor` (the engine's id), which policies see as `context.via`.
 
 Policies name one principal by its namespaced id (`Cedarberg::User::"key:alice"`); plan
 ownership, audit records, idempotency records and rate-limit budgets all use the namespaced id.
@@ -32,6 +36,7 @@ from cedarberg.gateway.byte_lru import estimate
 KEY_NAMESPACE = "key:"
 OIDC_NAMESPACE = "oidc:"
 ANONYMOUS_NAMESPACE = "anonymous:"
+DELEGATED_NAMESPACE = "user:"
 # The groups the bundled policies (policies/*.cedar) give special power: `admins` may do
 # everything and is exempt from the guards, `monitoring` reads /metrics. No OIDC issuer asserts
 # them bare unless the operator opts in (`privileged_groups_allowed`); a test checks this set
@@ -62,6 +67,11 @@ def anonymous_principal_id(name: str) -> str:
     return ANONYMOUS_NAMESPACE + name
 
 
+def delegated_principal_id(name: str) -> str:
+    """The id of a directory user an engine acts for (named by an unsigned subject token)."""
+    return DELEGATED_NAMESPACE + name
+
+
 class AuthMethod(StrEnum):
     """How a principal proved its identity (policies may require a particular one)."""
 
@@ -89,6 +99,9 @@ class Principal:
     principal, directly or through a gateway token; None for other methods. A gateway token of an
     older generation than its key's current one was issued before a rotation or revocation and
     is refused.
+    `actor` is the id of the engine acting for this principal (delegation), else None; the
+    key that proved a delegated principal (`api_key_id`, `key_generation`) is the actor's, so
+    rotating or revoking the actor's key ends the delegated tokens too.
     `proof` is what an OIDC token's principal stays valid on (its signing key's lease and any
     client-certificate binding, `gateway.authn.credential`); remembered verifications check it on
     every use. It takes no part in equality or in what policies see.
@@ -100,9 +113,10 @@ class Principal:
     auth_method: AuthMethod
     attributes: Mapping[str, str] = field(default_factory=dict)
     key_generation: int | None = None
+    actor: str | None = None
     proof: Proof | None = field(default=None, compare=False, repr=False)
 
 
 def principal_bytes(principal: Principal) -> int:
     """Estimated memory a principal holds (its id, groups and attributes), for bounded caches."""
-    return 200 + estimate(principal.id, principal.groups, principal.attributes)
+    return 200 + estimate(principal.id, principal.groups, principal.attributes, principal.actor)

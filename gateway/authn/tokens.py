@@ -30,6 +30,15 @@ see `Principal.key_generation`); `verify` checks only the token itself, and the 
 (`Security.authenticate_bearer`) then refuses it through `ApiKeyAuthenticator.check_token` if the
 key was rotated or revoked after it was issued. Refreshing a token (see `gateway.authn.oauth`)
 re-checks the key in the store.
+
+A token issued for a user an engine acts for (delegation, `gateway.authn.delegation`) names the
+user in `sub` (`user:<name>` or `oidc:<issuer>/<subject>`) and the engine in an RFC 8693 `act`
+claim (`{"sub": "key:<engine>"}`); its `attrs.api_key_id` and `kgen` are the ENGINE's key, so the
+engine key's rotation or revocation cuts it off like any token of that key; `dlg` holds what the
+delegation decision saw of the subject (`DelegationFacts`), so a refresh is decided on the same
+facts. It may live shorter than `ttl_seconds` (`issue(..., lifetime=...)`): never longer than
+the actor's token or a signed subject. `verify` refuses an `act` naming anything but an API key's
+principal, a delegated `sub` without `act`, and an `act` on an API key's own principal.
 """
 
 from __future__ import annotations
@@ -52,7 +61,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError
-from cedarberg.gateway.authn.principal import KEY_NAMESPACE, AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.principal import (
+    DELEGATED_NAMESPACE,
+    KEY_NAMESPACE,
+    OIDC_NAMESPACE,
+    AuthMethod,
+    Principal,
+    PrincipalKind,
+)
+from cedarberg.gateway.authn.subject_token import DelegationFacts
 from cedarberg.gateway.config.authn import DEFAULT_KEY_FILE, TokenSettings
 
 log = logging.getLogger("cedarberg.authn.tokens")
@@ -165,10 +182,15 @@ class TokenIssuer:
         """The public JWK set that verifies issued tokens."""
         return {"keys": [dict(self._jwk)]}
 
-    def issue(self, principal: Principal) -> tuple[str, int]:
-        """A signed token for `principal` and its lifetime in seconds."""
+    def issue(
+        self, principal: Principal, lifetime: int | None = None, delegation: DelegationFacts | None = None
+    ) -> tuple[str, int]:
+        """A signed token for `principal` and its lifetime in seconds: `ttl_seconds`, or
+        `lifetime` if shorter (at least 1). A principal with an `actor` needs `delegation`."""
         now = int(time.time())
         ttl = self._settings.ttl_seconds
+        if lifetime is not None:
+            ttl = max(1, min(lifetime, ttl))
         claims = {
             "iss": self._settings.issuer,
             "aud": self._settings.audience,
@@ -183,11 +205,21 @@ class TokenIssuer:
         }
         if principal.key_generation is not None:
             claims["kgen"] = principal.key_generation
+        if principal.actor is not None:
+            if delegation is None:
+                raise ValueError("a delegated principal's token needs the delegation facts")
+            claims["act"] = {"sub": principal.actor}
+            claims["dlg"] = delegation.to_claim()
         headers = {"kid": self._kid, "typ": TOKEN_TYPE}
         return jwt.encode(claims, self._private_key, algorithm=ALGORITHM, headers=headers), ttl
 
     def verify(self, token: str) -> Principal:
         """The principal a token was issued for. Raises AuthenticationError, CredentialExpiredError."""
+        return self.verify_delegation(token)[0]
+
+    def verify_delegation(self, token: str) -> tuple[Principal, DelegationFacts | None]:
+        """`verify`, with the delegation facts of a token issued for a user an engine acts for
+        (None for other tokens). Raises like `verify`."""
         if len(token) > self._settings.max_token_bytes:
             log.info("gateway token rejected: too long")
             raise AuthenticationError
@@ -222,10 +254,11 @@ class TokenIssuer:
         if not self._issued_here(claims):
             raise AuthenticationError
         principal = _principal_from_claims(claims)
-        if principal is None:
+        facts = DelegationFacts.from_claim(claims["dlg"]) if "dlg" in claims else None
+        if principal is None or (principal.actor is None) != (facts is None):
             log.info("gateway token rejected: malformed claims")
             raise AuthenticationError
-        return principal
+        return principal, facts
 
     def _issued_here(self, claims: Mapping[str, Any]) -> bool:
         """Whether the lifetime and binding are those `issue` gives (logs the reason if not)."""
@@ -252,8 +285,14 @@ def _principal_from_claims(claims: Mapping[str, Any]) -> Principal | None:
     generation = claims.get("kgen")
     if not _is_short_str(sub) or kind not in (PrincipalKind.USER.value, PrincipalKind.SERVICE.value):
         return None
-    if not str(sub).startswith(KEY_NAMESPACE):  # issued only for API keys, in their namespace
+    act_ok, actor = _actor(claims.get("act"))
+    if not act_ok:
         return None
+    # Issued only for API keys, in their namespace, or for users they act for.
+    if actor is None and not str(sub).startswith(KEY_NAMESPACE):
+        return None
+    if actor is not None and not str(sub).startswith((DELEGATED_NAMESPACE, OIDC_NAMESPACE)):
+        return None  # a delegated token names a directory or OIDC user, never a key
     if not isinstance(groups, list) or len(groups) > _MAX_GROUPS or not all(map(_is_short_str, groups)):
         return None
     if not isinstance(attrs, dict) or len(attrs) > _MAX_ATTRIBUTES:
@@ -264,6 +303,8 @@ def _principal_from_claims(claims: Mapping[str, Any]) -> Principal | None:
         return None
     if generation is not None and (type(generation) is not int or generation < 0):
         return None
+    if actor is not None and ("api_key_id" not in attrs or generation is None):
+        return None  # the actor's key is what a delegated token stays valid on
     if "api_key_id" in attrs and generation is None:
         generation = 0  # issued before generations existed: void after the key's next change
     return Principal(
@@ -273,4 +314,18 @@ def _principal_from_claims(claims: Mapping[str, Any]) -> Principal | None:
         auth_method=AuthMethod.GATEWAY_TOKEN,
         attributes=dict(attrs),
         key_generation=generation,
+        actor=actor,
     )
+
+
+def _actor(claim: object) -> tuple[bool, str | None]:
+    """(well-formed, the actor an `act` claim names): an API key's principal id, None without
+    the claim; not well-formed otherwise (nested RFC 8693 `act` chains are never issued here)."""
+    if claim is None:
+        return True, None
+    if not isinstance(claim, dict) or set(claim) != {"sub"}:
+        return False, None
+    sub = claim["sub"]
+    if not _is_short_str(sub) or not str(sub).startswith(KEY_NAMESPACE):
+        return False, None
+    return True, str(sub)

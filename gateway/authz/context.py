@@ -2,7 +2,7 @@
 
 One shape for every action (`RequestContext` in the schema); the change fields are empty (and
 `creates` false) where they do not apply, so a policy never needs `has` for them. Only
-`tls_subject` is optional.
+`tls_subject` and `via` (the engine acting for a delegated principal) are optional.
 """
 
 from __future__ import annotations
@@ -78,21 +78,24 @@ class RequestContext:
     client_address: str
     tls_subject: str | None = None
     changes: ChangeSummary = ChangeSummary()
+    via: str | None = None  # the actor's principal id when an engine acts for the principal
 
     @classmethod
     def of(
         cls, principal: Principal, client_address: str, changes: ChangeSummary | None = None
     ) -> RequestContext:
-        """The context for `principal`; its `tls_subject` attribute, if any, becomes `tls_subject`."""
+        """The context for `principal`; its `tls_subject` attribute, if any, becomes `tls_subject`,
+        and its `actor`, if any, `via`."""
         return cls(
             auth_method=principal.auth_method.value,
             client_address=client_address,
             tls_subject=principal.attributes.get("tls_subject"),
             changes=changes or ChangeSummary(),
+            via=principal.actor,
         )
 
     def with_changes(self, changes: ChangeSummary) -> RequestContext:
-        return RequestContext(self.auth_method, self.client_address, self.tls_subject, changes)
+        return RequestContext(self.auth_method, self.client_address, self.tls_subject, changes, self.via)
 
     def to_cedar(self) -> JsonDict:
         out: JsonDict = {
@@ -105,4 +108,6 @@ class RequestContext:
         }
         if self.tls_subject is not None:
             out["tls_subject"] = self.tls_subject
+        if self.via is not None:
+            out["via"] = self.via
         return out

@@ -8,7 +8,8 @@ run with the Cedar CLI) without knowing the gateway:
       "principal": "Cedarberg::User::\\"erin\\"",          (or {"type": ..., "id": ...})
       "action": "updateTable",                           (short for Cedarberg::Action::"updateTable")
       "resource": {"type": "Cedarberg::Table", "id": "default/sales/orders"},
-      "context": {"update_kinds": ["add-snapshot"]},     (merged over DEFAULT_CONTEXT)
+      "context": {"update_kinds": ["add-snapshot"]},     (merged over DEFAULT_CONTEXT; for actAs,
+                                                          over DELEGATION_DEFAULT_CONTEXT)
       "entities": [ ...Cedar JSON entities... ],
       "determining_policies": ["writers-write-granted"]  (optional: also checked)
     }
@@ -38,6 +39,15 @@ DEFAULT_CONTEXT: Mapping[str, Any] = {
     "property_keys": [],
     "creates": False,
 }
+# `actAs` (an engine acting for a user) has a context of its own (`DelegationContext`).
+DELEGATION_DEFAULT_CONTEXT: Mapping[str, Any] = {
+    "auth_method": "gateway-token",
+    "client_address": "127.0.0.1",
+    "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+    "subject_issuer": "unsigned",
+    "refresh": False,
+}
+_DEFAULT_CONTEXTS: Mapping[str, Mapping[str, Any]] = {"actAs": DELEGATION_DEFAULT_CONTEXT}
 _KEYS = {"description", "principal", "action", "resource", "context", "entities", "determining_policies"}
 _UID_TEXT = re.compile(r'^\s*(?P<type>[A-Za-z_][\w]*(?:::[A-Za-z_][\w]*)*)::(?P<id>".*")\s*$', re.S)
 
@@ -89,11 +99,12 @@ def _read_fixture(path: Path) -> dict[str, Any]:
 def run_fixture(engine: PolicyEngine, path: Path, expected: str, label: str) -> FixtureResult:
     try:
         data = _read_fixture(path)
-        context = {**DEFAULT_CONTEXT, **data.get("context", {})}
+        action = parse_uid(data["action"], default_type=ACTION_TYPE)
+        context = {**_DEFAULT_CONTEXTS.get(action.id, DEFAULT_CONTEXT), **data.get("context", {})}
         entities = data.get("entities", [])
         decision = engine.decide_request(
             parse_uid(data["principal"]),
-            parse_uid(data["action"], default_type=ACTION_TYPE),
+            action,
             parse_uid(data["resource"]),
             context,
             entities,

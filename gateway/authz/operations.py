@@ -226,6 +226,11 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("listDroppedObjects", Scope.CATALOG, A),
     _op("undropObject", Scope.CATALOG, A),
     _op("showKms", Scope.CATALOG, A),
+    # the user directory: who engines may act for (delegation), and their groups
+    _op("listDirectoryUsers", Scope.CATALOG, A),
+    _op("getDirectoryUser", Scope.CATALOG, A),
+    _op("putDirectoryUser", Scope.CATALOG, A),
+    _op("deleteDirectoryUser", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

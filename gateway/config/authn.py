@@ -93,6 +93,21 @@ class TokenSettings(FrozenSettings):
     )
 
 
+class DelegationSettings(FrozenSettings):
+    """Engines acting for their users (RFC 8693 token exchange with an actor token).
+
+    Who may act for whom is a Cedar decision (`actAs`); these settings bound what a subject token
+    may be."""
+
+    subject_max_age_seconds: int = Field(
+        300,
+        ge=10,
+        le=3600,
+        description="An unsigned subject token (Trino's `session=USER`) is refused as expired once "
+        "its `iat` is older than this (plus `tokens.leeway_seconds`); it must carry `iat`.",
+    )
+
+
 class OidcIssuerSettings(FrozenSettings):
     """One trusted token issuer.
 

@@ -25,7 +25,7 @@ from pydantic import (
 from cedarberg.catalog import json_nesting, locations
 from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.gateway.config.audit import AuditSettings
-from cedarberg.gateway.config.authn import ApiKeySettings, OidcSettings, TokenSettings
+from cedarberg.gateway.config.authn import ApiKeySettings, DelegationSettings, OidcSettings, TokenSettings
 from cedarberg.gateway.config.authz import AuthzSettings
 from cedarberg.gateway.config.base import FrozenSettings
 from cedarberg.gateway.config.caches import ReadCacheSettings
@@ -196,6 +196,9 @@ class Settings(FrozenSettings):
     api_keys: ApiKeySettings = Field(default_factory=ApiKeySettings, description="API key verification.")
     tokens: TokenSettings = Field(default_factory=TokenSettings, description="Gateway-issued access tokens.")
     oidc: OidcSettings = Field(default_factory=OidcSettings, description="Trusted OIDC issuers.")
+    delegation: DelegationSettings = Field(
+        default_factory=DelegationSettings, description="Engines acting for their users (token exchange)."
+    )
     kms: KmsSettings = Field(default_factory=KmsSettings, description="Envelope encryption keys.")
     cache: ReadCacheSettings = Field(default_factory=ReadCacheSettings, description="Read-path caches.")
     planning: PlanningSettings = Field(

@@ -45,6 +45,7 @@ from cedarberg.gateway.web.route import Route
 from cedarberg.gateway.web.routes import (
     admin,
     config,
+    directory,
     namespaces,
     oauth,
     ops,
@@ -68,6 +69,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *planning.ROUTES,
     *views.ROUTES,
     *admin.ROUTES,
+    *directory.ROUTES,
     *review.ROUTES,
     *recovery.ROUTES,
     *ops.ROUTES,

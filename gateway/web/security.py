@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from cedarberg.gateway.audit import AuditLog
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
+from cedarberg.gateway.authn.delegation import Delegation, UserSources
+from cedarberg.gateway.authn.directory import UserDirectory
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
 from cedarberg.gateway.authn.key_store import KeyStore, connect_key_store
@@ -26,6 +28,7 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.ratelimit import OperationClass, RateLimiter
+from cedarberg.gateway.web.delegation_judge import CedarDelegationJudge
 from cedarberg.gateway.web.replay import PlanCache
 
 log = logging.getLogger("cedarberg.security")
@@ -45,6 +48,7 @@ class Security:
     anonymous: Principal | None
     verified_tokens: VerifiedTokenCache
     plans: PlanCache
+    directory: UserDirectory
     watcher: PolicyWatcher | None = None
 
     @classmethod
@@ -89,6 +93,14 @@ class Security:
                 settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
             ),
             plans=_plan_cache(settings),
+            directory=UserDirectory(key_store),
+        )
+        # Engines acting for their users: the actor authenticates as any bearer credential does.
+        security.token_endpoint.delegation = Delegation(
+            settings.delegation,
+            tokens,
+            UserSources(security.authenticate_bearer, api_keys, security.directory, oidc),
+            CedarDelegationJudge(policies, security.audit),
         )
         await oidc.warm_up()
         await api_keys.start_change_feed()

@@ -39,6 +39,7 @@ FIELDS = [
     "principal",
     "principal_kind",
     "auth_method",
+    "actor",
     "client_address",
     "action",
     "resource",

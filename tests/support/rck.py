@@ -57,26 +57,28 @@ def library_class_path() -> list[Path]:
     return jars
 
 
-def _digest(sources: list[Path], class_path: list[Path]) -> str:
+def _digest(sources: list[Path], class_path: list[Path], root: Path) -> str:
     javac = subprocess.run(["javac", "-version"], capture_output=True, text=True, check=True)
     digest = hashlib.sha256((javac.stdout + javac.stderr).encode())
     for path in [*class_path, JUNIT_CONSOLE]:
         digest.update(str(path).encode())
     for source in sources:
-        digest.update(str(source.relative_to(SOURCES)).encode())
+        digest.update(str(source.relative_to(root)).encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def build() -> Path:
-    """The compiled kit's class directory, compiled now unless this exact build is cached."""
+def build(root: Path = SOURCES, build_dir: Path = BUILD_DIR) -> Path:
+    """The compiled kit's class directory, compiled now unless this exact build is cached. Other
+    Java drivers of Iceberg's client (tests/delegation) are built the same way from their own
+    `root` into their own `build_dir`."""
     class_path = library_class_path()
-    sources = sorted(SOURCES.rglob("*.java"))
-    target = BUILD_DIR / _digest(sources, class_path)
+    sources = sorted(root.rglob("*.java"))
+    target = build_dir / _digest(sources, class_path, root)
     classes = target / "classes"
     if (target / "complete").is_file():
         return classes
-    shutil.rmtree(BUILD_DIR, ignore_errors=True)  # older builds: nothing else uses them
+    shutil.rmtree(build_dir, ignore_errors=True)  # older builds: nothing else uses them
     classes.mkdir(parents=True)
     subprocess.run(
         [

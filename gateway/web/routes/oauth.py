@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from urllib.parse import parse_qsl
 
 import orjson
 from aiohttp import hdrs, web
 
 from cedarberg.gateway.authn.oauth import INVALID_CLIENT, OAuthError, TokenResponse
+from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web.keys import metrics, security
 from cedarberg.gateway.web.route import Route
 
@@ -134,7 +136,14 @@ async def _token_result(request: web.Request) -> TokenResponse | OAuthError:
         metrics(request).token_request(None, issued=False)
         return OAuthError("invalid_request", str(err), 400)
     sec = security(request)
-    result = await sec.token_endpoint.handle(form, basic, sec.limiter.client(request.remote))
+    result = await sec.token_endpoint.handle(
+        form,
+        basic,
+        sec.limiter.client(request.remote),
+        # An engine acting for a user is known by its certificate as well as its token.
+        functools.partial(peer_certificate_sha256, request.transport),
+        peer_subject(request.transport),
+    )
     stats = metrics(request)
     stats.token_request(form.get("grant_type"), issued=isinstance(result, TokenResponse))
     if result.status == 429:
