@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -322,25 +323,36 @@ async def test_a_user_named_like_an_admin_key_gets_only_its_directory_groups(gw:
     assert keys.status == 403
 
 
+# Each subject is built when its test runs (from the clock then, not at collection): a subject
+# made at collection is already too old when the suite reaches it.
 @pytest.mark.parametrize(
-    ("subject", "reason"),
+    ("make_subject", "reason"),
     [
-        (unsigned_subject("alice", issued_at=int(time.time()) - 3600), "subject_token has expired (too old)"),
+        (lambda now: unsigned_subject("alice", issued_at=now - 3600), "subject_token has expired (too old)"),
         (
-            unsigned_subject("alice", issued_at=int(time.time()) + 3600),
+            lambda now: unsigned_subject("alice", issued_at=now + 3600),
             "subject_token was issued in the future",
         ),
-        (unsigned_subject("alice", exp=int(time.time()) - 60), "subject_token has expired"),
-        (unsigned_subject("alice", user="root"), "subject_token user and sub differ"),
-        (unsigned_subject("ops/alice"), "subject_token sub is not a valid user name"),
-        (unsigned_subject("alice") + "c2lnbmF0dXJl", "an unsigned subject_token carries no signature"),
+        (lambda now: unsigned_subject("alice", issued_at=now, exp=now - 60), "subject_token has expired"),
+        (
+            lambda now: unsigned_subject("alice", issued_at=now, user="root"),
+            "subject_token user and sub differ",
+        ),
+        (
+            lambda now: unsigned_subject("ops/alice", issued_at=now),
+            "subject_token sub is not a valid user name",
+        ),
+        (
+            lambda now: unsigned_subject("alice", issued_at=now) + "c2lnbmF0dXJl",
+            "an unsigned subject_token carries no signature",
+        ),
     ],
 )
 async def test_a_bad_unsigned_subject_is_refused_saying_why(
-    gw: InProcessGateway, subject: str, reason: str
+    gw: InProcessGateway, make_subject: Callable[[int], str], reason: str
 ) -> None:
     actor = await token_for(gw, gw.keys["etl-bot"])
-    status, body = await exchange(gw, subject, actor)
+    status, body = await exchange(gw, make_subject(int(time.time())), actor)
     assert (status, body["error"], body["error_description"]) == (400, "invalid_request", reason)
 
 
