@@ -6,7 +6,7 @@ from typing import Any, TypeVar, overload
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from cedarberg.catalog import json_nesting, requests
 from cedarberg.catalog.errors import DocumentTooLargeError, InvalidRequestError
@@ -34,6 +34,31 @@ async def json_body(request: web.Request) -> Any:
         raise InvalidRequestError("request body is required")
     json_nesting.check_depth(raw, services(request).settings.max_body_depth)
     return strict_json.loads(raw)
+
+
+async def json_object(request: web.Request, max_bytes: int) -> dict[str, Any]:
+    """A small body (the admin API's) as a JSON object, read as `json_body` reads one. Raises
+    HTTPRequestEntityTooLarge past `max_bytes`, InvalidRequestError as `json_body` does or when the
+    document is not an object."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_bytes, request.content_length)
+    size = len(await request.read())  # read() keeps the bytes: json_body reads the same ones
+    if size > max_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_bytes, size)
+    document = await json_body(request)
+    if not isinstance(document, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return document
+
+
+def validate(model: type[M], document: dict[str, Any]) -> M:
+    """`document` as `model`. Raises InvalidRequestError naming the first invalid field."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as err:
+        first = err.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"])[:100] or "body"
+        raise InvalidRequestError(f"invalid request field '{where}': {first['msg']}") from None
 
 
 async def parse_body(request: web.Request, model: type[M], max_bytes: int | None = None) -> M:

@@ -30,9 +30,8 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from cedarberg.catalog import json_nesting
 from cedarberg.catalog.errors import (
     ConflictError,
     InvalidRequestError,
@@ -57,7 +56,7 @@ from cedarberg.gateway.authz.entities import EntityType, Resource
 from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
-from cedarberg.gateway.web import http, resources, strict_json
+from cedarberg.gateway.web import http, resources
 from cedarberg.gateway.web.keys import security, services
 from cedarberg.gateway.web.route import Route
 
@@ -119,32 +118,6 @@ class ExplainRequest(_Body):
     context: ExplainContext = ExplainContext()
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object (no key repeated). Raises InvalidRequestError,
-    HTTPRequestEntityTooLarge."""
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length)
-    raw = await request.read()
-    if len(raw) > MAX_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, len(raw))
-    if not raw:
-        raise InvalidRequestError("request body is required")
-    json_nesting.check_depth(raw, services(request).settings.max_body_depth)
-    document = strict_json.loads(raw)
-    if not isinstance(document, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    return document
-
-
-def _parse(model: type[M], document: dict[str, Any]) -> M:
-    try:
-        return model.model_validate(document)
-    except ValidationError as err:
-        first = err.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(part) for part in first["loc"])[:100] or "body"
-        raise InvalidRequestError(f"invalid request field '{where}': {first['msg']}") from None
-
-
 # -- API keys -------------------------------------------------------------------------------------
 
 
@@ -190,7 +163,7 @@ def _expiry(value: str | None) -> datetime | None:
 
 
 async def create_api_key(request: web.Request) -> web.Response:
-    body = _parse(CreateKeyRequest, await _json_object(request))
+    body = http.validate(CreateKeyRequest, await http.json_object(request, MAX_BODY_BYTES))
     with _key_errors():
         record, plaintext = await security(request).api_keys.create_key(
             body.principal,
@@ -333,7 +306,7 @@ async def explain_decision(request: web.Request) -> web.Response:
     Grants come from `resource.namespace_properties` if given, else from the catalog's namespaces
     (missing ones count as having no properties), as the gateway itself would decide.
     """
-    body = _parse(ExplainRequest, await _json_object(request))
+    body = http.validate(ExplainRequest, await http.json_object(request, MAX_BODY_BYTES))
     spec = OPERATIONS.get(body.action)
     if spec is None or spec.action is None:
         raise InvalidRequestError(f"not a Cedar action: {body.action!r}")

@@ -20,12 +20,12 @@ from urllib.parse import quote
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from cedarberg.catalog.errors import InvalidRequestError, NotFoundError
 from cedarberg.gateway.authn.directory import MAX_GROUPS, InvalidDirectoryRequestError
 from cedarberg.gateway.authn.subject_token import valid_user_name
-from cedarberg.gateway.web import http, strict_json
+from cedarberg.gateway.web import http
 from cedarberg.gateway.web.keys import security
 from cedarberg.gateway.web.route import Route
 
@@ -54,20 +54,7 @@ def _name(request: web.Request) -> str:
 
 
 async def _put_body(request: web.Request) -> PutUserRequest:
-    raw = await request.read()
-    if len(raw) > MAX_BODY_BYTES:
-        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, len(raw))
-    if not raw:
-        raise InvalidRequestError("request body is required")
-    document = strict_json.loads(raw)
-    if not isinstance(document, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    try:
-        return PutUserRequest.model_validate(document)
-    except ValidationError as err:
-        first = err.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(part) for part in first["loc"])[:100] or "body"
-        raise InvalidRequestError(f"invalid request field '{where}': {first['msg']}") from None
+    return http.validate(PutUserRequest, await http.json_object(request, MAX_BODY_BYTES))
 
 
 async def list_users(request: web.Request) -> web.Response:
