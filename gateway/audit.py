@@ -63,6 +63,7 @@ import orjson
 from cedarberg.gateway.audit_writer import AuditObserver, AuditUnavailableError, AuditWriter
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.config.audit import AuditSettings
+from cedarberg.gateway.log_fields import extra_fields
 
 __all__ = [
     "AuditEvent",
@@ -218,8 +219,10 @@ def scrub(value: Any, free_form: bool = True, _depth: int = 0) -> Any:
 
 
 class SecretScrubbingFilter(logging.Filter):
-    """Scrubs the message and arguments of every log record passing through it (install it on
-    the handlers, so records from every logger are covered)."""
+    """Scrubs the message, arguments, traceback and structured fields (`extra=`) of every log
+    record passing through it (install it on the handlers, so records from every logger are
+    covered). A field whose name names a secret (``token``, ``password``, ...) is
+    ``[REDACTED]`` whole; any other field is scrubbed like a mapping value (`scrub`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -236,6 +239,8 @@ class SecretScrubbingFilter(logging.Filter):
             record.exc_info = None
         if record.stack_info:
             record.stack_info = scrub_text(record.stack_info, max_length=None)
+        for name, value in extra_fields(record).items():
+            setattr(record, name, REDACTED if _SECRET_KEY.search(name) else scrub(value))
         return True
 
 
