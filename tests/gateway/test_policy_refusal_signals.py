@@ -35,7 +35,8 @@ BROKEN_FILE = "finance-grants.cedar"
 BROKEN_TEXT = "// grants for the finance team\n\npermit (principal, action, resource) when { principal. };\n"
 BROKEN_AT = f"{BROKEN_FILE}:3"
 FIXED_TEXT = (
-    '// grants for the finance team\n\n@id("finance-nothing")\nforbid (principal, action, resource) when { false };\n'
+    "// grants for the finance team\n\n"
+    '@id("finance-nothing")\nforbid (principal, action, resource) when { false };\n'
 )
 
 
