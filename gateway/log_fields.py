@@ -13,7 +13,8 @@ secret nor fill the log:
 - a string keeps `MAX_FIELD_CHARS` characters, a list or mapping its first `MAX_FIELD_ITEMS`
   items, nesting stops at `MAX_FIELD_DEPTH`; each cut is marked;
 - all fields of one record together take at most `MAX_FIELDS_CHARS` characters of JSON: a list
-  that does not fit keeps the items that do, any other field is replaced by a marker;
+  that does not fit keeps the items that do, a string its head, any other field is replaced by a
+  marker (once the budget is spent, each further field is a marker of a few characters);
 - objects that are not JSON types become their `str`; integers beyond 64 bits become strings.
 """
 
@@ -113,7 +114,7 @@ def bounded(fields: Mapping[str, Any]) -> dict[str, Any]:
         safe = _json_safe(value, 0)
         size = _size(safe) + len(name) + 4
         if size > budget:
-            safe = _fit(safe, size, budget)
+            safe = _fit(safe, size, budget - len(name) - 4)
             size = _size(safe) + len(name) + 4
         budget = max(budget - size, 0)
         out[name] = safe
