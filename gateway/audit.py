@@ -63,6 +63,7 @@ import orjson
 from cedarberg.gateway.audit_writer import AuditObserver, AuditUnavailableError, AuditWriter
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.config.audit import AuditSettings
+from cedarberg.gateway.log_fields import extra_fields
 
 __all__ = [
     "AuditEvent",
@@ -195,13 +196,13 @@ def scrub_text(text: str, free_form: bool = True, max_length: int | None = MAX_S
     return text
 
 
-def scrub(value: Any, free_form: bool = True, _depth: int = 0) -> Any:
+def scrub(value: Any, free_form: bool = True, _depth: int = 0, *, max_length: int | None = MAX_STRING) -> Any:
     """A copy of ``value`` (str, number, bool, None, or mappings/sequences of them) in which every
-    string is scrubbed and every mapping value under a secret-naming key (``password``, ``token``,
-    ``client_secret``, ``authorization``, ...) is ``[REDACTED]``. Other objects become their
-    scrubbed ``str``."""
+    string is scrubbed (and cut to ``max_length``, None: not cut) and every mapping value under a
+    secret-naming key (``password``, ``token``, ``client_secret``, ``authorization``, ...) is
+    ``[REDACTED]``. Other objects become their scrubbed ``str``."""
     if isinstance(value, str):
-        return scrub_text(value, free_form)
+        return scrub_text(value, free_form, max_length)
     if value is None or isinstance(value, bool | int | float):
         return value
     if _depth >= _MAX_DEPTH:
@@ -209,17 +210,23 @@ def scrub(value: Any, free_form: bool = True, _depth: int = 0) -> Any:
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            name = scrub_text(str(key), free_form)
-            out[name] = REDACTED if _SECRET_KEY.search(str(key)) else scrub(item, free_form, _depth + 1)
+            name = scrub_text(str(key), free_form, max_length)
+            out[name] = (
+                REDACTED
+                if _SECRET_KEY.search(str(key))
+                else scrub(item, free_form, _depth + 1, max_length=max_length)
+            )
         return out
     if isinstance(value, list | tuple | set | frozenset):
-        return [scrub(item, free_form, _depth + 1) for item in value]
-    return scrub_text(str(value), free_form)
+        return [scrub(item, free_form, _depth + 1, max_length=max_length) for item in value]
+    return scrub_text(str(value), free_form, max_length)
 
 
 class SecretScrubbingFilter(logging.Filter):
-    """Scrubs the message and arguments of every log record passing through it (install it on
-    the handlers, so records from every logger are covered)."""
+    """Scrubs the message, arguments, traceback and structured fields (`extra=`) of every log
+    record passing through it (install it on the handlers, so records from every logger are
+    covered). A field whose name names a secret (``token``, ``password``, ...) is
+    ``[REDACTED]`` whole; any other field is scrubbed like a mapping value (`scrub`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -236,6 +243,9 @@ class SecretScrubbingFilter(logging.Filter):
             record.exc_info = None
         if record.stack_info:
             record.stack_info = scrub_text(record.stack_info, max_length=None)
+        for name, value in extra_fields(record).items():
+            # Scrubbed whole, like the message: the formatters cut what is scrubbed (log_fields).
+            setattr(record, name, REDACTED if _SECRET_KEY.search(name) else scrub(value, max_length=None))
         return True
 
 

@@ -9,12 +9,18 @@ aiohttp runs every request in its own task, and a task runs in its own copy of t
 the context variables below hold the current request's values in every log call made while
 serving it, whichever module makes the call. Outside a request both are null.
 
-Every handler gets `SecretScrubbingFilter`: whatever a log call is handed, secrets never reach
-the log (the filter also renders and scrubs tracebacks before the formatter sees them). Then
-`BoundedRecordFilter`: a line is bounded whatever a client sent, its message to
+Both formats print every structured field a log call attaches (`extra={...}`, see
+`gateway.log_fields`): JSON lines as keys of the line's object (a field named like one of the
+line's own keys is printed as `extra_NAME`), text lines as ` key=value` pairs after the message.
+The JSON keys `time`, `request_id` and `principal` are the audit log's names for the same facts.
+
+Every handler gets `SecretScrubbingFilter`: whatever a log call is handed, message or field,
+secrets never reach the log (the filter also renders and scrubs tracebacks before the formatter
+sees them). Then `BoundedRecordFilter`: a line is bounded whatever a client sent, its message to
 `MAX_MESSAGE_CHARS` and its traceback to `MAX_TRACEBACK_CHARS` (the first and the last frames
-kept), while the structured fields (time, level, logger, request id, principal) are always whole.
-A client's error (4xx) is answered without a traceback (`gateway.web.errors`).
+kept); the formatters bound the attached fields (`log_fields.bounded`), while the line's own
+fields (time, level, logger, request id, principal) are always whole. A client's error (4xx) is
+answered without a traceback (`gateway.web.errors`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Literal, TextIO
 import orjson
 
 from cedarberg.gateway.audit import SecretScrubbingFilter
+from cedarberg.gateway.log_fields import as_text, bounded, extra_fields
 
 _REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _PRINCIPAL: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal", default=None)
@@ -47,12 +54,17 @@ def current_request_id() -> str | None:
     return _REQUEST_ID.get()
 
 
+# The keys of a JSON line itself: an attached field of the same name is printed as extra_NAME.
+_LINE_KEYS = frozenset({"time", "level", "logger", "message", "request_id", "principal", "exception"})
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, message, request_id, principal[, exception]."""
+    """One JSON object per line: time, level, logger, message, request_id, principal, then the
+    attached fields[, exception]."""
 
     def format(self, record: logging.LogRecord) -> str:
         document: dict[str, object] = {
-            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")[:-6]
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")[:-6]
             + "Z",
             "level": record.levelname,
             "logger": record.name,
@@ -60,6 +72,10 @@ class JsonFormatter(logging.Formatter):
             "request_id": _REQUEST_ID.get(),
             "principal": _PRINCIPAL.get(),
         }
+        fields = extra_fields(record)
+        if fields:
+            for name, value in bounded(fields).items():
+                document[f"extra_{name}" if name in _LINE_KEYS else name] = value
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -67,13 +83,28 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(document).decode()
 
 
-class _TextFormatter(logging.Formatter):
+class TextFormatter(logging.Formatter):
+    """`TIME LEVEL LOGGER MESSAGE key=value ... [rid=.. principal=..]`, then the traceback on the
+    lines below."""
+
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        record.message = record.getMessage()
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        fields = extra_fields(record)
+        if fields:
+            line += as_text(bounded(fields))
         request_id = _REQUEST_ID.get()
-        if request_id is None:
-            return line
-        return f"{line} [rid={request_id} principal={_PRINCIPAL.get() or '-'}]"
+        if request_id is not None:
+            line += f" [rid={request_id} principal={_PRINCIPAL.get() or '-'}]"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        if record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
 
 
 # A 13 KB body nested 150 deep once made a 100 KB traceback: lines are bounded so that a client
@@ -116,7 +147,7 @@ def log_handler(stream: TextIO, fmt: Literal["json", "text"]) -> logging.Handler
     """The handler of the process log: lines in `fmt` to `stream`, scrubbed, then bounded."""
     handler = logging.StreamHandler(stream)
     handler.setFormatter(
-        JsonFormatter() if fmt == "json" else _TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+        JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     )
     handler.addFilter(SecretScrubbingFilter())
     handler.addFilter(BoundedRecordFilter())

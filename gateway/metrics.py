@@ -21,8 +21,13 @@ Families (labels):
     cedarberg_store_pool_connections           state (checked_out|capacity)
     cedarberg_audit_sink_up                    -   (1: the audit destination takes records; min over workers)
     cedarberg_audit_write_failures_total       -   (failed attempts to write or sync audit records)
+    cedarberg_policy_reload_failures_total     -   (reloads that refused the policy files they read)
+    cedarberg_policy_set_refused               -   (1: the newest policy files are refused; max of workers)
+    cedarberg_policy_set_info                  version (1 for the active set's version; max of workers)
 Labels are bounded: operations and actions come from the route table, never from request paths,
-principals or table names.
+principals or table names. The policy version label changes only when an operator changes the
+policy files: one process shows one version at 1 (with several workers, a version a worker left
+stays at 0 until that worker exits, as multiprocess files cannot drop a series).
 """
 
 from __future__ import annotations
@@ -102,6 +107,11 @@ class Metrics:
     pool: Gauge
     audit_sink: Gauge
     audit_write_failures: Counter
+    policy_reload_failures: Counter
+    policy_refused: Gauge
+    policy_info: Gauge
+    # The version `policy_info` shows at 1 ("" before the first report).
+    _policy_version: list[str] = field(default_factory=lambda: [""])
     # Labelled children by (family, labels): `labels()` takes a lock and builds a key on every
     # call; label values here are bounded (operations, methods, statuses, actions, outcomes).
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(default_factory=dict)
@@ -209,6 +219,26 @@ class Metrics:
                 "Failed attempts to write or sync audit records (each retry counts).",
                 **where,
             ),
+            policy_reload_failures=Counter(
+                "cedarberg_policy_reload_failures",
+                "Policy reloads (watcher, SIGHUP) that refused the files they read; the last good "
+                "set stays active. Summed over the workers (each one reloads).",
+                **where,
+            ),
+            policy_refused=Gauge(
+                "cedarberg_policy_set_refused",
+                "1 while the newest policy files are refused (the last good set decides), else 0; "
+                "the highest of the workers.",
+                multiprocess_mode="livemax",
+                **where,
+            ),
+            policy_info=Gauge(
+                "cedarberg_policy_set_info",
+                "1 for the version (sha256 of the files) of the active policy set.",
+                ["version"],
+                multiprocess_mode="livemax",
+                **where,
+            ),
         )
 
     # -- recording ---------------------------------------------------------------------------
@@ -228,6 +258,24 @@ class Metrics:
 
     def audit_write_failed(self) -> None:
         self.audit_write_failures.inc()
+
+    def policy_set_state(self, version: str, refused: bool) -> None:
+        """The policy engine's state after a load attempt (`gateway.authz.engine.PolicyObserver`)."""
+        self.policy_refused.set(1 if refused else 0)
+        shown = self._policy_version[0]
+        if version == shown:
+            return
+        if shown:
+            if self.multiprocess:  # a series cannot leave the workers' files: it drops to 0
+                self.policy_info.labels(shown).set(0)
+            else:
+                self.policy_info.remove(shown)
+        if version:
+            self.policy_info.labels(version).set(1)
+        self._policy_version[0] = version
+
+    def policy_reload_refused(self) -> None:
+        self.policy_reload_failures.inc()
 
     def watch_pool(self, pool: WatchedPool, capacity: int) -> None:
         """Count the registry's checked-out connections (the store's pool callbacks)."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack
 
 import cedarpy
 import orjson
@@ -89,6 +89,16 @@ class RefusedPolicySet:
     at: datetime
 
 
+class PolicyObserver(Protocol):
+    """Told the state of the policy set after every load attempt (`gateway.metrics.Metrics`)."""
+
+    def policy_set_state(self, version: str, refused: bool) -> None:
+        """`version` is active ("" for none); `refused`: the newest files were refused."""
+
+    def policy_reload_refused(self) -> None:
+        """A reload (watcher, SIGHUP) refused the files it read."""
+
+
 class ReloadOutcome(StrEnum):
     LOADED = "loaded"
     UNCHANGED = "unchanged"
@@ -119,6 +129,7 @@ class PolicyEngine:
         self._directory = Path(directory)
         self._active: CompiledPolicySet | None = None
         self._last_error: RefusedPolicySet | None = None
+        self._observer: PolicyObserver | None = None
         self._load_lock = threading.Lock()
         self._cache: ByteBoundedLru[tuple[str, str, str], cedarpy.Entities] = ByteBoundedLru(
             entity_cache_size, entity_cache_bytes, cache_entry_bytes
@@ -169,6 +180,17 @@ class PolicyEngine:
             },
         }
 
+    def observe(self, observer: PolicyObserver) -> None:
+        """Tell `observer` the set's state now and after every load attempt (the metrics). The
+        observer is called under the load lock: one report at a time, in the order of the loads."""
+        with self._load_lock:
+            self._observer = observer
+            self._notify()
+
+    def _notify(self) -> None:
+        if self._observer is not None:
+            self._observer.policy_set_state(self.version, self._last_error is not None)
+
     def load(self, directory: Path | None = None) -> str:
         """Load the directory (and remember it, if given) and make it active; returns its version.
 
@@ -183,19 +205,29 @@ class PolicyEngine:
                 version, sources = read_directory(self._directory)
                 if self._active is not None and self._active.version == version:
                     self._last_error = None
+                    self._notify()
                     return version
                 compiled = self._compile(version, sources)
             except PolicyLoadError as err:
                 self._last_error = RefusedPolicySet(version, err.problems, datetime.now(UTC))
+                self._notify()
                 raise
             self._active = compiled
             self._last_error = None
             with self._cache_lock:
                 self._cache.clear()
                 self._decisions.clear()
+            self._notify()
             log.info(
-                "policy set loaded",
-                extra={"policy_version": version, "policy_files": sorted(compiled.sources)},
+                "policy set %s loaded from %s (%d files)",
+                version[:12],
+                self._directory,
+                len(compiled.sources),
+                extra={
+                    "policy_version": version,
+                    "policy_dir": str(self._directory),
+                    "policy_files": sorted(compiled.sources),
+                },
             )
             return version
 
@@ -216,18 +248,32 @@ class PolicyEngine:
         try:
             version = self.load()
         except PolicyLoadError as err:
+            if self._observer is not None:
+                self._observer.policy_reload_refused()
             refused = self._last_error
             if previous_error is None or refused is None or previous_error.version != refused.version:
-                log.error(  # noqa: TRY400 - the problems are the story, not a traceback
-                    "policy set refused; the last good set stays active",
-                    extra={
-                        "policy_version": before,
-                        "refused_version": refused.version if refused else "",
-                        "problems": [str(p) for p in err.problems],
-                    },
-                )
+                self._log_refusal(before, refused.version if refused else "", err.problems)
             return ReloadOutcome.REFUSED
         return ReloadOutcome.UNCHANGED if version == before else ReloadOutcome.LOADED
+
+    def _log_refusal(self, active: str, refused: str, problems: Sequence[PolicyProblem]) -> None:
+        """One line that says what to fix: each problem as FILE:LINE: message, where, and which
+        version keeps deciding."""
+        stays = f"version {active[:12]} stays active" if active else "no set is active"
+        log.error(
+            "policy set refused in %s (%d problem%s, first %s); %s",
+            self._directory,
+            len(problems),
+            "" if len(problems) == 1 else "s",
+            problems[0] if problems else "-",
+            stays,
+            extra={
+                "policy_dir": str(self._directory),
+                "policy_version": active,
+                "refused_version": refused,
+                "problems": [str(p) for p in problems],
+            },
+        )
 
     # -- decisions --------------------------------------------------------------------------------
 

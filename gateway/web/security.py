@@ -112,7 +112,17 @@ class Security:
     async def reload_policies(self) -> None:
         """SIGHUP: reload now (a set that fails validation is refused; the last good one stays)."""
         outcome = await asyncio.to_thread(self.policies.reload)
-        log.info("policy reload: %s (version %s)", outcome, self.policies.version)
+        log.info(
+            "policy reload: %s (version %s from %s)",
+            outcome,
+            self.policies.version[:12],
+            self.policies.directory,
+            extra={
+                "outcome": str(outcome),
+                "policy_version": self.policies.version,
+                "policy_dir": str(self.policies.directory),
+            },
+        )
 
     async def authenticate_bearer(
         self, token: str, addr: str | None = None, peer: PeerCertificate = no_peer_certificate

@@ -252,8 +252,8 @@ def test_json_log_lines_carry_the_request_id_and_principal(tmp_path: Path) -> No
 
     assert records, "no JSON log lines"
     for record in records:
-        assert {"ts", "level", "logger", "message", "request_id", "principal"} <= record.keys()
-        assert record["ts"].endswith("Z")
+        assert {"time", "level", "logger", "message", "request_id", "principal"} <= record.keys()
+        assert record["time"].endswith("Z")
     mine = [r for r in records if r["request_id"] == request_id]
     assert [r["logger"] for r in mine] == ["cedarberg.access"]
     assert mine[0]["principal"] == "service:key:etl"

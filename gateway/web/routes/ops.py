@@ -7,7 +7,12 @@
     GET /metrics   readMetrics      Cedar    Prometheus text format, summed over the workers
 
 The probes are public because orchestrators call them without credentials; they reveal only
-"ok" or which of four dependencies is unusable, never why.
+"ok" or which of four dependencies is unusable, never why. One exception says where to look: while
+the newest policy files are refused, the last good set keeps deciding (so the gateway stays
+ready) and `/ready` adds `detail.policies`: the directory, when, the refused files' version, the
+version still active, and the refused problems' locations (`FILE:LINE`, at most
+`MAX_READY_PROBLEMS`). Their messages, which may quote policy text, are only in the log and in
+`GET /admin/v1/policies`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Awaitable
 import orjson
 from aiohttp import web
 
+from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.metrics import CONTENT_TYPE
 from cedarberg.gateway.web.errors import error_body
 from cedarberg.gateway.web.keys import LIFECYCLE, metrics, security, services
@@ -27,6 +33,7 @@ from cedarberg.gateway.web.route import Route
 log = logging.getLogger("cedarberg.ready")
 
 CHECK_TIMEOUT_SECONDS = 2.0
+MAX_READY_PROBLEMS = 20
 
 
 async def check_health(request: web.Request) -> web.Response:
@@ -47,6 +54,23 @@ async def _usable(check: Awaitable[bool]) -> bool:
         return False
 
 
+def _policy_detail(policies: PolicyEngine) -> dict[str, object] | None:
+    """What /ready says of a refused policy set (None while the newest files are the active set)."""
+    refused = policies.last_error
+    if refused is None:
+        return None
+    locations = [f"{p.path}:{p.line}" if p.line else p.path for p in refused.problems]
+    return {
+        "state": "refused",
+        "directory": str(policies.directory),
+        "refused_at": refused.at.isoformat(),
+        "refused_version": refused.version,
+        "active_version": policies.version or None,
+        "problem_count": len(locations),
+        "problems": locations[:MAX_READY_PROBLEMS],
+    }
+
+
 async def check_readiness(request: web.Request) -> web.Response:
     svc, sec = services(request), security(request)
     store, kms, audit = await asyncio.gather(
@@ -64,14 +88,17 @@ async def check_readiness(request: web.Request) -> web.Response:
     failing = [name for name, state in checks.items() if state != "ok"]
     if request.app[LIFECYCLE].draining:
         failing.insert(0, "shutting down")
+    policies = _policy_detail(sec.policies)
+    detail = {} if policies is None else {"detail": {"policies": policies}}
     if not failing:
         return web.Response(
-            body=orjson.dumps({"status": "ready", "checks": checks}), content_type="application/json"
+            body=orjson.dumps({"status": "ready", "checks": checks, **detail}),
+            content_type="application/json",
         )
     body = error_body(503, "ServiceUnavailableException", f"not ready: {', '.join(failing)}")
     return web.Response(
         status=503,
-        body=orjson.dumps({**body, "status": "unavailable", "checks": checks}),
+        body=orjson.dumps({**body, "status": "unavailable", "checks": checks, **detail}),
         content_type="application/json",
     )
 
