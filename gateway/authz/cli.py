@@ -17,7 +17,8 @@ This module decides on what it is given: a policy directory, and for `explain` a
 grants — the deployment's settings, loaded as `serve` loads them — `gateway.cli.policies` chooses.
 
 Wiring (gateway/cli/main.py): `add_policy_commands(subparsers, config_parents, deployment_parents)`
-once, and `if args.command == "policies": return run_policies_command(args)` (`gateway.cli.policies`).
+once; `policies review` runs `gateway.cli.review.run_review_command`, the others
+`gateway.cli.policies.run_policies_command`.
 """
 
 from __future__ import annotations

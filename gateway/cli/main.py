@@ -13,6 +13,7 @@ from cedarberg.gateway.cli.db import add_db_commands, run_db_command
 from cedarberg.gateway.cli.deployment import offline_options
 from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
 from cedarberg.gateway.cli.policies import run_policies_command
+from cedarberg.gateway.cli.review import run_review_command
 from cedarberg.gateway.config import reference as config_reference
 from cedarberg.gateway.config.settings import SettingsError, load_settings
 from cedarberg.gateway.logs import configure_logging
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "config-reference":
         print(config_reference.render(), end="")
         return 0
+    if args.command == "policies" and args.policies_command == "review":
+        return run_review_command(args)
     if args.command == "policies":
         return run_policies_command(args)
     if args.command == "keys":

@@ -64,15 +64,12 @@ def run_policies_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Run the `policies` sub-command parsed by `gateway.authz.cli.add_policy_commands` with the
-    deployment's settings (see the module); returns the exit code."""
+    """Run `policies validate|test|explain` (parsed by `gateway.authz.cli.add_policy_commands`)
+    with the deployment's settings (see the module); returns the exit code. (`policies review`:
+    `gateway.cli.review`.)"""
     environ = os.environ if environ is None else environ
     out = out or sys.stdout
     err = err or sys.stderr
-    if args.policies_command == "review":
-        from cedarberg.gateway.cli.review import run_review_command
-
-        return run_review_command(args, environ, out, err)
     if args.policies_command == "explain" and args.offline and names_a_store(args):
         print(f"{PROG} policies explain: {OFFLINE_CONFLICT}", file=err)
         return 2
