@@ -253,6 +253,11 @@ def test_explain_denies_what_the_gateway_denies(deployment: Deployment) -> None:
     )
     assert what_if.returncode == 0, what_if.stdout + what_if.stderr
     assert deployment.load_table(deployment.keys["zed"]) == 404  # the registry is unchanged
+    # A warehouse the deployment does not have is bad input, not a decision on nothing.
+    unknown = explain(*reader("bi"), "--resource", "nowhere/sales/orders", *deployment.settings())
+    assert unknown.returncode == 2
+    assert "warehouse does not exist: nowhere (configured: default)" in unknown.stderr
+    assert unknown.stdout == ""
 
 
 def test_offline_explain_decides_on_the_policies_alone(deployment: Deployment) -> None:
