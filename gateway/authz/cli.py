@@ -1,18 +1,24 @@
-"""`cedarberg policies validate|test|explain`: the security team's tools, offline.
+"""`cedarberg policies validate|test|explain`: the security team's tools, on a policy directory.
 
     cedarberg policies validate [DIR]     exit 1 and `FILE:LINE: message` lines when the set is refused
     cedarberg policies test [DIR]         run DIR/tests/{ALLOW,DENY}/*.json; exit 1 if any fails
     cedarberg policies explain --principal key:alice --group etl --action updateTable \\
         --resource default/sales/orders --property 'sales:cedarberg.writers=etl'
-                                          print the decision and its determining policies;
-                                          exit 0 allow, 1 deny, 2 bad input or refused set
+                                          print the decision and its determining policies, the
+                                          policy directory and where the grants came from;
+                                          exit 0 allow, 1 deny, 2 bad input or refused set,
+                                          3 the grants cannot be read
     cedarberg policies review --resource default/sales/orders [--action loadTable] ...
                                           who may do what there, and under which conditions
                                           (`review_cli.py`)
 
-Wiring (gateway/cli/main.py): `add_policy_commands(subparsers, review_parents)` once, and
-`if args.command == "policies": return run_policy_command(args)`, except `policies review`, which
-`gateway.cli.review` runs (offline as here, or with the deployment's settings).
+This module decides on what it is given: a policy directory, and for `explain` a `GrantReader`
+(the `--property` grants alone, or a deployment's registry under them). Which directory and which
+grants — the deployment's settings, loaded as `serve` loads them — `gateway.cli.policies` chooses.
+
+Wiring (gateway/cli/main.py): `add_policy_commands(subparsers, config_parents, deployment_parents)`
+once; `policies review` runs `gateway.cli.review.run_review_command`, the others
+`gateway.cli.policies.run_policies_command`.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authz import naming
@@ -32,11 +38,10 @@ from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
 from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError
 from cedarberg.gateway.authz.fixtures import run_fixtures
-from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
+from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe, summary
 from cedarberg.gateway.authz.review_cli import add_review_command, run_review
-from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 
 COMMAND = "policies"
 
@@ -107,22 +112,69 @@ def _pairs(values: Sequence[str], what: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource:
+GrantsOver = Callable[[str, StatedGrants | None], GrantSource]
+"""The grants to decide with in a warehouse, given those stated with `--property` (None: none)."""
+
+
+async def resolve_resource(
+    action: str, spec: ResourceSpec, owner: str = "", grants_over: GrantsOver | None = None
+) -> Resource:
     """The resource `action` decides on, from an entity-id path and `NS:KEY=VALUE` properties
     (`NS` is a dotted namespace of the same warehouse; empty for warehouse properties), built like
-    the gateway's (`gateway.authz.naming.build`); `owner` owns an API key named without one.
-    Raises `ResourceError` for an unknown action or a path or property of the wrong shape."""
+    the gateway's (`gateway.authz.naming.build`); `owner` owns an API key named without one. Its
+    grants are the stated properties alone, or what `grants_over` makes of them (a deployment's
+    registry under them). Raises `ResourceError` for an unknown action or a path or property of the
+    wrong shape, and whatever `grants_over` raises."""
     operation = OPERATIONS.get(action)
     if operation is None or operation.action is None:
         raise ResourceError(f"unknown action {action!r}; known: {', '.join(sorted(OPERATIONS))}")
     if operation.scope is Scope.CATALOG:
-        return asyncio.run(naming.build(ResourceName(EntityType.CATALOG), StatedGrants()))
+        return await naming.build(ResourceName(EntityType.CATALOG), StatedGrants())
     if operation.scope is Scope.API_KEY:
         key = ResourceName(EntityType.API_KEY, name=spec.path, owner=spec.key_owner or owner)
-        return asyncio.run(naming.build(key, StatedGrants()))
+        return await naming.build(key, StatedGrants())
     warehouse, levels, _name = parse_path(spec.path)
-    grants = naming.stated_grants(warehouse, levels, spec.properties)
-    return asyncio.run(naming.build(_shaped(action, operation.scope, spec.path), grants))
+    name = _shaped(action, operation.scope, spec.path)
+    stated = naming.stated_grants(warehouse, levels, spec.properties)
+    if grants_over is None:
+        return await naming.build(name, stated)
+    return await naming.build(name, grants_over(warehouse, stated if spec.properties else None))
+
+
+def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource:
+    """`resolve_resource` with the stated grants alone, outside an event loop."""
+    return asyncio.run(resolve_resource(action, spec, owner))
+
+
+class GrantsUnavailableError(Exception):
+    """The deployment's grants cannot be read (no registry, an outdated one, a store that does
+    not answer): `explain` makes no decision rather than one without them."""
+
+
+class GrantReader(Protocol):
+    """Where `explain` takes a resource's grants from, and how its output names that."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def resource(self, action: str, spec: ResourceSpec, owner: str) -> Resource:
+        """The resource, as `resolve_resource` builds it. Raises `ResourceError`, or
+        `GrantsUnavailableError` when the grants cannot be read."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StatedGrantReader:
+    """The grants stated with `--property`, alone (no deployment is read); `why` says why."""
+
+    why: str = "no deployment read"
+
+    @property
+    def description(self) -> str:
+        return f"only those stated with --property ({self.why})"
+
+    async def resource(self, action: str, spec: ResourceSpec, owner: str) -> Resource:
+        return await resolve_resource(action, spec, owner)
 
 
 _EXPECTED = {
@@ -244,41 +296,94 @@ class ExplainQuery:
         )
 
 
-def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error
-    (a refused policy set, or input that names no principal or resource: the reason on `err`)."""
+def explain(
+    directory: Path,
+    query: ExplainQuery,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    grants: GrantReader = StatedGrantReader(),
+) -> int:
+    """Decide one request with the policies in `directory` and the grants `grants` reads, and
+    print why, where the policies and grants came from; 0 allow, 1 deny, 2 error (a refused policy
+    set, or input that names no principal or resource: the reason on `err`), 3 the grants cannot be
+    read (no decision is made without them)."""
     engine = load_engine(directory, err)
     if engine is None:
         return 2
     try:
         who = query.principal.principal()
-        target = build_resource(query.action, query.resource, query.principal.id)
+        target = asyncio.run(grants.resource(query.action, query.resource, query.principal.id))
     except (ResourceError, ValueError) as error:
         print(f"cedarberg policies explain: {error}", file=err)
         return 2
+    except GrantsUnavailableError as error:
+        print(f"cedarberg policies explain: {error}", file=err)
+        return 3
     context = RequestContext.of(who, query.context.client_address, query.context.changes())
     decision = engine.decide(who, query.action, target, context)
     _print_decision(engine, decision, who, out)
+    _print_sources(directory, grants, out)
     return 0 if decision.allowed else 1
+
+
+def _print_sources(directory: Path, grants: GrantReader, out: TextIO) -> None:
+    print(f"policies:  {directory.resolve()}", file=out)
+    print(f"grants:    {grants.description}", file=out)
+
+
+SETTINGS_HELP = (
+    "Settings are read as `cedarberg serve` reads them: the --config file, then CEDARBERG_* "
+    "environment variables (e.g. CEDARBERG_AUTHZ__POLICY_DIR), then flags; a bad setting is "
+    "serve's message and exit 2. The policies are DIR if given, else the configured "
+    "authz.policy_dir (the bundled policies when nothing configures one)."
+)
+EXPLAIN_HELP = (
+    "Grants (namespace properties such as cedarberg.readers) are the deployment's live ones, read "
+    "from its registry as the gateway reads them (the store of --data-dir, --store-url or the "
+    "settings), with --property values replacing the registry's; without named settings and "
+    "without a registry at ./.cedarberg, only --property grants count. --offline decides on the "
+    "policies and --property grants alone. The output names the policy directory and where the "
+    "grants came from. Exit 0 allow, 1 deny, 2 bad input or settings or a refused policy set, "
+    "3 the registry cannot be read (no decision is made without its grants)."
+)
 
 
 def add_policy_commands(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
-    review_parents: Sequence[argparse.ArgumentParser] = (),
+    config_parents: Sequence[argparse.ArgumentParser] = (),
+    deployment_parents: Sequence[argparse.ArgumentParser] = (),
 ) -> None:
     """Add `policies validate|test|explain|review` to the `cedarberg` command line;
-    `review_parents` adds the options of the deployment `review` may read (`gateway.cli.review`)."""
+    `config_parents` adds the options naming the settings (`--config`) to every command,
+    `deployment_parents` the options naming the deployment (`--config`, `--data-dir`,
+    `--store-url`) to `explain` and `review`, which may read its registry (`gateway.cli.policies`)."""
     policies = subparsers.add_parser(COMMAND, help="validate, test and explain the Cedar policies")
     commands = policies.add_subparsers(dest="policies_command", required=True)
-    help_dir = "policy directory (default: the configured or bundled policies)"
-    commands.add_parser("validate", help="parse and validate the policies").add_argument(
-        "dir", nargs="?", type=Path, help=help_dir
+    help_dir = "policy directory (default: the configured authz.policy_dir, else the bundled policies)"
+    commands.add_parser(
+        "validate",
+        parents=list(config_parents),
+        help="parse and validate the policies",
+        description=f"Parse and validate the policies; exit 1 with FILE:LINE problems. {SETTINGS_HELP}",
+    ).add_argument("dir", nargs="?", type=Path, help=help_dir)
+    commands.add_parser(
+        "test",
+        parents=list(config_parents),
+        help="run the ALLOW/DENY request fixtures",
+        description=f"Run DIR/tests/ALLOW and DIR/tests/DENY; exit 1 if any fails. {SETTINGS_HELP}",
+    ).add_argument("dir", nargs="?", type=Path, help=help_dir)
+    ex = commands.add_parser(
+        "explain",
+        parents=list(deployment_parents),
+        help="decide one request and show the determining policies",
+        description=f"Decide one request and show the determining policies. {SETTINGS_HELP} {EXPLAIN_HELP}",
     )
-    commands.add_parser("test", help="run the ALLOW/DENY request fixtures").add_argument(
-        "dir", nargs="?", type=Path, help=help_dir
-    )
-    ex = commands.add_parser("explain", help="decide one request and show the determining policies")
     ex.add_argument("--dir", type=Path, help=help_dir)
+    ex.add_argument(
+        "--offline",
+        action="store_true",
+        help="read no registry: decide on the policies and the --property grants alone",
+    )
     ex.add_argument(
         "--principal", required=True, help="namespaced principal id (key:<name>, oidc:<issuer>/<subject>)"
     )
@@ -309,19 +414,7 @@ def add_policy_commands(
     ex.add_argument("--property-key", action="append", default=[], help="property key set or removed")
     ex.add_argument("--creates", action="store_true", help="the change creates the object")
     ex.add_argument("--key-owner", help="owner of the API key (key actions; default: the principal)")
-    add_review_command(commands, help_dir, review_parents)
-
-
-def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None) -> int:
-    """Run the `policies` sub-command parsed by `add_policy_commands`; returns the exit code."""
-    fallback = default_dir or BUNDLED_POLICY_DIR
-    if args.policies_command == "validate":
-        return validate(args.dir or fallback)
-    if args.policies_command == "test":
-        return run_fixture_tests(args.dir or fallback)
-    if args.policies_command == "review":
-        return review_offline(args, args.dir or fallback)
-    return explain(args.dir or fallback, ExplainQuery.from_args(args))
+    add_review_command(commands, help_dir, deployment_parents, SETTINGS_HELP)
 
 
 def review_offline(

@@ -17,7 +17,8 @@ Two forms (`gateway.cli.review` chooses, and documents how):
   objects, grants and listings, and the configured policy directory (unless `--dir`);
 - offline (no settings, or `--offline`): the known principals are only those given with
   `--subject`, the grants only those given with `--property`, a namespace's objects only those
-  named with `--table` / `--view`, and the policies those of `--dir` (default: bundled).
+  named with `--table` / `--view`, and the policies those of `--dir` (default: the configured
+  `authz.policy_dir`, from `--config` and `CEDARBERG_*` as in the other form; else bundled).
 
 With settings, what is stated adds to the deployment: `--subject` principals are decided besides
 the keys'; a `--property` replaces the registry's value of that key on that namespace; `--table` /
@@ -50,12 +51,19 @@ def add_review_command(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     help_dir: str,
     parents: Sequence[argparse.ArgumentParser] = (),
+    settings_help: str = "",
 ) -> None:
-    """Add `review` to the `policies` sub-commands (`parents`: the deployment's settings options)."""
+    """Add `review` to the `policies` sub-commands (`parents`: the deployment's settings options;
+    `settings_help`: how the settings are read, for `--help`)."""
     rv = commands.add_parser(
         "review",
         parents=list(parents),
         help="who may do what on a resource, or what a principal may do",
+        description="Who may do what on a resource, or what a principal may do. "
+        f"{settings_help} With a deployment (settings named, or a registry at ./.cedarberg) the "
+        "review reads its registry, API keys and anonymous principal, as GET /admin/v1/review "
+        "does; --offline reads no registry: only the principals, grants and objects stated here. "
+        "Exit 1 when the deployment cannot be read.",
     )
     rv.add_argument("--dir", type=Path, help=help_dir)
     rv.add_argument(

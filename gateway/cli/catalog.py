@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
@@ -31,34 +29,12 @@ from cedarberg.catalog.errors import CatalogError
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.rebuild import rebuild
 from cedarberg.catalog.rotation import rotate
-from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
+from cedarberg.gateway.cli.deployment import offline_options, offline_settings
+from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.web.app import close_catalog, open_catalog
 from cedarberg.kms.errors import KmsError
 
 PROG = "cedarberg"
-
-
-def offline_options(*, warehouse: bool = True) -> argparse.ArgumentParser:
-    """The options of commands that work on the registry without a server (as for serve)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, help="TOML configuration file (as for serve)")
-    common.add_argument("--data-dir", type=Path, help="data directory (as for serve)")
-    common.add_argument("--store-url", help="registry URL (as for serve)")
-    if warehouse:
-        common.add_argument("--warehouse", help="warehouse name (default: the default warehouse)")
-    return common
-
-
-def offline_settings(
-    args: argparse.Namespace, environ: Mapping[str, str] | None, err: TextIO
-) -> Settings | None:
-    """The settings `offline_options` name, or None after printing why they are invalid."""
-    flags = {"data_dir": args.data_dir, "store_url": args.store_url}
-    try:
-        return load_settings(args.config, os.environ if environ is None else environ, flags)
-    except SettingsError as error:
-        print(f"{PROG}: {error}", file=err)
-        return None
 
 
 def add_catalog_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from cedarberg.catalog.errors import CatalogError
-from cedarberg.gateway.cli.catalog import offline_options, offline_settings
+from cedarberg.gateway.cli.deployment import offline_options, offline_settings
 from cedarberg.gateway.serve.migrate import schema_states, upgrade
 
 PROG = "cedarberg"

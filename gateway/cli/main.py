@@ -7,10 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from cedarberg.gateway.authz.cli import add_policy_commands, run_policy_command
-from cedarberg.gateway.cli.catalog import add_catalog_commands, offline_options, run_catalog_command
+from cedarberg.gateway.authz.cli import add_policy_commands
+from cedarberg.gateway.cli.catalog import add_catalog_commands, run_catalog_command
 from cedarberg.gateway.cli.db import add_db_commands, run_db_command
+from cedarberg.gateway.cli.deployment import offline_options
 from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
+from cedarberg.gateway.cli.policies import run_policies_command
 from cedarberg.gateway.cli.review import run_review_command
 from cedarberg.gateway.config import reference as config_reference
 from cedarberg.gateway.config.settings import SettingsError, load_settings
@@ -34,7 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, help="PEM private key of the server certificate")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     commands.add_parser("config-reference", help="print the configuration reference (Markdown)")
-    add_policy_commands(commands, review_parents=[offline_options(warehouse=False)])
+    add_policy_commands(
+        commands,
+        config_parents=[offline_options(warehouse=False, store=False)],
+        deployment_parents=[offline_options(warehouse=False)],
+    )
     add_keys_commands(commands)
     add_catalog_commands(commands)
     add_db_commands(commands)
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "policies" and args.policies_command == "review":
         return run_review_command(args)
     if args.command == "policies":
-        return run_policy_command(args)
+        return run_policies_command(args)
     if args.command == "keys":
         return run_keys_command(args)
     if args.command in ("kms", "dropped", "rebuild"):

@@ -2,10 +2,10 @@
 
 Which form runs (the review itself: `gateway.authz.review_cli`):
 
-- `--offline`: offline, whatever settings exist (with `--config`, `--data-dir` or `--store-url` it
-  is a usage error: exit 2);
+- `--offline`: offline, whatever registry exists (with `--data-dir` or `--store-url` it is a usage
+  error: exit 2); the settings (`--config`, `CEDARBERG_*`) still choose the policy directory;
 - settings named — `--config`, `--data-dir`, `--store-url` or any `CEDARBERG_*` variable — are
-  loaded exactly as `cedarberg keys list` loads them (`offline_settings`: file, then variables,
+  loaded exactly as `cedarberg serve` loads them (`gateway.cli.deployment`: file, then variables,
   then flags) and the review reads that deployment;
 - nothing named: the default settings, as `keys list` would use them (`./.cedarberg`), if their
   registry exists; else offline, as before settings existed.
@@ -37,11 +37,15 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, parse_path
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.review_cli import emit, review_context, stated_subjects
-from cedarberg.gateway.cli.catalog import offline_settings
-from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
-from cedarberg.gateway.config.settings import ENV_PREFIX, Settings
-from cedarberg.gateway.serve.migrate import ensure_current, missing_sqlite_file
-from cedarberg.gateway.web.app import close_catalog, open_catalog
+from cedarberg.gateway.cli.deployment import (
+    OFFLINE_CONFLICT,
+    deployment_found,
+    names_a_store,
+    offline_settings,
+    policy_dir,
+    registry,
+)
+from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.web.review_sources import (
     ReviewSources,
     listing,
@@ -51,19 +55,10 @@ from cedarberg.gateway.web.review_sources import (
     reviewed_resource,
 )
 from cedarberg.gateway.web.security import configured_anonymous
-from cedarberg.gateway.web.services import Services
 from cedarberg.kms.errors import KmsError
 
 PROG = "cedarberg policies review"
 FROM_DEPLOYMENT = "the deployment's (active API keys, anonymous principal) and any --subject"
-
-
-def settings_named(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
-    """Whether the command line or the environment names settings (as `keys list` reads them)."""
-    flags = (args.config, args.data_dir, args.store_url)
-    return any(flag is not None for flag in flags) or any(
-        key.startswith(ENV_PREFIX) and key != ENV_PREFIX for key in environ
-    )
 
 
 def run_review_command(
@@ -76,18 +71,16 @@ def run_review_command(
     environ = os.environ if environ is None else environ
     out = out or sys.stdout
     err = err or sys.stderr
-    if args.offline:
-        if any(flag is not None for flag in (args.config, args.data_dir, args.store_url)):
-            print(f"{PROG}: --offline reads no settings: drop --config, --data-dir, --store-url", file=err)
-            return 2
-        return review_offline(args, args.dir or BUNDLED_POLICY_DIR, out, err)
+    if args.offline and names_a_store(args):
+        print(f"{PROG}: {OFFLINE_CONFLICT}", file=err)
+        return 2
     settings = offline_settings(args, environ, err)
     if settings is None:
         return 2
-    if not settings_named(args, environ) and missing_sqlite_file(settings.effective_store_url()):
-        # No deployment here: offline, as before settings existed.
-        return review_offline(args, args.dir or BUNDLED_POLICY_DIR, out, err)
-    engine = load_engine(args.dir or settings.authz.policy_dir, err)
+    directory = policy_dir(args, settings)
+    if args.offline or not deployment_found(args, environ, settings):
+        return review_offline(args, directory, out, err)
+    engine = load_engine(directory, err)
     if engine is None:
         return 2
     try:
@@ -109,29 +102,25 @@ async def _review(settings: Settings, engine: PolicyEngine, args: argparse.Names
     """The review of `args` on the deployment of `settings`, as the endpoint makes it."""
     context = review_context(args)
     stated = _stated_grants(args.resource, args.property)
-    url = settings.effective_store_url()
-    await ensure_current(url)  # a registry that is missing or behind: never created or migrated here
-    ctx = await open_catalog(settings, migrate=False)
-    key_store = connect_key_store(url)
-    try:
-        services = Services.build(settings, ctx)
-        keys = ApiKeyAuthenticator(key_store, settings.api_keys)
-        sources = ReviewSources(services, keys, engine, configured_anonymous(settings))
-        kind_wanted = "view" if args.is_view else None  # else whichever exists, as the endpoint
-        target = await reviewed_resource(services, args.resource, kind_wanted, stated)
-        if args.principal is None:
-            actions = review.chosen_actions(target.kind, args.action)
-            return await resource_review(sources, target, actions, context, stated_subjects(args.subject))
-        if target.kind is not EntityType.NAMESPACE:
-            raise ResourceError("--principal reviews a namespace: --resource WAREHOUSE/NS")
-        who, groups_from = await reviewed_principal(
-            sources, args.principal, PrincipalKind(args.kind), args.group, context
-        )
-        objects = await listing(services, target, args.table, args.view)
-        return await principal_review(sources, who, groups_from, objects, context)
-    finally:
-        await key_store.close()
-        await close_catalog(ctx)
+    async with registry(settings) as services:
+        key_store = connect_key_store(settings.effective_store_url())
+        try:
+            keys = ApiKeyAuthenticator(key_store, settings.api_keys)
+            sources = ReviewSources(services, keys, engine, configured_anonymous(settings))
+            kind_wanted = "view" if args.is_view else None  # else whichever exists, as the endpoint
+            target = await reviewed_resource(services, args.resource, kind_wanted, stated)
+            if args.principal is None:
+                actions = review.chosen_actions(target.kind, args.action)
+                return await resource_review(sources, target, actions, context, stated_subjects(args.subject))
+            if target.kind is not EntityType.NAMESPACE:
+                raise ResourceError("--principal reviews a namespace: --resource WAREHOUSE/NS")
+            who, groups_from = await reviewed_principal(
+                sources, args.principal, PrincipalKind(args.kind), args.group, context
+            )
+            objects = await listing(services, target, args.table, args.view)
+            return await principal_review(sources, who, groups_from, objects, context)
+        finally:
+            await key_store.close()
 
 
 def _stated_grants(path: str, properties: list[str]) -> naming.StatedGrants | None:
