@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import naming
+from cedarberg.gateway.authz import binding, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
@@ -37,6 +38,7 @@ from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe, summary
 from cedarberg.gateway.authz.review_cli import add_review_command, run_review
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+from cedarberg.gateway.config.settings import SettingsError, load_settings
 
 COMMAND = "policies"
 
@@ -64,8 +66,15 @@ def load_engine(directory: Path, err: TextIO) -> PolicyEngine | None:
     return engine
 
 
-def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`)."""
+def validate(
+    directory: Path,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    locations: Mapping[str, str] | None = None,
+) -> int:
+    """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`).
+    A valid set's restrictions that cannot bind (`binding.static_findings`, on the warehouses
+    `locations`) are printed as warnings; they do not fail validation."""
     engine = load_engine(directory, err)
     if engine is None or engine.active is None:
         return 1
@@ -75,6 +84,9 @@ def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
         f"version {engine.version}",
         file=out,
     )
+    for finding in binding.static_findings(engine, locations):
+        print(f"warning: restriction not binding: {finding.message}", file=out)
+        print(f"  binds instead: {finding.binds_instead}", file=out)
     return 0
 
 
@@ -152,7 +164,13 @@ def _shaped(action: str, scope: Scope, path: str) -> ResourceName:
     return ResourceName(kind, warehouse, levels, name)
 
 
-def _print_decision(engine: PolicyEngine, decision: Decision, principal: Principal, out: TextIO) -> None:
+def _print_decision(
+    engine: PolicyEngine,
+    decision: Decision,
+    principal: Principal,
+    out: TextIO,
+    findings: Sequence[binding.Finding] = (),
+) -> None:
     verdict = "ALLOW" if decision.allowed else "DENY"
     groups = ", ".join(sorted(principal.groups)) or "none"
     print(f"decision:  {verdict}", file=out)
@@ -169,6 +187,9 @@ def _print_decision(engine: PolicyEngine, decision: Decision, principal: Princip
         print("no policy permits this request (default deny)", file=out)
     for rule in describe(engine.scan_rules(decision)):
         print(f"restricted by {rule['policy_id']}: {summary(rule)}", file=out)
+    for finding in findings:
+        print(f"restriction not binding: {finding.message}", file=out)
+        print(f"  binds instead: {finding.binds_instead}", file=out)
     for error in decision.errors:
         print(f"error:     {error}", file=out)
     print(f"policy set version: {decision.version}", file=out)
@@ -244,9 +265,17 @@ class ExplainQuery:
         )
 
 
-def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def explain(
+    directory: Path,
+    query: ExplainQuery,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    locations: Mapping[str, str] | None = None,
+) -> int:
     """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error
-    (a refused policy set, or input that names no principal or resource: the reason on `err`)."""
+    (a refused policy set, or input that names no principal or resource: the reason on `err`).
+    An Allow whose restrictions cannot bind says where and why (`binding`; warehouses from
+    `locations`, unknown when None)."""
     engine = load_engine(directory, err)
     if engine is None:
         return 2
@@ -258,7 +287,8 @@ def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err:
         return 2
     context = RequestContext.of(who, query.context.client_address, query.context.changes())
     decision = engine.decide(who, query.action, target, context)
-    _print_decision(engine, decision, who, out)
+    findings = binding.Judge(engine, context, locations).decision(decision, who, target)
+    _print_decision(engine, decision, who, out, findings)
     return 0 if decision.allowed else 1
 
 
@@ -316,12 +346,22 @@ def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None
     """Run the `policies` sub-command parsed by `add_policy_commands`; returns the exit code."""
     fallback = default_dir or BUNDLED_POLICY_DIR
     if args.policies_command == "validate":
-        return validate(args.dir or fallback)
+        return validate(args.dir or fallback, locations=deployment_locations())
     if args.policies_command == "test":
         return run_fixture_tests(args.dir or fallback)
     if args.policies_command == "review":
         return review_offline(args, args.dir or fallback)
-    return explain(args.dir or fallback, ExplainQuery.from_args(args))
+    return explain(args.dir or fallback, ExplainQuery.from_args(args), locations=deployment_locations())
+
+
+def deployment_locations(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The warehouses of the settings `serve` would use here (environment, defaults), for the
+    binding findings; None when those settings are unusable (warehouses then go unchecked)."""
+    try:
+        settings = load_settings(None, os.environ if environ is None else environ, {})
+    except SettingsError:
+        return None
+    return binding.warehouse_locations(settings)
 
 
 def review_offline(

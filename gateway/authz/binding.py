@@ -1,0 +1,456 @@
+"""Where a column/row restriction cannot bind, and what binds instead.
+
+A restricted permit (`@columns`, `@row_filter`, `@mask`: `restrictions.py`) narrows what the
+gateway plans and tells a reader. It binds a principal only when
+
+(a) no unrestricted permit also allows that principal the same read: Cedar's permits add up and
+    the gateway reads the annotations of every permit that allowed (`restrictions.rules_of`), so
+    one unrestricted permit (a namespace grant, the admins' permit) lifts the restriction; and
+(b) the principal's engines cannot read the table's files directly: a `file://` warehouse is a
+    directory any engine on a host that sees it reads whole, whatever the gateway plans; on an
+    object store the gateway vends credentials or signs requests for a restricted principal only
+    when Cedar trusts its client with `readRestrictedData` (`gateway.web.file_access`), and then
+    that client, not the gateway, enforces the restriction.
+
+This module finds every place a restricted permit falls short of that, as `Finding`s, each with one
+sentence and what binds instead. It decides with the engine exactly as the gateway decides
+requests (`PolicyEngine.decide_many`, determining policies), never by reading policy text alone:
+
+- `Judge.decision`: one decision (explain), with the grants it was made with;
+- `resource_findings` / `principal_findings`: the decisions of an access review (`review.py`),
+  with the registry's live grants when the review has them;
+- `static_findings`: what is known without the registry, when a set loads: each restricted
+  permit probed on the resources and principals its scope names, with no grants
+  (`lifted`), with a grant naming its groups (`lifted-if-granted`), and the warehouses its
+  resources may lie in. A scope with no table or namespace named is probed on a representative
+  table of each warehouse; a permit whose conditions a probe does not satisfy (it reads the
+  context or a name the probe does not have) is not reported by this pass.
+
+Warehouses are given as `locations` (name -> normalized location); None means not known (an
+offline tool without settings): then only (a) is checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authz import entities, review
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.engine import Decision, PolicyEngine
+from cedarberg.gateway.authz.entities import READERS_PROPERTY, WRITERS_PROPERTY, EntityType, Resource
+from cedarberg.gateway.authz.errors import ResourceError
+from cedarberg.gateway.authz.restrictions import ScanRule
+from cedarberg.gateway.config.settings import Settings
+
+log = logging.getLogger("cedarberg.gateway.authz")
+
+# The decisions whose determining permits decide what a reader gets: planning (scan grants),
+# loadTable (read-restrictions) and file access (vending, signing).
+READ_ACTIONS = ("loadTable", "planTableScan", "loadCredentials", "signRequest")
+TRUST_ACTION = "readRestrictedData"
+ANY_NAMESPACE = "any-namespace"  # the representative namespace and table of a static probe
+ANY_TABLE = "any-table"
+_GROUP = "Cedarberg::Group"
+_SERVICE = "Cedarberg::Service"
+
+
+class FindingKind(StrEnum):
+    LIFTED = "lifted"  # an unrestricted permit allows the same principals the same read
+    LIFTED_IF_GRANTED = "lifted-if-granted"  # ... as soon as a namespace grant names their groups
+    LOCAL_WAREHOUSE = "local-warehouse"  # the files are a local directory engines read directly
+    TRUSTED_CLIENT = "trusted-client"  # the files go to a client Cedar trusts to enforce it
+
+
+_BINDS_INSTEAD = {
+    FindingKind.LIFTED: "grant these principals the read only through restricted permits: take them "
+    "out of the unrestricted permit or grant (cedarberg.readers / cedarberg.writers)",
+    FindingKind.LIFTED_IF_GRANTED: "never name these groups in cedarberg.readers or cedarberg.writers "
+    "where this permit applies; grant them only through restricted permits",
+    FindingKind.LOCAL_WAREHOUSE: "server-side scan planning for engines that cannot read the "
+    "directory, or a trusted engine that enforces the restriction; on an s3:// warehouse restricted "
+    "principals get no vended credentials and no signed requests",
+    FindingKind.TRUSTED_CLIENT: "the trusted client, which must enforce the restriction on the whole "
+    "files it receives; the gateway's plans and loadTable stay restricted",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One place a restricted permit does not bind: its kind, the restricted permit, the
+    principals and resource concerned, the unrestricted permits that lift it (or trust the client),
+    and the warehouse when the files are the way around it."""
+
+    kind: FindingKind
+    policy_id: str
+    resource: str
+    principals: tuple[str, ...]
+    lifted_by: tuple[str, ...] = ()
+    warehouse: str | None = None
+    location: str | None = None
+
+    @property
+    def binds_instead(self) -> str:
+        return _BINDS_INSTEAD[self.kind]
+
+    @property
+    def message(self) -> str:
+        """The finding in one sentence, naming both policies (or the warehouse)."""
+        who = ", ".join(self.principals)
+        by = ", ".join(self.lifted_by) + (" allows" if len(self.lifted_by) == 1 else " allow")
+        if self.kind is FindingKind.LIFTED:
+            return (
+                f"{self.policy_id} does not bind {who} on {self.resource}: {by} the read too, "
+                "without restriction, so they read every column and row (permits add up)"
+            )
+        if self.kind is FindingKind.LIFTED_IF_GRANTED:
+            return (
+                f"{self.policy_id} is lifted for {who} on {self.resource} wherever a namespace grant "
+                f"(cedarberg.readers or cedarberg.writers) names their group: {by} the read "
+                "then, without restriction"
+            )
+        if self.kind is FindingKind.LOCAL_WAREHOUSE:
+            return (
+                f"{self.policy_id} does not bind engines of {who} that read warehouse {self.warehouse} "
+                f"({self.location}) directly: it is a local directory, and any engine on a host that "
+                "sees it reads every column and row of the files, whatever the gateway plans"
+            )
+        return (
+            f"{self.policy_id} is enforced for {who} on {self.resource} by their client, not by the "
+            f"gateway: {by} {TRUST_ACTION}, so the client receives vended credentials and "
+            f"signed requests for the whole files of warehouse {self.warehouse}"
+        )
+
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.policy_id, self.kind.value, self.resource, self.warehouse or "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "policy_id": self.policy_id,
+            "lifted_by": list(self.lifted_by),
+            "principals": list(self.principals),
+            "resource": self.resource,
+            "warehouse": self.warehouse,
+            "location": self.location,
+            "binds_instead": self.binds_instead,
+            "message": self.message,
+        }
+
+
+def warehouse_locations(settings: Settings) -> dict[str, str]:
+    """The deployment's warehouses (the embedded default included) by name, as locations."""
+    return {name: warehouse.location for name, warehouse in settings.effective_warehouses().items()}
+
+
+def is_local(location: str) -> bool:
+    """Whether a (normalized) warehouse location is a directory of this host's file system."""
+    return location.startswith("file:")
+
+
+def as_json(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    return [finding.to_json() for finding in findings]
+
+
+# -- one decision ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """Decides findings with one engine, one request context and the deployment's warehouses
+    (`locations`: name -> location; None when not known, so warehouses go unchecked)."""
+
+    engine: PolicyEngine
+    context: RequestContext
+    locations: Mapping[str, str] | None
+
+    def decision(self, decision: Decision, principal: Principal, resource: Resource) -> list[Finding]:
+        """Where the restricted permits among an Allow's determining policies do not bind this
+        principal on this resource (for explain). Nothing for a denial or an unrestricted Allow."""
+        return _merged(self.subject(decision, principal.id, principal, resource))
+
+    def subject(
+        self, decision: Decision, label: str, principal: Principal, resource: Resource
+    ) -> list[Finding]:
+        """`decision`'s findings for the principal named `label` in findings."""
+        active = self.engine.active
+        if not decision.allowed or active is None or active.version != decision.version:
+            return []
+        restrictions = active.restrictions
+        restricted = sorted(
+            p for p in decision.policy_ids if p in restrictions and restrictions[p].restricted
+        )
+        if not restricted:
+            return []
+        resource_id = str(resource.uid)
+        unrestricted = _unrestricted(decision.policy_ids, restrictions)
+        if unrestricted:
+            return [Finding(FindingKind.LIFTED, p, resource_id, (label,), unrestricted) for p in restricted]
+        warehouse = resource.warehouse
+        location = (self.locations or {}).get(warehouse or "")
+        if warehouse is None or location is None or resource.kind is not EntityType.TABLE:
+            return []
+        if is_local(location):
+            return [
+                Finding(FindingKind.LOCAL_WAREHOUSE, p, resource_id, (label,), (), warehouse, location)
+                for p in restricted
+            ]
+        trust = self.engine.decide(principal, TRUST_ACTION, resource, self.context)
+        trusted_by = _unrestricted(trust.policy_ids, restrictions) if trust.allowed else ()
+        return [
+            Finding(FindingKind.TRUSTED_CLIENT, p, resource_id, (label,), trusted_by, warehouse, location)
+            for p in restricted
+            if trusted_by
+        ]
+
+
+def _unrestricted(policy_ids: Sequence[str], restrictions: Mapping[str, ScanRule]) -> tuple[str, ...]:
+    return tuple(sorted(p for p in policy_ids if p not in restrictions or not restrictions[p].restricted))
+
+
+def _merged(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per (policy, kind, resource, warehouse), its principals and lifting permits
+    the union of the merged ones; ordered by policy id, kind, resource."""
+    merged: dict[tuple[str, str, str, str], Finding] = {}
+    for finding in findings:
+        held = merged.get(finding.key())
+        if held is None:
+            merged[finding.key()] = finding
+            continue
+        principals = tuple(dict.fromkeys((*held.principals, *finding.principals)))
+        lifted_by = tuple(sorted({*held.lifted_by, *finding.lifted_by}))
+        merged[finding.key()] = Finding(
+            held.kind, held.policy_id, held.resource, principals, lifted_by, held.warehouse, held.location
+        )
+    return [merged[key] for key in sorted(merged)]
+
+
+# -- access reviews -------------------------------------------------------------------------------
+
+
+def subject_label(subject: review.Subject) -> str:
+    """How a review subject is named in a finding: a principal id, or the group it stands for."""
+    if subject.source is review.SubjectSource.GROUP:
+        return f"members of {subject.group}"
+    if subject.source is review.SubjectSource.NO_GROUP:
+        return "principals in no group"
+    return subject.principal.id
+
+
+def resource_findings(
+    engine: PolicyEngine, reviewed: review.ResourceReview, locations: Mapping[str, str] | None
+) -> list[Finding]:
+    """Where restricted permits do not bind the subjects a resource review found allowed to read."""
+    judge = Judge(engine, reviewed.context.request(), locations)
+    found: list[Finding] = []
+    for action in reviewed.actions:
+        if action.action not in READ_ACTIONS:
+            continue
+        for allowed in action.allowed:
+            decision = _as_decision(allowed.policy_ids, action.action, reviewed)
+            subject = allowed.subject
+            found += judge.subject(decision, subject_label(subject), subject.principal, reviewed.resource)
+    return _merged(found)
+
+
+def principal_findings(
+    engine: PolicyEngine, reviewed: review.PrincipalReview, locations: Mapping[str, str] | None
+) -> list[Finding]:
+    """Where restricted permits do not bind the reviewed principal on the objects of its review."""
+    judge = Judge(engine, reviewed.context.request(), locations)
+    who = reviewed.principal
+    found: list[Finding] = []
+    for obj in reviewed.objects:
+        for action, policy_ids, _restrictions in obj.allowed:
+            if action not in READ_ACTIONS:
+                continue
+            decision = Decision(True, policy_ids, reviewed.version, (), who.id, action, str(obj.resource.uid))
+            found += judge.subject(decision, who.id, who, obj.resource)
+    return _merged(found)
+
+
+def _as_decision(policy_ids: tuple[str, ...], action: str, reviewed: review.ResourceReview) -> Decision:
+    """A review's Allow as the decision it was (made with the review's policy-set version)."""
+    return Decision(True, policy_ids, reviewed.version, (), "", action, str(reviewed.resource.uid))
+
+
+# -- without the registry: when a set loads -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """A table a restricted permit's resource scope covers, built with no grants, and how to
+    build it with a grant on its namespace."""
+
+    label: str  # the scope, as findings name it
+    warehouse: str
+    levels: tuple[str, ...]
+    name: str
+
+    def table(self, grant: Mapping[str, str] | None = None) -> Resource:
+        chain: list[dict[str, str]] = [{} for _ in self.levels[:-1]] + [dict(grant or {})]
+        namespace = entities.namespace_resource(self.warehouse, self.levels, chain)
+        return entities.child_table(namespace, self.name)
+
+
+def static_findings(engine: PolicyEngine, locations: Mapping[str, str] | None) -> list[Finding]:
+    """What the active set says without the registry: for each restricted permit, the principals
+    its scope names, decided on the tables its scope names (see the module)."""
+    active = engine.active
+    if active is None:
+        return []
+    warehouses = sorted(locations) if locations else ["default"]
+    judge = Judge(engine, review.ReviewContext().request(), locations)
+    found: list[Finding] = []
+    for policy_id, policy in sorted(active.restricted_policies.items()):
+        for probe in _probes(policy.get("resource") or {}, warehouses):
+            for label, principal in _subjects(policy):
+                found += _probe_findings(judge, policy_id, probe, label, principal)
+    return _merged(found)
+
+
+def _probe_findings(
+    judge: Judge, policy_id: str, probe: _Probe, label: str, principal: Principal
+) -> list[Finding]:
+    """One restricted permit on one probe table for one principal: lifted with no grants, lifted
+    once a grant names the principal's groups, or reachable through the warehouse."""
+    engine, table = judge.engine, probe.table()
+    decision = engine.decide(principal, "planTableScan", table, judge.context)
+    if not decision.allowed or policy_id not in decision.policy_ids or engine.active is None:
+        return []  # the probe does not satisfy this permit: nothing known here
+    restrictions = engine.active.restrictions
+    found = [
+        _renamed(f, probe.label)
+        for f in judge.subject(decision, label, principal, table)
+        if f.policy_id == policy_id
+    ]
+    if any(f.kind is FindingKind.LIFTED for f in found) or not principal.groups:
+        return found
+    lifting: set[str] = set()
+    groups = ",".join(sorted(principal.groups))
+    for grant in (READERS_PROPERTY, WRITERS_PROPERTY):
+        granted = engine.decide(principal, "planTableScan", probe.table({grant: groups}), judge.context)
+        if granted.allowed:
+            lifting.update(_unrestricted(granted.policy_ids, restrictions))
+    if lifting:
+        found.append(
+            Finding(FindingKind.LIFTED_IF_GRANTED, policy_id, probe.label, (label,), tuple(sorted(lifting)))
+        )
+    return found
+
+
+def _renamed(finding: Finding, resource: str) -> Finding:
+    return Finding(
+        finding.kind,
+        finding.policy_id,
+        resource,
+        finding.principals,
+        finding.lifted_by,
+        finding.warehouse,
+        finding.location,
+    )
+
+
+def _probes(scope: Mapping[str, Any], warehouses: Sequence[str]) -> list[_Probe]:
+    """The tables a resource scope covers: the table it names, a table in the namespace or
+    warehouse it names, or a table of each warehouse when it names none."""
+    entity = scope.get("entity") if scope.get("op") in ("==", "in") else (scope.get("in") or {}).get("entity")
+    if not isinstance(entity, Mapping):
+        return [_Probe(f'Cedarberg::Warehouse::"{w}"', w, (ANY_NAMESPACE,), ANY_TABLE) for w in warehouses]
+    kind, entity_id = str(entity.get("type", "")), str(entity.get("id", ""))
+    label = f'{kind}::"{entity_id}"'
+    try:
+        warehouse, levels, name = entities.parse_path(entity_id)
+    except ResourceError:
+        return []
+    if kind == "Cedarberg::Table" and levels and name is not None:
+        return [_Probe(label, warehouse, levels, name)]
+    if kind == "Cedarberg::Namespace" and levels and name is None:
+        return [_Probe(label, warehouse, levels, ANY_TABLE)]
+    if kind == "Cedarberg::Warehouse" and not levels:
+        return [_Probe(label, warehouse, (ANY_NAMESPACE,), ANY_TABLE)]
+    return []  # a view or the catalog: restrictions govern table scans only
+
+
+def _subjects(policy: Mapping[str, Any]) -> list[tuple[str, Principal]]:
+    """The principals a permit's principal scope names: the one it names, a member of the group
+    it names, or a member of each group its conditions name (a principal in no group if none)."""
+    scope: Mapping[str, Any] = policy.get("principal") or {}
+    entity = scope.get("entity") if scope.get("op") in ("==", "in") else (scope.get("in") or {}).get("entity")
+    kind = PrincipalKind.SERVICE if scope.get("entity_type") == _SERVICE else PrincipalKind.USER
+    if isinstance(entity, Mapping):
+        entity_id = str(entity.get("id", ""))
+        if entity.get("type") == _GROUP:
+            return [(f"members of {entity_id}", _member(entity_id, kind))]
+        named = PrincipalKind.SERVICE if entity.get("type") == _SERVICE else PrincipalKind.USER
+        return [(entity_id, Principal(entity_id, named, frozenset(), AuthMethod.API_KEY))]
+    groups = sorted(_condition_groups(policy.get("conditions") or []))
+    if not groups:
+        subject = review.no_group_member()
+        return [(subject_label(subject), subject.principal)]
+    return [(f"members of {group}", _member(group, kind)) for group in groups]
+
+
+def _member(group: str, kind: PrincipalKind) -> Principal:
+    return Principal(review.GROUP_MEMBER_PREFIX + group, kind, frozenset({group}), AuthMethod.API_KEY)
+
+
+def _condition_groups(expr: Any) -> set[str]:
+    """The groups a condition names: `Cedarberg::Group` entities and the strings a membership test
+    on `principal.groups` compares with."""
+    found: set[str] = set()
+    if isinstance(expr, list):
+        for item in expr:
+            found |= _condition_groups(item)
+    elif isinstance(expr, Mapping):
+        entity = expr.get("__entity")
+        if isinstance(entity, Mapping) and entity.get("type") == _GROUP:
+            found.add(str(entity.get("id")))
+        for op in ("contains", "containsAny", "containsAll"):
+            node = expr.get(op)
+            if isinstance(node, Mapping) and _reads_groups(node.get("left")):
+                found |= _strings(node.get("right"))
+        for value in expr.values():
+            found |= _condition_groups(value)
+    return found
+
+
+def _reads_groups(expr: Any) -> bool:
+    node = expr.get(".") if isinstance(expr, Mapping) else None
+    return isinstance(node, Mapping) and node.get("attr") == "groups"
+
+
+def _strings(expr: Any) -> set[str]:
+    if isinstance(expr, str):
+        return {expr}
+    if isinstance(expr, list):
+        return {s for item in expr for s in _strings(item)}
+    if isinstance(expr, Mapping):
+        return {s for key in ("Value", "Set") for s in _strings(expr.get(key))}
+    return set()
+
+
+def log_static_findings(engine: PolicyEngine, locations: Mapping[str, str] | None) -> list[Finding]:
+    """Log a WARNING per `static_findings` finding of the active set (with structured fields);
+    returns them."""
+    findings = static_findings(engine, locations)
+    for finding in findings:
+        log.warning(
+            "restriction not binding: %s; binds instead: %s",
+            finding.message,
+            finding.binds_instead,
+            extra={
+                "finding": finding.kind.value,
+                "policy_id": finding.policy_id,
+                "lifted_by": list(finding.lifted_by),
+                "principals": list(finding.principals),
+                "resource": finding.resource,
+                "warehouse": finding.warehouse,
+                "policy_version": engine.version,
+            },
+        )
+    return findings
