@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import binding, naming
+from cedarberg.gateway.authz import binding, binding_static, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
@@ -84,7 +84,7 @@ def validate(
         f"version {engine.version}",
         file=out,
     )
-    for finding in binding.static_findings(engine, locations):
+    for finding in binding_static.static_findings(engine, locations):
         print(f"warning: restriction not binding: {finding.message}", file=out)
         print(f"  binds instead: {finding.binds_instead}", file=out)
     return 0

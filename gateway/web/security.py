@@ -24,7 +24,8 @@ from cedarberg.gateway.authn.oidc import OidcAuthenticator
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
 from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
 from cedarberg.gateway.authn.tokens import TokenIssuer
-from cedarberg.gateway.authz.binding import log_static_findings, warehouse_locations
+from cedarberg.gateway.authz.binding import warehouse_locations
+from cedarberg.gateway.authz.binding_static import log_static_findings
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
