@@ -158,7 +158,10 @@ class Judge:
 
     def decision(self, decision: Decision, principal: Principal, resource: Resource) -> list[Finding]:
         """Where the restricted permits among an Allow's determining policies do not bind this
-        principal on this resource (for explain). Nothing for a denial or an unrestricted Allow."""
+        principal on this resource (for explain). Nothing for a denial, an unrestricted Allow, or
+        an action that is not a read (`READ_ACTIONS`: restrictions narrow reads only)."""
+        if decision.action not in READ_ACTIONS:
+            return []
         return merged(self.subject(decision, principal.id, principal, resource))
 
     def subject(

@@ -111,6 +111,31 @@ def test_a_restricted_permit_alone_on_s3_binds(tmp_path: Path) -> None:
     assert rule.columns == frozenset({"id", "name", "amount"})
 
 
+def test_only_reads_are_judged(tmp_path: Path) -> None:
+    # A restricted permit scoped to every action also allows, say, a commit; restrictions narrow
+    # reads only, so an explain of the commit reports nothing about them.
+    everything = """
+    @id("analysts-everything-restricted")
+    @columns("id")
+    permit (
+      principal in Cedarberg::Group::"analysts",
+      action,
+      resource in Cedarberg::Namespace::"default/finance"
+    );
+    """
+    engine = _engine(tmp_path, everything)
+    context = review.ReviewContext().request()
+    table = _accounts(readers="analysts")
+    judge = Judge(engine, context, S3)
+    commit = engine.decide(ANA, "updateTable", table, context)
+    assert commit.allowed
+    assert "analysts-everything-restricted" in commit.policy_ids
+    assert judge.decision(commit, ANA, table) == []
+    read = engine.decide(ANA, "loadTable", table, context)
+    lifted = {f.policy_id for f in judge.decision(read, ANA, table)}
+    assert lifted == {RESTRICTED, "analysts-everything-restricted"}
+
+
 def test_a_trusted_client_on_s3_enforces_the_restriction_itself(tmp_path: Path) -> None:
     engine = _engine(tmp_path, TRUST_PERMIT)
     (finding,) = _explain(engine, _accounts(), S3)

@@ -144,6 +144,15 @@ def test_1_the_grant_lifts_the_restriction_and_every_tool_names_both_policies(fi
     assert text.returncode == 0, text.stderr
     assert f"restriction not binding: {lifted['message']}" in text.stdout
 
+    # The review of the principal in the namespace says the same of the table.
+    response = finance.call(
+        "root", "GET", "/admin/v1/review", params={"principal": "key:ana", "resource": "default/finance"}
+    )
+    assert response.status_code == 200, response.text
+    (of_ana,) = response.json()["restrictions_not_binding"]
+    assert (of_ana["kind"], of_ana["policy_id"], of_ana["lifted_by"]) == ("lifted", RESTRICTED, [GRANT])
+    assert (of_ana["principals"], of_ana["resource"]) == (["key:ana"], TABLE_UID)
+
     # The admin explain endpoint, on the registry's grants.
     body = {
         "principal": "key:ana",
