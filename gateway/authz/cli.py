@@ -4,7 +4,8 @@
     cedarberg policies test [DIR]         run DIR/tests/{ALLOW,DENY}/*.json; exit 1 if any fails
     cedarberg policies explain --principal key:alice --group etl --action updateTable \\
         --resource default/sales/orders --property 'sales:cedarberg.writers=etl'
-                                          print the decision and its determining policies;
+                                          print the decision and its determining policies, and
+                                          where its restrictions cannot bind (`binding`);
                                           exit 0 allow, 1 deny, 2 bad input or refused set
     cedarberg policies review --resource default/sales/orders [--action loadTable] ...
                                           who may do what there, and under which conditions
@@ -73,7 +74,7 @@ def validate(
     locations: Mapping[str, str] | None = None,
 ) -> int:
     """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`).
-    A valid set's restrictions that cannot bind (`binding.static_findings`, on the warehouses
+    A valid set's restrictions that cannot bind (`binding_static.static_findings`, on the warehouses
     `locations`) are printed as warnings; they do not fail validation."""
     engine = load_engine(directory, err)
     if engine is None or engine.active is None:

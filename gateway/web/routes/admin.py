@@ -9,7 +9,8 @@ in `gateway.authz.operations`), so the handlers only do the work.
     POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"
     DELETE /admin/v1/api-keys/{key_id}        revokeApiKey   record (idempotent)
     GET    /admin/v1/policies                 showPolicies   version, files, policies, refusal
-    POST   /admin/v1/explain                  explainDecision decision and determining policies
+    POST   /admin/v1/explain                  explainDecision decision, determining policies, restrictions
+                                                             and where they cannot bind (authz.binding)
     GET    /admin/v1/review                   reviewAccess   the access review (routes/review.py)
 
 Promises:
