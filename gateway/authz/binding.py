@@ -44,6 +44,8 @@ from cedarberg.gateway.config.settings import Settings
 # The decisions whose determining permits decide what a reader gets: planning (scan grants),
 # loadTable (read-restrictions) and file access (vending, signing).
 READ_ACTIONS = ("loadTable", "planTableScan", "loadCredentials", "signRequest")
+# The reads whose unrestricted Allow alone gives the data: an unrestricted plan, or the files.
+DATA_ACTIONS = frozenset({"planTableScan", "loadCredentials", "signRequest"})
 TRUST_ACTION = "readRestrictedData"
 
 
@@ -157,33 +159,45 @@ class Judge:
     locations: Mapping[str, str] | None
 
     def decision(self, decision: Decision, principal: Principal, resource: Resource) -> list[Finding]:
-        """Where the restricted permits among an Allow's determining policies do not bind this
-        principal on this resource (for explain). Nothing for a denial, an unrestricted Allow, or
-        an action that is not a read (`READ_ACTIONS`: restrictions narrow reads only)."""
-        if decision.action not in READ_ACTIONS:
+        """Where restrictions do not bind this principal on this table, for an Allow of one of its
+        reads (explain). Nothing for a denial, or an action that is not a read (`READ_ACTIONS`:
+        restrictions narrow reads only)."""
+        if not decision.allowed or decision.action not in READ_ACTIONS:
             return []
-        return merged(self.subject(decision, principal.id, principal, resource))
+        return merged(self.subject(principal.id, principal, resource))
 
-    def subject(
-        self, decision: Decision, label: str, principal: Principal, resource: Resource
-    ) -> list[Finding]:
-        """`decision`'s findings for the principal named `label` in findings."""
+    def subject(self, label: str, principal: Principal, resource: Resource) -> list[Finding]:
+        """Where the restricted permits that allow `principal` (named `label` in findings) a read
+        of the table `resource` do not bind it. Its reads are decided together (`READ_ACTIONS`):
+        an unrestricted Allow of planning or of the files (`DATA_ACTIONS`), or an unrestricted
+        permit beside a restricted one in the same Allow, lifts them."""
         active = self.engine.active
-        if not decision.allowed or active is None or active.version != decision.version:
+        if active is None or resource.kind is not EntityType.TABLE:
             return []
         restrictions = active.restrictions
+        checks = [(action, resource, self.context) for action in READ_ACTIONS]
+        allowed = [
+            d for d in self.engine.decide_many(principal, checks) if d.allowed and d.version == active.version
+        ]
         restricted = sorted(
-            p for p in decision.policy_ids if p in restrictions and restrictions[p].restricted
+            {p for d in allowed for p in d.policy_ids if p in restrictions and restrictions[p].restricted}
         )
         if not restricted:
             return []
         resource_id = str(resource.uid)
-        unrestricted = unrestricted_of(decision.policy_ids, restrictions)
-        if unrestricted:
-            return [Finding(FindingKind.LIFTED, p, resource_id, (label,), unrestricted) for p in restricted]
+        lifting = sorted(
+            {
+                p
+                for d in allowed
+                if d.action in DATA_ACTIONS or any(p in restricted for p in d.policy_ids)
+                for p in unrestricted_of(d.policy_ids, restrictions)
+            }
+        )
+        if lifting:
+            return [Finding(FindingKind.LIFTED, p, resource_id, (label,), tuple(lifting)) for p in restricted]
         warehouse = resource.warehouse
         location = (self.locations or {}).get(warehouse or "")
-        if warehouse is None or location is None or resource.kind is not EntityType.TABLE:
+        if warehouse is None or location is None:
             return []
         if is_local(location):
             return [
@@ -235,35 +249,29 @@ def subject_label(subject: review.Subject) -> str:
 def resource_findings(
     engine: PolicyEngine, reviewed: review.ResourceReview, locations: Mapping[str, str] | None
 ) -> list[Finding]:
-    """Where restricted permits do not bind the subjects a resource review found allowed to read."""
+    """Where restricted permits do not bind the subjects a resource review found allowed to read
+    (each subject's reads decided together, `Judge.subject`)."""
     judge = Judge(engine, reviewed.context.request(), locations)
-    found: list[Finding] = []
+    readers: dict[tuple[str, frozenset[str]], review.Subject] = {}
     for action in reviewed.actions:
-        if action.action not in READ_ACTIONS:
-            continue
-        for allowed in action.allowed:
-            decision = _as_decision(allowed.policy_ids, action.action, reviewed)
-            subject = allowed.subject
-            found += judge.subject(decision, subject_label(subject), subject.principal, reviewed.resource)
+        if action.action in READ_ACTIONS:
+            for allowed in action.allowed:
+                who = allowed.subject.principal
+                readers.setdefault((who.id, who.groups), allowed.subject)
+    found: list[Finding] = []
+    for subject in readers.values():
+        found += judge.subject(subject_label(subject), subject.principal, reviewed.resource)
     return merged(found)
 
 
 def principal_findings(
     engine: PolicyEngine, reviewed: review.PrincipalReview, locations: Mapping[str, str] | None
 ) -> list[Finding]:
-    """Where restricted permits do not bind the reviewed principal on the objects of its review."""
+    """Where restricted permits do not bind the reviewed principal on the tables of its review."""
     judge = Judge(engine, reviewed.context.request(), locations)
     who = reviewed.principal
     found: list[Finding] = []
     for obj in reviewed.objects:
-        for action, policy_ids, _restrictions in obj.allowed:
-            if action not in READ_ACTIONS:
-                continue
-            decision = Decision(True, policy_ids, reviewed.version, (), who.id, action, str(obj.resource.uid))
-            found += judge.subject(decision, who.id, who, obj.resource)
+        if any(action in READ_ACTIONS for action, _ids, _restrictions in obj.allowed):
+            found += judge.subject(who.id, who, obj.resource)
     return merged(found)
-
-
-def _as_decision(policy_ids: tuple[str, ...], action: str, reviewed: review.ResourceReview) -> Decision:
-    """A review's Allow as the decision it was (made with the review's policy-set version)."""
-    return Decision(True, policy_ids, reviewed.version, (), "", action, str(reviewed.resource.uid))

@@ -20,6 +20,7 @@ from typing import Any
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authz import entities, review
 from cedarberg.gateway.authz.binding import (
+    READ_ACTIONS,
     Finding,
     FindingKind,
     Judge,
@@ -77,14 +78,13 @@ def _probe_findings(
     """One restricted permit on one probe table for one principal: lifted with no grants, lifted
     once a grant names the principal's groups, or reachable through the warehouse."""
     engine, table = judge.engine, probe.table()
-    decision = engine.decide(principal, "planTableScan", table, judge.context)
-    if not decision.allowed or policy_id not in decision.policy_ids or engine.active is None:
+    checks = [(action, table, judge.context) for action in READ_ACTIONS]
+    decisions = engine.decide_many(principal, checks)
+    if engine.active is None or not any(d.allowed and policy_id in d.policy_ids for d in decisions):
         return []  # the probe does not satisfy this permit: nothing known here
     restrictions = engine.active.restrictions
     found = [
-        _renamed(f, probe.label)
-        for f in judge.subject(decision, label, principal, table)
-        if f.policy_id == policy_id
+        _renamed(f, probe.label) for f in judge.subject(label, principal, table) if f.policy_id == policy_id
     ]
     if any(f.kind is FindingKind.LIFTED for f in found) or not principal.groups:
         return found

@@ -189,6 +189,29 @@ def test_the_loader_finds_an_unrestricted_permit_for_the_same_group(tmp_path: Pa
     )
 
 
+def test_the_loader_finds_an_unrestricted_permit_to_the_files(tmp_path: Path) -> None:
+    # Vended credentials or signed requests decided by an unrestricted permit hand out the whole
+    # files, whatever planning would have restricted.
+    files = """
+    @id("analysts-fetch-credentials")
+    permit (
+      principal in Cedarberg::Group::"analysts",
+      action == Cedarberg::Action::"loadCredentials",
+      resource in Cedarberg::Namespace::"default/finance"
+    );
+    """
+    engine = _engine(tmp_path, files, bundled=False)
+    (finding,) = static_findings(engine, S3)
+    assert (finding.kind, finding.policy_id) == (FindingKind.LIFTED, RESTRICTED)
+    assert finding.lifted_by == ("analysts-fetch-credentials",)
+    # Explain of the restricted plan says so too: the files are the way around it.
+    context = review.ReviewContext().request()
+    plan = engine.decide(ANA, "planTableScan", _accounts(), context)
+    assert plan.policy_ids == (RESTRICTED,)
+    (explained,) = Judge(engine, context, S3).decision(plan, ANA, _accounts())
+    assert explained.lifted_by == ("analysts-fetch-credentials",)
+
+
 def test_a_restricted_permit_alone_gives_the_loader_nothing_to_report(tmp_path: Path) -> None:
     # Control: no grant policy could lift it, and the warehouse is an object store.
     engine = _engine(tmp_path, bundled=False)
