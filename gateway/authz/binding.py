@@ -16,7 +16,8 @@ This module finds every place a restricted permit falls short of that, as `Findi
 sentence and what binds instead. It decides with the engine exactly as the gateway decides
 requests (`PolicyEngine.decide_many`, determining policies), never by reading policy text alone:
 
-- `Judge.decision`: one decision (explain), with the grants it was made with;
+- `Judge.decision`: an Allow of a read (explain): the principal's reads of that table, decided
+  together with the grants and context of the explained request;
 - `resource_findings` / `principal_findings`: the decisions of an access review (`review.py`),
   with the registry's live grants when the review has them;
 - `binding_static.static_findings`: what is known without the registry, when a set loads (the

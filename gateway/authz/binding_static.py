@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
@@ -84,7 +84,9 @@ def _probe_findings(
         return []  # the probe does not satisfy this permit: nothing known here
     restrictions = engine.active.restrictions
     found = [
-        _renamed(f, probe.label) for f in judge.subject(label, principal, table) if f.policy_id == policy_id
+        replace(f, resource=probe.label)
+        for f in judge.subject(label, principal, table)
+        if f.policy_id == policy_id
     ]
     if any(f.kind is FindingKind.LIFTED for f in found) or not principal.groups:
         return found
@@ -99,18 +101,6 @@ def _probe_findings(
             Finding(FindingKind.LIFTED_IF_GRANTED, policy_id, probe.label, (label,), tuple(sorted(lifting)))
         )
     return found
-
-
-def _renamed(finding: Finding, resource: str) -> Finding:
-    return Finding(
-        finding.kind,
-        finding.policy_id,
-        resource,
-        finding.principals,
-        finding.lifted_by,
-        finding.warehouse,
-        finding.location,
-    )
 
 
 def _probes(scope: Mapping[str, Any], warehouses: Sequence[str]) -> list[_Probe]:
