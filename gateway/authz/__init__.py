@@ -13,6 +13,9 @@ Modules, one concept each:
                 `is_visible`, `filter_visible` for listings.
 - `reload`      `PolicyWatcher`: hot reload by polling; `reload_now()` for SIGHUP.
 - `fixtures`    ALLOW/DENY request fixtures; `cli` the `cedarberg policies ...` commands.
+- `binding`     where a column/row restriction cannot bind (lifted by an unrestricted permit, a
+                local warehouse, a trusted client), for explain and review; `binding_static`
+                the same known without the registry, logged when a set loads.
 
 Only this package imports `cedarpy`.
 """

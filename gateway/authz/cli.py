@@ -4,7 +4,8 @@
     cedarberg policies test [DIR]         run DIR/tests/{ALLOW,DENY}/*.json; exit 1 if any fails
     cedarberg policies explain --principal key:alice --group etl --action updateTable \\
         --resource default/sales/orders --property 'sales:cedarberg.writers=etl'
-                                          print the decision and its determining policies, the
+                                          print the decision and its determining policies, where
+                                          its restrictions cannot bind (`binding`), the
                                           policy directory and where the grants came from;
                                           exit 0 allow, 1 deny, 2 bad input or refused set,
                                           3 the grants cannot be read
@@ -26,13 +27,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import naming
+from cedarberg.gateway.authz import binding, binding_static, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
@@ -69,8 +70,15 @@ def load_engine(directory: Path, err: TextIO) -> PolicyEngine | None:
     return engine
 
 
-def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`)."""
+def validate(
+    directory: Path,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    locations: Mapping[str, str] | None = None,
+) -> int:
+    """Parse and validate the policy directory; 0 if it would load, else 1 (problems on `err`).
+    A valid set's restrictions that cannot bind (`binding_static.static_findings`, on the warehouses
+    `locations`) are printed as warnings; they do not fail validation."""
     engine = load_engine(directory, err)
     if engine is None or engine.active is None:
         return 1
@@ -80,6 +88,9 @@ def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
         f"version {engine.version}",
         file=out,
     )
+    for finding in binding_static.static_findings(engine, locations):
+        print(f"warning: restriction not binding: {finding.message}", file=out)
+        print(f"  binds instead: {finding.binds_instead}", file=out)
     return 0
 
 
@@ -152,10 +163,14 @@ class GrantsUnavailableError(Exception):
 
 
 class GrantReader(Protocol):
-    """Where `explain` takes a resource's grants from, and how its output names that."""
+    """Where `explain` takes a resource's grants from, how its output names that, and the
+    deployment's warehouse locations (for the binding findings; None: unknown)."""
 
     @property
     def description(self) -> str: ...
+
+    @property
+    def locations(self) -> Mapping[str, str] | None: ...
 
     async def resource(self, action: str, spec: ResourceSpec, owner: str) -> Resource:
         """The resource, as `resolve_resource` builds it. Raises `ResourceError`, or
@@ -168,6 +183,7 @@ class StatedGrantReader:
     """The grants stated with `--property`, alone (no deployment is read); `why` says why."""
 
     why: str = "no deployment read"
+    locations: Mapping[str, str] | None = None
 
     @property
     def description(self) -> str:
@@ -204,7 +220,13 @@ def _shaped(action: str, scope: Scope, path: str) -> ResourceName:
     return ResourceName(kind, warehouse, levels, name)
 
 
-def _print_decision(engine: PolicyEngine, decision: Decision, principal: Principal, out: TextIO) -> None:
+def _print_decision(
+    engine: PolicyEngine,
+    decision: Decision,
+    principal: Principal,
+    out: TextIO,
+    findings: Sequence[binding.Finding] = (),
+) -> None:
     verdict = "ALLOW" if decision.allowed else "DENY"
     groups = ", ".join(sorted(principal.groups)) or "none"
     print(f"decision:  {verdict}", file=out)
@@ -221,6 +243,9 @@ def _print_decision(engine: PolicyEngine, decision: Decision, principal: Princip
         print("no policy permits this request (default deny)", file=out)
     for rule in describe(engine.scan_rules(decision)):
         print(f"restricted by {rule['policy_id']}: {summary(rule)}", file=out)
+    for finding in findings:
+        print(f"restriction not binding: {finding.message}", file=out)
+        print(f"  binds instead: {finding.binds_instead}", file=out)
     for error in decision.errors:
         print(f"error:     {error}", file=out)
     print(f"policy set version: {decision.version}", file=out)
@@ -306,7 +331,8 @@ def explain(
     """Decide one request with the policies in `directory` and the grants `grants` reads, and
     print why, where the policies and grants came from; 0 allow, 1 deny, 2 error (a refused policy
     set, or input that names no principal or resource: the reason on `err`), 3 the grants cannot be
-    read (no decision is made without them)."""
+    read (no decision is made without them). An Allow whose restrictions cannot bind says where and
+    why (`binding`; warehouses from `grants.locations`, unknown when None)."""
     engine = load_engine(directory, err)
     if engine is None:
         return 2
@@ -321,7 +347,8 @@ def explain(
         return 3
     context = RequestContext.of(who, query.context.client_address, query.context.changes())
     decision = engine.decide(who, query.action, target, context)
-    _print_decision(engine, decision, who, out)
+    findings = binding.Judge(engine, context, grants.locations).decision(decision, who, target)
+    _print_decision(engine, decision, who, out, findings)
     _print_sources(directory, grants, out)
     return 0 if decision.allowed else 1
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -142,6 +142,13 @@ class PolicyEngine:
         self._principals: ByteBoundedLru[int, tuple[Principal, str]] = ByteBoundedLru(
             _PRINCIPAL_CACHE_SIZE, _PRINCIPAL_CACHE_BYTES, _PRINCIPAL_ENTRY_BYTES
         )
+        self._load_listeners: list[Callable[[PolicyEngine], object]] = []
+
+    def on_loaded(self, listener: Callable[[PolicyEngine], object]) -> None:
+        """Call `listener(engine)` each time a new set becomes active (after it is, in the loading
+        thread), e.g. to report what the set cannot enforce (`binding.log_static_findings`). A
+        listener that raises is logged; the set stays active."""
+        self._load_listeners.append(listener)
 
     # -- the policy set ---------------------------------------------------------------------------
 
@@ -229,6 +236,11 @@ class PolicyEngine:
                     "policy_files": sorted(compiled.sources),
                 },
             )
+            for listener in self._load_listeners:
+                try:
+                    listener(self)
+                except Exception:  # a report must not undo a load that succeeded
+                    log.exception("a policy-load listener failed", extra={"policy_version": version})
             return version
 
     def _compile(self, version: str, sources: dict[str, str]) -> CompiledPolicySet:

@@ -55,6 +55,8 @@ class CompiledPolicySet:
     sources: Mapping[str, str]  # file name -> text (schema and policies)
     locations: Mapping[str, str]  # policy id -> "FILE:LINE"
     restrictions: Mapping[str, ScanRule]  # policy id -> its @columns/@row_filter (restrictions.py)
+    # The restricted permits as Cedar JSON: their scopes say whom and what they restrict (binding.py).
+    restricted_policies: Mapping[str, Mapping[str, Any]]
     sight: PolicySight  # what the policies read of a resource: the decision cache's key (sight.py)
 
 
@@ -256,6 +258,7 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
         sources=MappingProxyType(dict(sources)),
         locations=MappingProxyType(locations),
         restrictions=MappingProxyType(restrictions),
+        restricted_policies=MappingProxyType({policy_id: static[policy_id] for policy_id in restrictions}),
         sight=PolicySight.of(static.values()),
     )
 

@@ -37,7 +37,7 @@ from typing import Any, TextIO
 import orjson
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import naming, review
+from cedarberg.gateway.authz import binding, naming, review
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, child_table, child_view, parse_path
 from cedarberg.gateway.authz.errors import ResourceError
@@ -161,7 +161,11 @@ def _resource_review(
     groups = review.residual_groups(engine, target, actions)
     audience = review.known_subjects(stated_subjects(args.subject), groups)
     locations = engine.active.locations if engine.active else {}
-    return review.review_resource(engine, target, actions, audience, context).to_json(locations)
+    reviewed = review.review_resource(engine, target, actions, audience, context)
+    document = reviewed.to_json(locations)
+    # Offline the warehouses are not known: only unrestricted permits that lift a restriction.
+    document["restrictions_not_binding"] = binding.as_json(binding.resource_findings(engine, reviewed, None))
+    return document
 
 
 def _principal_review(
@@ -177,7 +181,10 @@ def _principal_review(
     ]
     listing = review.Listing(objects[: review.MAX_OBJECTS], len(objects) > review.MAX_OBJECTS)
     groups_from = "request" if args.group else "none"
-    return review.review_principal(engine, who, listing, context, groups_from=groups_from).to_json()
+    reviewed = review.review_principal(engine, who, listing, context, groups_from=groups_from)
+    document = reviewed.to_json()
+    document["restrictions_not_binding"] = binding.as_json(binding.principal_findings(engine, reviewed, None))
+    return document
 
 
 # -- text -----------------------------------------------------------------------------------------
@@ -228,11 +235,19 @@ def print_resource_review(document: Mapping[str, Any], out: TextIO) -> None:
             )
         for error in action["errors"]:
             print(f"  error: {error}", file=out)
+    _print_findings(document, out)
     for issuer in document.get("not_enumerated", []):
         print(f"\nnot listed: {issuer['principals']} ({issuer['kind']}): {issuer['reviewed_as']}", file=out)
         bare = [*issuer.get("privileged_groups", []), *issuer.get("bare_groups", [])]
         print(f"  their groups: {issuer.get('groups')}; bare: {', '.join(bare) or 'none'}", file=out)
     print(f"\npolicy set version: {document['version']}", file=out)
+
+
+def _print_findings(document: Mapping[str, Any], out: TextIO) -> None:
+    """The review's restrictions that do not bind (`binding`), one sentence each."""
+    for finding in document.get("restrictions_not_binding", []):
+        print(f"\nrestriction not binding: {finding['message']}", file=out)
+        print(f"  binds instead: {finding['binds_instead']}", file=out)
 
 
 def print_principal_review(document: Mapping[str, Any], out: TextIO) -> None:
@@ -247,4 +262,5 @@ def print_principal_review(document: Mapping[str, Any], out: TextIO) -> None:
             print("  nothing", file=out)
         for action in obj["actions"]:
             print(f"  {action['action']}: {_policies(action)}", file=out)
+    _print_findings(document, out)
     print(f"\npolicy set version: {document['version']}", file=out)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
+from cedarberg.gateway.authz import binding
 from cedarberg.gateway.authz.cli import (
     ExplainQuery,
     GrantReader,
@@ -78,7 +79,7 @@ def run_policies_command(
         return 2
     directory = policy_dir(args, settings)
     if args.policies_command == "validate":
-        return validate(directory, out, err)
+        return validate(directory, out, err, binding.warehouse_locations(settings))
     if args.policies_command == "test":
         return run_fixture_tests(directory, out, err)
     return explain(directory, ExplainQuery.from_args(args), out, err, _grant_reader(args, environ, settings))
@@ -86,10 +87,11 @@ def run_policies_command(
 
 def _grant_reader(args: argparse.Namespace, environ: Mapping[str, str], settings: Settings) -> GrantReader:
     if args.offline:
-        return StatedGrantReader("--offline")
+        return StatedGrantReader("--offline", binding.warehouse_locations(settings))
     if not deployment_found(args, environ, settings):
         store = describe_store(settings.effective_store_url())
-        return StatedGrantReader(f"no deployment found: no settings named and no registry at {store}")
+        why = f"no deployment found: no settings named and no registry at {store}"
+        return StatedGrantReader(why, binding.warehouse_locations(settings))
     return RegistryGrantReader(settings)
 
 
@@ -98,6 +100,10 @@ class RegistryGrantReader:
     """The live grants of the deployment of `settings`: its registry's namespace properties."""
 
     settings: Settings
+
+    @property
+    def locations(self) -> Mapping[str, str]:
+        return binding.warehouse_locations(self.settings)
 
     @property
     def description(self) -> str:

@@ -34,7 +34,7 @@ from cedarberg.gateway.authn.principal import (
     PrincipalKind,
     scoped_group,
 )
-from cedarberg.gateway.authz import naming, review
+from cedarberg.gateway.authz import binding, naming, review
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
 from cedarberg.gateway.authz.errors import ResourceError
@@ -184,6 +184,7 @@ async def resource_review(
     principals, the anonymous principal, `stated` principals and a member of each group, decided;
     the residual conditions; and the issuers whose subjects cannot be listed (`not_enumerated`)."""
     engine = sources.engine
+    warehouses = binding.warehouse_locations(sources.services.settings)
     records, keys_truncated = await active_keys(sources.keys)
     known = [review.KnownPrincipal(_key_principal(r), review.SubjectSource.API_KEY) for r in records]
     if sources.anonymous is not None:
@@ -195,7 +196,11 @@ async def resource_review(
         if keys_truncated:
             audience = review.Audience(audience.subjects, truncated=True)
         locations = engine.active.locations if engine.active is not None else {}
-        return review.review_resource(engine, target, actions, audience, context).to_json(locations)
+        reviewed = review.review_resource(engine, target, actions, audience, context)
+        document = reviewed.to_json(locations)
+        findings = binding.resource_findings(engine, reviewed, warehouses)
+        document["restrictions_not_binding"] = binding.as_json(findings)
+        return document
 
     # Thousands of decisions: made off the event loop (the engine is thread-safe).
     document = await asyncio.to_thread(decide)
@@ -235,7 +240,13 @@ async def principal_review(
 ) -> dict[str, Any]:
     """What `who` may do on each of `objects` (`review.review_principal`), decided off the loop."""
     engine = sources.engine
-    reviewed = await asyncio.to_thread(
-        lambda: review.review_principal(engine, who, objects, context, groups_from=groups_from)
-    )
-    return reviewed.to_json()
+    warehouses = binding.warehouse_locations(sources.services.settings)
+
+    def decide() -> dict[str, Any]:
+        reviewed = review.review_principal(engine, who, objects, context, groups_from=groups_from)
+        document = reviewed.to_json()
+        findings = binding.principal_findings(engine, reviewed, warehouses)
+        document["restrictions_not_binding"] = binding.as_json(findings)
+        return document
+
+    return await asyncio.to_thread(decide)

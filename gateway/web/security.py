@@ -24,6 +24,8 @@ from cedarberg.gateway.authn.oidc import OidcAuthenticator
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, anonymous_principal_id
 from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
 from cedarberg.gateway.authn.tokens import TokenIssuer
+from cedarberg.gateway.authz.binding import warehouse_locations
+from cedarberg.gateway.authz.binding_static import log_static_findings
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
@@ -64,6 +66,9 @@ class Security:
             decision_cache_bytes=settings.authz.decision_cache_max_bytes,
             cache_entry_bytes=settings.authz.cache_max_entry_bytes,
         )
+        # Each set that loads reports the restrictions it cannot enforce here (policies/README.md).
+        locations = warehouse_locations(settings)
+        policies.on_loaded(lambda engine: log_static_findings(engine, locations))
         policies.load()
         # `serve` upgraded or checked the schema before any worker started (gateway.serve.server).
         key_store = connect_key_store(settings.effective_store_url())

@@ -9,7 +9,8 @@ in `gateway.authz.operations`), so the handlers only do the work.
     POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"
     DELETE /admin/v1/api-keys/{key_id}        revokeApiKey   record (idempotent)
     GET    /admin/v1/policies                 showPolicies   version, files, policies, refusal
-    POST   /admin/v1/explain                  explainDecision decision and determining policies
+    POST   /admin/v1/explain                  explainDecision decision, determining policies, restrictions
+                                                             and where they cannot bind (authz.binding)
     GET    /admin/v1/review                   reviewAccess   the access review (routes/review.py)
 
 Promises:
@@ -50,7 +51,7 @@ from cedarberg.gateway.authn.api_keys import (
 from cedarberg.gateway.authn.key_format import is_key_id
 from cedarberg.gateway.authn.key_store import ApiKeyRecord
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import naming
+from cedarberg.gateway.authz import binding, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.entities import EntityType, Resource
 from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
@@ -329,7 +330,10 @@ async def explain_decision(request: web.Request) -> web.Response:
         body.context.creates,
     )
     engine = security(request).policies
-    decision = engine.decide(who, body.action, resource, RequestContext.of(who, body.client_address, changes))
+    context = RequestContext.of(who, body.client_address, changes)
+    decision = engine.decide(who, body.action, resource, context)
+    warehouses = binding.warehouse_locations(services(request).settings)
+    findings = binding.Judge(engine, context, warehouses).decision(decision, who, resource)
     active = engine.active
     locations = active.locations if active is not None else {}
     return _json(
@@ -346,6 +350,8 @@ async def explain_decision(request: web.Request) -> web.Response:
             "grants_from": source,
             # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
             "restrictions": describe(engine.scan_rules(decision)),
+            # Where those restrictions do not bind, and what does instead (binding.py).
+            "restrictions_not_binding": binding.as_json(findings),
         }
     )
 

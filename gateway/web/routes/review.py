@@ -8,6 +8,10 @@ operation `reviewAccess` on the catalog before the handler runs (admins, with th
     GET /admin/v1/review?principal=key:erin[&group=etl ...]&resource=default/sales
         what the principal may do on the namespace and on each table and view in it
 
+Both answers carry `restrictions_not_binding`: where a column/row restriction does not bind the
+principals found allowed to read (`gateway.authz.binding`: lifted by an unrestricted permit on the
+registry's grants, a local warehouse, a client trusted with `readRestrictedData`).
+
 `resource` is the entity-id path (`WAREHOUSE[/NS.NS[/NAME]]`, `%2E` for a dot inside a name, so
 `%252E` in a query string). Optional: `auth_method` and `client_address`, the context decisions
 are made with (default `api-key`, `127.0.0.1`). An object that does not exist is a 404
