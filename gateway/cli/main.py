@@ -11,6 +11,7 @@ from cedarberg.gateway.authz.cli import add_policy_commands, run_policy_command
 from cedarberg.gateway.cli.catalog import add_catalog_commands, offline_options, run_catalog_command
 from cedarberg.gateway.cli.db import add_db_commands, run_db_command
 from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
+from cedarberg.gateway.cli.openapi import run_admin_openapi_command
 from cedarberg.gateway.cli.review import run_review_command
 from cedarberg.gateway.config import reference as config_reference
 from cedarberg.gateway.config.settings import SettingsError, load_settings
@@ -34,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, help="PEM private key of the server certificate")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     commands.add_parser("config-reference", help="print the configuration reference (Markdown)")
+    admin_openapi = commands.add_parser(
+        "admin-openapi", help="print the admin API's OpenAPI 3.1 document (JSON) or its reference (Markdown)"
+    )
+    admin_openapi.add_argument("--format", choices=("json", "markdown"), default="json")
     add_policy_commands(commands, review_parents=[offline_options(warehouse=False)])
     add_keys_commands(commands)
     add_catalog_commands(commands)
@@ -46,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "config-reference":
         print(config_reference.render(), end="")
         return 0
+    if args.command == "admin-openapi":
+        return run_admin_openapi_command(args.format)
     if args.command == "policies" and args.policies_command == "review":
         return run_review_command(args)
     if args.command == "policies":
