@@ -97,4 +97,6 @@ def test_the_committed_reference_page_is_current() -> None:
     for operation_id in ("createApiKey", "reviewAccess", "undropObject", "putDirectoryUser", "showAdminApi"):
         assert f"### {operation_id}" in printed
     committed = REPO_ROOT / "docs" / "admin-api.md"
-    assert committed.read_text() == printed, "run: cedarberg admin-openapi --format markdown > docs/admin-api.md"
+    assert committed.read_text() == printed, (
+        "run: cedarberg admin-openapi --format markdown > docs/admin-api.md"
+    )

@@ -7,7 +7,8 @@ Where each part comes from:
 - request bodies: the pydantic models the handlers validate with (their JSON Schema);
 - for each error status, the Iceberg error types it is answered with: the error table
   (`gateway.web.errors.error_types`);
-- the rest (summaries, query parameters, answer schemas): `operations`, the one hand-written part.
+- the rest, written by hand: what each operation promises, its query parameters and errors
+  (`operations`) and the schemas of its answers (`answers`).
 
 `build` raises `AdminApiDocumentError` when the route table and `operations` disagree (a route
 without documentation, or documentation of an operation no route serves): the gateway then cannot
@@ -25,6 +26,7 @@ from pydantic.json_schema import models_json_schema
 from cedarberg.gateway.authz.operations import OPERATIONS as AUTHORIZATION
 from cedarberg.gateway.web.errors import error_types
 from cedarberg.gateway.web.route import Route
+from cedarberg.gateway.web.routes.openapi import answers
 from cedarberg.gateway.web.routes.openapi import operations as docs
 
 PREFIX = "/admin/v1"
@@ -72,7 +74,7 @@ def build(routes: Iterable[Route]) -> Document:
         "tags": [{"name": tag} for tag in dict.fromkeys(op.tag for op in docs.OPERATIONS.values())],
         "paths": paths,
         "components": {
-            "schemas": {**bodies, **docs.SCHEMAS, **_error_schemas(used)},
+            "schemas": {**bodies, **answers.SCHEMAS, **_error_schemas(used)},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
@@ -86,7 +88,9 @@ def build(routes: Iterable[Route]) -> Document:
                 },
                 "clientCertificate": {
                     "type": "mutualTLS",
-                    "description": "A verified client certificate, where the gateway maps certificates to principals.",
+                    "description": (
+                        "A verified client certificate, where the gateway maps certificates to principals."
+                    ),
                 },
             },
         },
@@ -109,7 +113,9 @@ def _check_coverage(routes: list[Route]) -> None:
 
 def _request_schemas() -> dict[str, Any]:
     """The JSON Schemas of the request models (and of the models they hold), by model name."""
-    models = sorted({op.body for op in docs.OPERATIONS.values() if op.body is not None}, key=lambda m: m.__name__)
+    models = sorted(
+        {op.body for op in docs.OPERATIONS.values() if op.body is not None}, key=lambda m: m.__name__
+    )
     _, schema = models_json_schema([(model, "validation") for model in models], ref_template=_REF)
     definitions: dict[str, Any] = schema.get("$defs", {})
     return dict(sorted(definitions.items()))

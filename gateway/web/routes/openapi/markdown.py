@@ -88,7 +88,11 @@ def _schema(name: str, schema: dict[str, Any]) -> list[str]:
     if "allOf" in schema:
         error = schema["properties"]["error"]["properties"]
         types = ", ".join(f"`{t}`" for t in error["type"]["enum"])
-        return [*lines, f"{_type(schema['allOf'][0])} with `code` {error['code']['const']}, `type` one of {types}.", ""]
+        return [
+            *lines,
+            f"{_type(schema['allOf'][0])} with `code` {error['code']['const']}, `type` one of {types}.",
+            "",
+        ]
     if "oneOf" in schema:
         return [*lines, "One of " + ", ".join(_type(s) for s in schema["oneOf"]) + ".", ""]
     properties = schema.get("properties", {})

@@ -1,237 +1,20 @@
-"""What the admin API's document says that no code states: per operation its summary, query and
-header parameters, success and error answers; and the schemas of the answers.
+"""What the admin API's document says about each operation that no code states: its summary,
+query and header parameters, its success and the errors its handler answers (with what they mean
+there). The answers' schemas are in `answers`.
 
-The handlers build their answers as plain dicts (`ApiKeyRecord.to_json`, the review's `to_json`,
-...), so their shapes are written here, closed (`additionalProperties: false`): the tests validate
-every answer of a real gateway against them, so a field added to an answer without being added
-here fails there. Request bodies, path variables, error types and Cedar actions are not written
-here: `document` takes them from the request models, the route table, the error table and the
-operation table.
+Request bodies, path variables, error types and Cedar actions are not written here: `document`
+takes them from the request models, the route table, the error table and the operation table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel
 
 from cedarberg.gateway.authn.principal import AuthMethod
 from cedarberg.gateway.web.routes import admin, directory
-
-Schema = dict[str, Any]
-
-# -- answer schemas -----------------------------------------------------------------------------------
-
-_STRING: Schema = {"type": "string"}
-_STRINGS: Schema = {"type": "array", "items": _STRING}
-_NULLABLE_STRING: Schema = {"type": ["string", "null"]}
-_TIME: Schema = {"type": "string", "format": "date-time"}
-_NULLABLE_TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
-_PAGE_TOKEN: Schema = {"type": ["string", "null"], "description": "pageToken of the next page; null: last page"}
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _object(properties: dict[str, Schema], description: str = "", optional: tuple[str, ...] = ()) -> Schema:
-    """A closed object: every property listed, all required but `optional`."""
-    schema: Schema = {
-        "type": "object",
-        "required": [name for name in properties if name not in optional],
-        "properties": properties,
-        "additionalProperties": False,
-    }
-    if description:
-        schema["description"] = description
-    return schema
-
-
-def _list_of(items: Schema) -> Schema:
-    return {"type": "array", "items": items}
-
-
-_API_KEY_FIELDS: dict[str, Schema] = {
-    "id": {"type": "string", "description": "the key id: the part before the secret, not a secret"},
-    "principal": {"type": "string", "description": "the principal's name; its id is key:<principal>"},
-    "kind": {"type": "string", "enum": ["user", "service"]},
-    "groups": _STRINGS,
-    "created_at": _TIME,
-    "expires_at": _NULLABLE_TIME,
-    "revoked_at": _NULLABLE_TIME,
-    "rotated_at": _NULLABLE_TIME,
-    "description": _STRING,
-}
-_RESTRICTION = _object(
-    {
-        "policy_id": _STRING,
-        "columns": {"type": ["array", "null"], "items": _STRING, "description": "null: every column"},
-        "row_filter": {"type": ["string", "null"], "description": "null: every row"},
-        "masks": {"type": "object", "additionalProperties": _STRING, "description": "column: mask"},
-    },
-    "A column/row restriction a permit carries (policies/README.md, restrictions).",
-)
-_CONTEXT = _object({"auth_method": _STRING, "client_address": _STRING}, "The context decisions were made with.")
-_ALLOWED = {"policy_ids": _STRINGS, "restrictions": _list_of(_ref("Restriction"))}
-
-SCHEMAS: dict[str, Schema] = {
-    "ApiKey": _object(_API_KEY_FIELDS, "An API key's record: never its secret or the secret's hash."),
-    "ApiKeyWithSecret": _object(
-        {**_API_KEY_FIELDS, "key": {"type": "string", "description": "the whole key, shown this once"}},
-        "An API key's record and the key itself (create and rotate only; sent with Cache-Control: no-store).",
-    ),
-    "ApiKeyPage": _object({"api-keys": _list_of(_ref("ApiKey")), "next-page-token": _PAGE_TOKEN}),
-    "PolicySet": _object(
-        {
-            "version": {"type": ["string", "null"], "description": "content hash of the active set"},
-            "directory": {"type": "string", "description": "the policy directory the gateway loads"},
-            "files": _STRINGS,
-            "sources": {"type": "object", "additionalProperties": _STRING, "description": "file: text"},
-            "policies": {"type": "object", "additionalProperties": _STRING, "description": "policy id: FILE:LINE"},
-            "refused": {
-                "oneOf": [{"type": "null"}, _ref("RefusedPolicySet")],
-                "description": "the last set refused since the active one was loaded (null: none)",
-            },
-        },
-        "The active policy set and the last refused one.",
-    ),
-    "RefusedPolicySet": _object(
-        {
-            "version": {"type": "string", "description": "content hash of the refused files"},
-            "at": _TIME,
-            "problems": {**_STRINGS, "description": "what is wrong, each with FILE:LINE where known"},
-        },
-        "A policy set the gateway refused to load; the previous set stayed active.",
-    ),
-    "Restriction": _RESTRICTION,
-    "Explanation": _object(
-        {
-            "decision": {"type": "string", "enum": ["allow", "deny"]},
-            "allowed": {"type": "boolean"},
-            "principal": _STRING,
-            "action": _STRING,
-            "resource": _STRING,
-            "policy_ids": {**_STRINGS, "description": "the determining policies"},
-            "policies": _list_of(_object({"id": _STRING, "location": _NULLABLE_STRING})),
-            "errors": _STRINGS,
-            "version": {"type": "string", "description": "the policy set that decided"},
-            "grants_from": {"type": "string", "enum": ["request", "catalog"]},
-            "restrictions": _list_of(_ref("Restriction")),
-        },
-        "A decision of the active policies and why.",
-    ),
-    "ReviewContext": _CONTEXT,
-    "Condition": _object(
-        {
-            "policy_id": _STRING,
-            "effect": _STRING,
-            "location": _NULLABLE_STRING,
-            "condition": {"type": "string", "description": "what is left of the policy for unknown principals"},
-            "reads": _STRINGS,
-            "context_dependent": {"type": "boolean"},
-        },
-        "A policy that applies to principals the review cannot list, under its condition.",
-    ),
-    "ActionReview": _object(
-        {
-            "action": _STRING,
-            "everyone": {"type": "boolean"},
-            "principals": _list_of(
-                _object({"id": _STRING, "kind": _STRING, "groups": _STRINGS, "source": _STRING, **_ALLOWED})
-            ),
-            "groups": _list_of(_object({"group": _STRING, **_ALLOWED})),
-            "members_of_no_group": {"type": "boolean"},
-            "conditions": _list_of(_ref("Condition")),
-            "errors": _STRINGS,
-        }
-    ),
-    "ResourceReview": _object(
-        {
-            "resource": _STRING,
-            "type": {"type": "string", "enum": ["warehouse", "namespace", "table", "view"]},
-            "version": _STRING,
-            "context": _ref("ReviewContext"),
-            "subjects_decided": {"type": "integer", "minimum": 0},
-            "truncated": {"type": "boolean"},
-            "actions": _list_of(_ref("ActionReview")),
-            "not_enumerated": _list_of(
-                _object(
-                    {
-                        "principals": _STRING,
-                        "kind": _STRING,
-                        "groups_claim": _STRING,
-                        "groups": _STRING,
-                        "bare_groups": _STRINGS,
-                        "privileged_groups": _STRINGS,
-                        "reviewed_as": _STRING,
-                    },
-                    "The subjects of a configured OIDC issuer, which cannot be listed.",
-                )
-            ),
-        },
-        "Who may do what on a resource.",
-    ),
-    "PrincipalReview": _object(
-        {
-            "principal": _STRING,
-            "kind": _STRING,
-            "groups": _STRINGS,
-            "groups_from": {"type": "string", "enum": ["request", "api-key", "none"]},
-            "version": _STRING,
-            "context": _ref("ReviewContext"),
-            "truncated": {"type": "boolean"},
-            "objects": _list_of(
-                _object(
-                    {
-                        "resource": _STRING,
-                        "type": _STRING,
-                        "name": _NULLABLE_STRING,
-                        "actions": _list_of(_object({"action": _STRING, **_ALLOWED})),
-                    }
-                )
-            ),
-        },
-        "What a principal may do on a namespace and each table and view in it.",
-    ),
-    "Review": {"oneOf": [_ref("ResourceReview"), _ref("PrincipalReview")]},
-    "DroppedObject": _object(
-        {
-            "drop-id": _STRING,
-            "kind": {"type": "string", "enum": ["table", "view"]},
-            "namespace": _STRINGS,
-            "name": _STRING,
-            "uuid": _STRING,
-            "dropped-at-ms": {"type": "integer"},
-            "purge-after-ms": {"type": "integer"},
-            "purge-attempts": {"type": "integer", "minimum": 0},
-            "last-purge-error": _NULLABLE_STRING,
-            "next-purge-attempt-ms": {"type": ["integer", "null"]},
-        },
-        "A soft-deleted table or view.",
-    ),
-    "DroppedPage": _object({"dropped": _list_of(_ref("DroppedObject")), "next-page-token": _PAGE_TOKEN}),
-    "KmsStatus": _object(
-        {
-            "kek": {"type": "string", "description": "URI of the configured key-encryption key"},
-            "counters": {
-                "type": "object",
-                "additionalProperties": {"type": "integer"},
-                "description": "KMS calls by provider/op/outcome and data-key cache counters",
-            },
-        }
-    ),
-    "DirectoryUser": _object({"name": _STRING, "groups": _STRINGS, "created_at": _TIME, "updated_at": _TIME}),
-    "DirectoryUserPage": _object({"users": _list_of(_ref("DirectoryUser")), "next-page-token": _PAGE_TOKEN}),
-    "OpenApiDocument": {
-        "type": "object",
-        "required": ["openapi", "info", "paths"],
-        "properties": {"openapi": {"type": "string", "const": "3.1.0"}},
-        "description": "This document.",
-    },
-}
-
-# -- operations ---------------------------------------------------------------------------------------
+from cedarberg.gateway.web.routes.openapi.answers import STRING, Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +22,7 @@ class Parameter:
     name: str
     location: str  # "query" or "header"
     description: str
-    schema: Schema = field(default_factory=lambda: dict(_STRING))
+    schema: Schema = field(default_factory=lambda: dict(STRING))
     required: bool = False
     repeated: bool = False  # may be given several times (a list)
 
@@ -281,10 +64,10 @@ COMMON_ERRORS: dict[int, str] = {
 
 # Headers an answer may carry, by name.
 HEADERS: dict[str, Schema] = {
-    "Location": {"description": "the path of the created or replaced record", "schema": _STRING},
-    "Cache-Control": {"description": "no-store: the answer carries a key", "schema": _STRING},
-    "Retry-After": {"description": "seconds to wait before retrying", "schema": _STRING},
-    "WWW-Authenticate": {"description": "the authentication scheme expected", "schema": _STRING},
+    "Location": {"description": "the path of the created or replaced record", "schema": STRING},
+    "Cache-Control": {"description": "no-store: the answer carries a key", "schema": STRING},
+    "Retry-After": {"description": "seconds to wait before retrying", "schema": STRING},
+    "WWW-Authenticate": {"description": "the authentication scheme expected", "schema": STRING},
 }
 ERROR_HEADERS: dict[int, tuple[str, ...]] = {401: ("WWW-Authenticate",), 429: ("Retry-After",)}
 
@@ -359,7 +142,7 @@ OPERATIONS: dict[str, OperationDoc] = {
         "catalog's namespaces, as the gateway would decide.",
         Answer(200, "the decision", "Explanation"),
         {
-            400: "a body that is not a valid explain request, an unknown action or a resource of the wrong kind",
+            400: "not a valid explain request: a bad body, an unknown action, a resource of the wrong kind",
             404: "the API key or the warehouse the resource names does not exist",
             413: "a body over the limit",
         },
@@ -385,7 +168,9 @@ OPERATIONS: dict[str, OperationDoc] = {
             Parameter("type", "query", "what NAME is", {"type": "string", "enum": ["table", "view"]}),
             Parameter("action", "query", "only these actions (resource review)", repeated=True),
             Parameter("principal", "query", "the principal id to review, e.g. key:erin"),
-            Parameter("group", "query", "the reviewed principal's groups (default: its keys')", repeated=True),
+            Parameter(
+                "group", "query", "the reviewed principal's groups (default: its keys')", repeated=True
+            ),
             Parameter(
                 "kind",
                 "query",
@@ -404,7 +189,9 @@ OPERATIONS: dict[str, OperationDoc] = {
         Answer(200, "the dropped objects", "DroppedPage"),
         {400: "a bad pageSize or pageToken", 404: "the warehouse does not exist"},
         parameters=(
-            Parameter("pageToken", "query", "the next-page-token of the previous page; empty: the first page"),
+            Parameter(
+                "pageToken", "query", "the next-page-token of the previous page; empty: the first page"
+            ),
             Parameter("pageSize", "query", "entries per page", {"type": "integer", "minimum": 1}),
         ),
     ),
