@@ -229,6 +229,10 @@ def _api_keys(c: Conformance, admin: str) -> str:
     c.call("listApiKeys", None, 401)
 
     c.call("getApiKey", admin, 200, {"key_id": key_id})
+    # A caller the policies do not let near keys is refused, whether or not the key exists.
+    c.call("getApiKey", reader, 403, {"key_id": key_id})
+    c.call("rotateApiKey", reader, 403, {"key_id": key_id})
+    c.call("getApiKey", reader, 403, {"key_id": "aaaaaaaaaaaaaaaa"})
     c.call("getApiKey", admin, 404, {"key_id": "aaaaaaaaaaaaaaaa"})
     c.call("rotateApiKey", admin, 200, {"key_id": key_id})
     c.call("rotateApiKey", admin, 404, {"key_id": "not-a-key-id"})

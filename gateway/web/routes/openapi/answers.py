@@ -109,7 +109,7 @@ SCHEMAS: dict[str, Schema] = {
             "action": STRING,
             "resource": STRING,
             "policy_ids": {**_STRINGS, "description": "the determining policies"},
-            "policies": _list_of(_object({"id": STRING, "location": _NULLABLE_STRING})),
+            "policies": _list_of(_ref("PolicyLocation")),
             "errors": _STRINGS,
             "version": {"type": "string", "description": "the policy set that decided"},
             "grants_from": {"type": "string", "enum": ["request", "catalog"]},
@@ -117,7 +117,37 @@ SCHEMAS: dict[str, Schema] = {
         },
         "A decision of the active policies and why.",
     ),
+    "PolicyLocation": _object({"id": STRING, "location": {**_NULLABLE_STRING, "description": "FILE:LINE"}}),
     "ReviewContext": _CONTEXT,
+    "AllowedPrincipal": _object(
+        {"id": STRING, "kind": STRING, "groups": _STRINGS, "source": STRING, **_ALLOWED},
+        "A principal allowed the action, where it comes from (api-key, anonymous, stated) and why.",
+    ),
+    "AllowedGroup": _object(
+        {"group": STRING, **_ALLOWED}, "Any member of this group is allowed the action, and why."
+    ),
+    "UnlistedPrincipals": _object(
+        {
+            "principals": {"type": "string", "description": "e.g. oidc:corp/*"},
+            "kind": STRING,
+            "groups_claim": _NULLABLE_STRING,
+            "groups": STRING,
+            "bare_groups": _STRINGS,
+            "privileged_groups": _STRINGS,
+            "reviewed_as": STRING,
+        },
+        "The subjects of a configured OIDC issuer, which the gateway cannot list.",
+    ),
+    "ObjectAccess": _object(
+        {
+            "resource": STRING,
+            "type": STRING,
+            "name": _NULLABLE_STRING,
+            "actions": _list_of(_ref("AllowedAction")),
+        },
+        "What the reviewed principal may do on one object.",
+    ),
+    "AllowedAction": _object({"action": STRING, **_ALLOWED}),
     "Condition": _object(
         {
             "policy_id": STRING,
@@ -136,10 +166,8 @@ SCHEMAS: dict[str, Schema] = {
         {
             "action": STRING,
             "everyone": {"type": "boolean"},
-            "principals": _list_of(
-                _object({"id": STRING, "kind": STRING, "groups": _STRINGS, "source": STRING, **_ALLOWED})
-            ),
-            "groups": _list_of(_object({"group": STRING, **_ALLOWED})),
+            "principals": _list_of(_ref("AllowedPrincipal")),
+            "groups": _list_of(_ref("AllowedGroup")),
             "members_of_no_group": {"type": "boolean"},
             "conditions": _list_of(_ref("Condition")),
             "errors": _STRINGS,
@@ -154,20 +182,7 @@ SCHEMAS: dict[str, Schema] = {
             "subjects_decided": {"type": "integer", "minimum": 0},
             "truncated": {"type": "boolean"},
             "actions": _list_of(_ref("ActionReview")),
-            "not_enumerated": _list_of(
-                _object(
-                    {
-                        "principals": STRING,
-                        "kind": STRING,
-                        "groups_claim": STRING,
-                        "groups": STRING,
-                        "bare_groups": _STRINGS,
-                        "privileged_groups": _STRINGS,
-                        "reviewed_as": STRING,
-                    },
-                    "The subjects of a configured OIDC issuer, which cannot be listed.",
-                )
-            ),
+            "not_enumerated": _list_of(_ref("UnlistedPrincipals")),
         },
         "Who may do what on a resource.",
     ),
@@ -180,16 +195,7 @@ SCHEMAS: dict[str, Schema] = {
             "version": STRING,
             "context": _ref("ReviewContext"),
             "truncated": {"type": "boolean"},
-            "objects": _list_of(
-                _object(
-                    {
-                        "resource": STRING,
-                        "type": STRING,
-                        "name": _NULLABLE_STRING,
-                        "actions": _list_of(_object({"action": STRING, **_ALLOWED})),
-                    }
-                )
-            ),
+            "objects": _list_of(_ref("ObjectAccess")),
         },
         "What a principal may do on a namespace and each table and view in it.",
     ),

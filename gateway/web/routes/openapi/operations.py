@@ -75,7 +75,7 @@ _PAGE_SIZE = Parameter(
     "pageSize", "query", "entries per page", {"type": "integer", "minimum": 1, "maximum": admin.MAX_PAGE_SIZE}
 )
 _KEY_PAGE_TOKEN = Parameter("pageToken", "query", "the next-page-token of the previous page (a key id)")
-_ABSENT = "the key does not exist, or is hidden from the caller"
+_ABSENT = "no key has this id (or it is not a key id)"
 _AUTH_METHOD = Parameter(
     "auth_method",
     "query",
