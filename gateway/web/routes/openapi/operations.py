@@ -71,9 +71,13 @@ HEADERS: dict[str, Schema] = {
 }
 ERROR_HEADERS: dict[int, tuple[str, ...]] = {401: ("WWW-Authenticate",), 429: ("Retry-After",)}
 
-_PAGE_SIZE = Parameter(
-    "pageSize", "query", "entries per page", {"type": "integer", "minimum": 1, "maximum": admin.MAX_PAGE_SIZE}
-)
+
+def _page_size(most: int) -> Parameter:
+    return Parameter(
+        "pageSize", "query", "entries per page", {"type": "integer", "minimum": 1, "maximum": most}
+    )
+
+
 _KEY_PAGE_TOKEN = Parameter("pageToken", "query", "the next-page-token of the previous page (a key id)")
 _ABSENT = "no key has this id (or it is not a key id)"
 _AUTH_METHOD = Parameter(
@@ -104,7 +108,7 @@ OPERATIONS: dict[str, OperationDoc] = {
         parameters=(
             Parameter("principal", "query", "only the keys of this principal (its name, without key:)"),
             _KEY_PAGE_TOKEN,
-            _PAGE_SIZE,
+            _page_size(admin.MAX_PAGE_SIZE),
         ),
     ),
     "getApiKey": OperationDoc(
@@ -219,7 +223,10 @@ OPERATIONS: dict[str, OperationDoc] = {
         "The people engines may act for, in name order, one page at a time.",
         Answer(200, "one page of users", "DirectoryUserPage"),
         {400: "a bad pageSize or pageToken"},
-        parameters=(Parameter("pageToken", "query", "the next-page-token of the previous page"), _PAGE_SIZE),
+        parameters=(
+            Parameter("pageToken", "query", "the next-page-token of the previous page"),
+            _page_size(directory.MAX_PAGE_SIZE),
+        ),
     ),
     "getDirectoryUser": OperationDoc(
         "User directory",
