@@ -231,6 +231,8 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("getDirectoryUser", Scope.CATALOG, A),
     _op("putDirectoryUser", Scope.CATALOG, A),
     _op("deleteDirectoryUser", Scope.CATALOG, A),
+    # the admin API's own OpenAPI document (GET /admin/v1/openapi.json)
+    _op("showAdminApi", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

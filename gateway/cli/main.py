@@ -12,6 +12,7 @@ from cedarberg.gateway.cli.catalog import add_catalog_commands, run_catalog_comm
 from cedarberg.gateway.cli.db import add_db_commands, run_db_command
 from cedarberg.gateway.cli.deployment import offline_options
 from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
+from cedarberg.gateway.cli.openapi import run_admin_openapi_command
 from cedarberg.gateway.cli.policies import run_policies_command
 from cedarberg.gateway.cli.review import run_review_command
 from cedarberg.gateway.config import reference as config_reference
@@ -36,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, help="PEM private key of the server certificate")
     serve.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     commands.add_parser("config-reference", help="print the configuration reference (Markdown)")
+    admin_openapi = commands.add_parser(
+        "admin-openapi", help="print the admin API's OpenAPI 3.1 document (JSON) or its reference (Markdown)"
+    )
+    admin_openapi.add_argument("--format", choices=("json", "markdown"), default="json")
     add_policy_commands(
         commands,
         config_parents=[offline_options(warehouse=False, store=False)],
@@ -52,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "config-reference":
         print(config_reference.render(), end="")
         return 0
+    if args.command == "admin-openapi":
+        return run_admin_openapi_command(args.format)
     if args.command == "policies" and args.policies_command == "review":
         return run_review_command(args)
     if args.command == "policies":

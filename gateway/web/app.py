@@ -44,6 +44,7 @@ from cedarberg.gateway.web.middlewares import MIDDLEWARES
 from cedarberg.gateway.web.route import Route
 from cedarberg.gateway.web.routes import (
     admin,
+    admin_openapi,
     config,
     directory,
     namespaces,
@@ -69,6 +70,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *planning.ROUTES,
     *views.ROUTES,
     *admin.ROUTES,
+    *admin_openapi.ROUTES,
     *directory.ROUTES,
     *review.ROUTES,
     *recovery.ROUTES,

@@ -164,3 +164,12 @@ def answer(request: web.Request, request_id: str, err: Exception) -> tuple[web.R
     headers = mapped.headers(err) if mapped.headers is not None else None
     message = mapped.message if mapped.message is not None else str(err)
     return error_response(mapped.status, mapped.error_type, message, headers), mapped.error_type
+
+
+def error_types(status: int) -> list[str]:
+    """Every Iceberg error type an answer of `status` can carry (the table's and aiohttp's own),
+    sorted: what the admin API's document promises for that status."""
+    found = {mapping.error_type for mapping in ERROR_TABLE.values() if mapping.status == status}
+    if status in _HTTP_TYPES:
+        found.add(_HTTP_TYPES[status])
+    return sorted(found)

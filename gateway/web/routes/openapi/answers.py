@@ -1,0 +1,237 @@
+"""The schemas of the admin API's answers, written by hand: the handlers build their answers as
+plain dicts (`ApiKeyRecord.to_json`, the review's `to_json`, ...), so no model states them.
+
+Every object is closed (`additionalProperties: false`): the tests validate each answer of a real
+gateway against these (tests/gateway/test_admin_api_conformance.py), so a field added to an answer
+and not here, or written here and not answered, fails there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+STRING: Schema = {"type": "string"}
+_STRINGS: Schema = {"type": "array", "items": STRING}
+_NULLABLE_STRING: Schema = {"type": ["string", "null"]}
+_TIME: Schema = {"type": "string", "format": "date-time"}
+_NULLABLE_TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
+_PAGE_TOKEN: Schema = {
+    "type": ["string", "null"],
+    "description": "pageToken of the next page; null: last page",
+}
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, Schema], description: str = "", optional: tuple[str, ...] = ()) -> Schema:
+    """A closed object: every property listed, all required but `optional`."""
+    schema: Schema = {
+        "type": "object",
+        "required": [name for name in properties if name not in optional],
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _list_of(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+_API_KEY_FIELDS: dict[str, Schema] = {
+    "id": {"type": "string", "description": "the key id: the part before the secret, not a secret"},
+    "principal": {"type": "string", "description": "the principal's name; its id is key:<principal>"},
+    "kind": {"type": "string", "enum": ["user", "service"]},
+    "groups": _STRINGS,
+    "created_at": _TIME,
+    "expires_at": _NULLABLE_TIME,
+    "revoked_at": _NULLABLE_TIME,
+    "rotated_at": _NULLABLE_TIME,
+    "description": STRING,
+}
+_RESTRICTION = _object(
+    {
+        "policy_id": STRING,
+        "columns": {"type": ["array", "null"], "items": STRING, "description": "null: every column"},
+        "row_filter": {"type": ["string", "null"], "description": "null: every row"},
+        "masks": {"type": "object", "additionalProperties": STRING, "description": "column: mask"},
+    },
+    "A column/row restriction a permit carries (policies/README.md, restrictions).",
+)
+_CONTEXT = _object({"auth_method": STRING, "client_address": STRING}, "The context decisions were made with.")
+_ALLOWED = {"policy_ids": _STRINGS, "restrictions": _list_of(_ref("Restriction"))}
+
+SCHEMAS: dict[str, Schema] = {
+    "ApiKey": _object(_API_KEY_FIELDS, "An API key's record: never its secret or the secret's hash."),
+    "ApiKeyWithSecret": _object(
+        {**_API_KEY_FIELDS, "key": {"type": "string", "description": "the whole key, shown this once"}},
+        "An API key's record and the key itself (create and rotate only; sent with Cache-Control: no-store).",
+    ),
+    "ApiKeyPage": _object({"api-keys": _list_of(_ref("ApiKey")), "next-page-token": _PAGE_TOKEN}),
+    "PolicySet": _object(
+        {
+            "version": {"type": ["string", "null"], "description": "content hash of the active set"},
+            "directory": {"type": "string", "description": "the policy directory the gateway loads"},
+            "files": _STRINGS,
+            "sources": {"type": "object", "additionalProperties": STRING, "description": "file: text"},
+            "policies": {
+                "type": "object",
+                "additionalProperties": STRING,
+                "description": "policy id: FILE:LINE",
+            },
+            "refused": {
+                "oneOf": [{"type": "null"}, _ref("RefusedPolicySet")],
+                "description": "the last set refused since the active one was loaded (null: none)",
+            },
+        },
+        "The active policy set and the last refused one.",
+    ),
+    "RefusedPolicySet": _object(
+        {
+            "version": {"type": "string", "description": "content hash of the refused files"},
+            "at": _TIME,
+            "problems": {**_STRINGS, "description": "what is wrong, each with FILE:LINE where known"},
+        },
+        "A policy set the gateway refused to load; the previous set stayed active.",
+    ),
+    "Restriction": _RESTRICTION,
+    "Explanation": _object(
+        {
+            "decision": {"type": "string", "enum": ["allow", "deny"]},
+            "allowed": {"type": "boolean"},
+            "principal": STRING,
+            "action": STRING,
+            "resource": STRING,
+            "policy_ids": {**_STRINGS, "description": "the determining policies"},
+            "policies": _list_of(_ref("PolicyLocation")),
+            "errors": _STRINGS,
+            "version": {"type": "string", "description": "the policy set that decided"},
+            "grants_from": {"type": "string", "enum": ["request", "catalog"]},
+            "restrictions": _list_of(_ref("Restriction")),
+        },
+        "A decision of the active policies and why.",
+    ),
+    "PolicyLocation": _object({"id": STRING, "location": {**_NULLABLE_STRING, "description": "FILE:LINE"}}),
+    "ReviewContext": _CONTEXT,
+    "AllowedPrincipal": _object(
+        {"id": STRING, "kind": STRING, "groups": _STRINGS, "source": STRING, **_ALLOWED},
+        "A principal allowed the action, where it comes from (api-key, anonymous, stated) and why.",
+    ),
+    "AllowedGroup": _object(
+        {"group": STRING, **_ALLOWED}, "Any member of this group is allowed the action, and why."
+    ),
+    "UnlistedPrincipals": _object(
+        {
+            "principals": {"type": "string", "description": "e.g. oidc:corp/*"},
+            "kind": STRING,
+            "groups_claim": _NULLABLE_STRING,
+            "groups": STRING,
+            "bare_groups": _STRINGS,
+            "privileged_groups": _STRINGS,
+            "reviewed_as": STRING,
+        },
+        "The subjects of a configured OIDC issuer, which the gateway cannot list.",
+    ),
+    "ObjectAccess": _object(
+        {
+            "resource": STRING,
+            "type": STRING,
+            "name": _NULLABLE_STRING,
+            "actions": _list_of(_ref("AllowedAction")),
+        },
+        "What the reviewed principal may do on one object.",
+    ),
+    "AllowedAction": _object({"action": STRING, **_ALLOWED}),
+    "Condition": _object(
+        {
+            "policy_id": STRING,
+            "effect": STRING,
+            "location": _NULLABLE_STRING,
+            "condition": {
+                "type": "string",
+                "description": "what is left of the policy for unknown principals",
+            },
+            "reads": _STRINGS,
+            "context_dependent": {"type": "boolean"},
+        },
+        "A policy that applies to principals the review cannot list, under its condition.",
+    ),
+    "ActionReview": _object(
+        {
+            "action": STRING,
+            "everyone": {"type": "boolean"},
+            "principals": _list_of(_ref("AllowedPrincipal")),
+            "groups": _list_of(_ref("AllowedGroup")),
+            "members_of_no_group": {"type": "boolean"},
+            "conditions": _list_of(_ref("Condition")),
+            "errors": _STRINGS,
+        }
+    ),
+    "ResourceReview": _object(
+        {
+            "resource": STRING,
+            "type": {"type": "string", "enum": ["warehouse", "namespace", "table", "view"]},
+            "version": STRING,
+            "context": _ref("ReviewContext"),
+            "subjects_decided": {"type": "integer", "minimum": 0},
+            "truncated": {"type": "boolean"},
+            "actions": _list_of(_ref("ActionReview")),
+            "not_enumerated": _list_of(_ref("UnlistedPrincipals")),
+        },
+        "Who may do what on a resource.",
+    ),
+    "PrincipalReview": _object(
+        {
+            "principal": STRING,
+            "kind": STRING,
+            "groups": _STRINGS,
+            "groups_from": {"type": "string", "enum": ["request", "api-key", "none"]},
+            "version": STRING,
+            "context": _ref("ReviewContext"),
+            "truncated": {"type": "boolean"},
+            "objects": _list_of(_ref("ObjectAccess")),
+        },
+        "What a principal may do on a namespace and each table and view in it.",
+    ),
+    "Review": {"oneOf": [_ref("ResourceReview"), _ref("PrincipalReview")]},
+    "DroppedObject": _object(
+        {
+            "drop-id": STRING,
+            "kind": {"type": "string", "enum": ["table", "view"]},
+            "namespace": _STRINGS,
+            "name": STRING,
+            "uuid": STRING,
+            "dropped-at-ms": {"type": "integer"},
+            "purge-after-ms": {"type": "integer"},
+            "purge-attempts": {"type": "integer", "minimum": 0},
+            "last-purge-error": _NULLABLE_STRING,
+            "next-purge-attempt-ms": {"type": ["integer", "null"]},
+        },
+        "A soft-deleted table or view.",
+    ),
+    "DroppedPage": _object({"dropped": _list_of(_ref("DroppedObject")), "next-page-token": _PAGE_TOKEN}),
+    "KmsStatus": _object(
+        {
+            "kek": {"type": "string", "description": "URI of the configured key-encryption key"},
+            "counters": {
+                "type": "object",
+                "additionalProperties": {"type": "integer"},
+                "description": "KMS calls by provider/op/outcome and data-key cache counters",
+            },
+        }
+    ),
+    "DirectoryUser": _object({"name": STRING, "groups": _STRINGS, "created_at": _TIME, "updated_at": _TIME}),
+    "DirectoryUserPage": _object({"users": _list_of(_ref("DirectoryUser")), "next-page-token": _PAGE_TOKEN}),
+    "OpenApiDocument": {
+        "type": "object",
+        "required": ["openapi", "info", "paths"],
+        "properties": {"openapi": {"type": "string", "const": "3.1.0"}},
+        "description": "This document.",
+    },
+}
