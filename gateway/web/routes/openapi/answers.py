@@ -66,6 +66,10 @@ _RESTRICTION = _object(
 )
 _CONTEXT = _object({"auth_method": STRING, "client_address": STRING}, "The context decisions were made with.")
 _ALLOWED = {"policy_ids": _STRINGS, "restrictions": _list_of(_ref("Restriction"))}
+_NOT_BINDING: Schema = {
+    **_list_of(_ref("RestrictionNotBinding")),
+    "description": "where the restrictions of these decisions cannot bind, and what binds instead",
+}
 
 SCHEMAS: dict[str, Schema] = {
     "ApiKey": _object(_API_KEY_FIELDS, "An API key's record: never its secret or the secret's hash."),
@@ -101,6 +105,23 @@ SCHEMAS: dict[str, Schema] = {
         "A policy set the gateway refused to load; the previous set stayed active.",
     ),
     "Restriction": _RESTRICTION,
+    "RestrictionNotBinding": _object(
+        {
+            "kind": {
+                "type": "string",
+                "enum": ["lifted", "lifted-if-granted", "local-warehouse", "trusted-client"],
+            },
+            "policy_id": {**STRING, "description": "the restricted permit"},
+            "lifted_by": {**_STRINGS, "description": "the unrestricted permits that lift it"},
+            "principals": _STRINGS,
+            "resource": STRING,
+            "warehouse": _NULLABLE_STRING,
+            "location": _NULLABLE_STRING,
+            "binds_instead": STRING,
+            "message": STRING,
+        },
+        "A restricted permit that cannot bind these principals here (docs/scan-restrictions.md).",
+    ),
     "Explanation": _object(
         {
             "decision": {"type": "string", "enum": ["allow", "deny"]},
@@ -114,6 +135,7 @@ SCHEMAS: dict[str, Schema] = {
             "version": {"type": "string", "description": "the policy set that decided"},
             "grants_from": {"type": "string", "enum": ["request", "catalog"]},
             "restrictions": _list_of(_ref("Restriction")),
+            "restrictions_not_binding": _NOT_BINDING,
         },
         "A decision of the active policies and why.",
     ),
@@ -183,6 +205,7 @@ SCHEMAS: dict[str, Schema] = {
             "truncated": {"type": "boolean"},
             "actions": _list_of(_ref("ActionReview")),
             "not_enumerated": _list_of(_ref("UnlistedPrincipals")),
+            "restrictions_not_binding": _NOT_BINDING,
         },
         "Who may do what on a resource.",
     ),
@@ -196,6 +219,7 @@ SCHEMAS: dict[str, Schema] = {
             "context": _ref("ReviewContext"),
             "truncated": {"type": "boolean"},
             "objects": _list_of(_ref("ObjectAccess")),
+            "restrictions_not_binding": _NOT_BINDING,
         },
         "What a principal may do on a namespace and each table and view in it.",
     ),
