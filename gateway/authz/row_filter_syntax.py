@@ -32,7 +32,7 @@ _MAX_QUOTED = 24
 _OPERATORS = ("<=", ">=", "<>", "!=", "==", "<", ">", "=")
 _KEYWORDS = frozenset({"and", "or", "not", "is", "in", "null", "nan", "like", "between"})
 _BOOLEANS = frozenset({"true", "false"})
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")  # as pyiceberg: no exponent
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _VALUE = "a value (a 'string', a number, true or false)"
 _COMPARISON = "a comparison (=, !=, <, <=, >, >=, IN, NOT IN, IS NULL, IS NOT NULL, LIKE, BETWEEN)"
