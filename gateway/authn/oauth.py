@@ -174,7 +174,9 @@ def _client_credentials(
     return basic_id, basic_secret
 
 
-async def _authenticated(keys: KeyVerifier, credentials: tuple[str, str], client: str) -> Principal | OAuthError:
+async def _authenticated(
+    keys: KeyVerifier, credentials: tuple[str, str], client: str
+) -> Principal | OAuthError:
     """The principal the client credentials prove, or invalid_client: with the expected form named
     when their shape alone rules out an API key, else the generic description."""
     try:

@@ -148,7 +148,9 @@ def _row_filter(text: str) -> BooleanExpression:
     except Exception as err:  # pyparsing's ParseException, or ValueError from a bad literal
         # Where and what was expected, not pyparsing's grammar dump (`row_filter_syntax`); a
         # well-shaped filter refused for its values keeps pyiceberg's own first line.
-        raise ValueError(f"@{ROW_FILTER} is not a valid Iceberg row filter: {row_filter_syntax.explain(text, err)}") from None
+        raise ValueError(
+            f"@{ROW_FILTER} is not a valid Iceberg row filter: {row_filter_syntax.explain(text, err)}"
+        ) from None
 
 
 def _may_allow_planning(action: Mapping[str, Any]) -> bool:

@@ -76,7 +76,7 @@ def explain(text: str, err: Exception) -> str:
 
 
 def syntax_problem(text: str) -> str | None:
-    """"expected X after Y at column N" for the first place `text` leaves the row filter grammar,
+    """The first place `text` leaves the row filter grammar ("expected X after Y at column N"),
     or None when its shape fits (the value itself was refused)."""
     try:
         _Checker(_tokens(text)).check()
@@ -171,7 +171,9 @@ class _Checker:
         if token.kind == ")":
             raise _Problem(f"unexpected ) at column {token.column}: no ( to close")
         if token.kind != "end":
-            raise _Problem(f"expected AND, OR or the end of the filter at column {token.column}, found {token.shown()}")
+            raise _Problem(
+                f"expected AND, OR or the end of the filter at column {token.column}, found {token.shown()}"
+            )
 
     def _or_expr(self, after: _Token | None) -> None:
         self._and_expr(after)
@@ -192,7 +194,9 @@ class _Checker:
             self._or_expr(opening)
             if self._next.kind != ")":
                 found = self._next
-                raise _Problem(f"expected ) at column {found.column} to close the ( at column {opening.column}")
+                raise _Problem(
+                    f"expected ) at column {found.column} to close the ( at column {opening.column}"
+                )
             self._take()
         elif token.kind == "end" or token.keyword in _KEYWORDS or token.kind in (")", ",", ".", "op"):
             raise self._expected("an expression (a column compared with a value, or a ( )", after)

@@ -38,7 +38,10 @@ def _reason(err: OSError, host: str, port: int) -> str:
     if err.errno == errno.EADDRNOTAVAIL:
         return f"cannot listen on {host}:{port}: {host} is not an address of this machine (pass --host)"
     if err.errno == errno.EACCES:
-        return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need privileges; pass --port)"
+        return (
+            f"cannot listen on {host}:{port}: permission denied "
+            "(ports below 1024 need privileges; pass --port)"
+        )
     if isinstance(err, socket.gaierror):
         return f"cannot listen on {host}:{port}: the host name does not resolve (pass --host)"
     return f"cannot listen on {host}:{port}: {err.strerror or err}"

@@ -1,8 +1,8 @@
 """`cedarberg serve --workers N`: one supervising process, N forked workers on one socket.
 
-The supervisor takes the listening socket `serve` opened before anything else, forks the workers (each runs the whole aiohttp
-application on the inherited socket, with its own caches and connection pools) and then only
-handles signals and exits:
+The supervisor takes the listening socket `serve` opened before anything else, forks the workers
+(each runs the whole aiohttp application on the inherited socket, with its own caches and
+connection pools) and then only handles signals and exits:
 
 - SIGTERM / SIGINT: close its copy of the socket, send SIGTERM to every worker (each stops
   accepting and lets requests in flight finish within `shutdown_timeout_seconds`), wait, then

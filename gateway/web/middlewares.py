@@ -288,7 +288,9 @@ async def _authenticate(request: web.Request) -> Principal:
         if header:
             await _check_failure_budget(request, sec, metrics(request))
             await sec.limiter.hit_auth_failure(request.remote)
-            raise CredentialFormError(credential_forms.authorization_hint(header) or credential_forms.BEARER_FORM)
+            raise CredentialFormError(
+                credential_forms.authorization_hint(header) or credential_forms.BEARER_FORM
+            )
         if sec.anonymous is not None:
             return sec.anonymous
         raise AuthenticationError()

@@ -55,7 +55,9 @@ def _get(gateway: GatewayProcess, path: str, headers: dict[str, str] | None = No
     return requests.get(f"{gateway.url}{path}", headers=headers or {}, timeout=TIMEOUT)
 
 
-def _token(gateway: GatewayProcess, form: dict[str, str], auth: tuple[str, str] | None = None) -> requests.Response:
+def _token(
+    gateway: GatewayProcess, form: dict[str, str], auth: tuple[str, str] | None = None
+) -> requests.Response:
     return requests.post(
         f"{gateway.url}{TOKENS}",
         data={"grant_type": "client_credentials", "scope": "catalog", **form},
@@ -191,7 +193,9 @@ def test_an_unknown_well_formed_bearer_key_stays_generic(gateway: GatewayProcess
     ("method", "path"),
     [("GET", "/v1/v1/config"), ("GET", "/v1/v1/namespaces"), ("POST", "/v1/v1/oauth/tokens")],
 )
-def test_a_catalog_uri_ending_in_v1_is_named(gateway: GatewayProcess, key: str, method: str, path: str) -> None:
+def test_a_catalog_uri_ending_in_v1_is_named(
+    gateway: GatewayProcess, key: str, method: str, path: str
+) -> None:
     answer = requests.request(
         method, f"{gateway.url}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT
     )
@@ -200,7 +204,10 @@ def test_a_catalog_uri_ending_in_v1_is_named(gateway: GatewayProcess, key: str, 
     assert error["code"] == 404
     assert URI_HINT in error["message"]
     # Control: the same requests under the root answer.
-    assert _get(gateway, path.removeprefix("/v1"), {"Authorization": f"Bearer {key}"}).status_code in (200, 405)
+    assert _get(gateway, path.removeprefix("/v1"), {"Authorization": f"Bearer {key}"}).status_code in (
+        200,
+        405,
+    )
 
 
 def test_pyiceberg_with_a_v1_uri_is_told_the_catalog_uri(gateway: GatewayProcess, key: str) -> None:
@@ -212,7 +219,13 @@ def test_pyiceberg_with_a_v1_uri_is_told_the_catalog_uri(gateway: GatewayProcess
 
 _BAD_BODIES: list[tuple[str, str, dict[str, Any], str, str]] = [
     # method, path, body, the field path named, what the message says was expected
-    ("POST", "/admin/v1/explain", {"principal": "a", "action": "loadTable", "resource": 5}, "resource", "an object"),
+    (
+        "POST",
+        "/admin/v1/explain",
+        {"principal": "a", "action": "loadTable", "resource": 5},
+        "resource",
+        "an object",
+    ),
     (
         "POST",
         "/admin/v1/explain",
@@ -243,14 +256,26 @@ _BAD_BODIES: list[tuple[str, str, dict[str, Any], str, str]] = [
         "context.creates",
         "true or false",
     ),
-    ("POST", "/admin/v1/explain", {"principal": "a", "action": "loadTable", "context": []}, "context", "an object"),
+    (
+        "POST",
+        "/admin/v1/explain",
+        {"principal": "a", "action": "loadTable", "context": []},
+        "context",
+        "an object",
+    ),
     ("POST", "/admin/v1/api-keys", {"principal": "a", "kind": "robot"}, "kind", "one of user or service"),
     ("POST", "/admin/v1/api-keys", {"principal": "a", "groups": "admins"}, "groups", "a list"),
     ("POST", "/admin/v1/api-keys", {"principal": ""}, "principal", "at least 1 character"),
     ("POST", "/admin/v1/api-keys", {"principal": "a", "groups": [1]}, "groups[0]", "a string"),
     ("PUT", "/admin/v1/users/alice", {"groups": "analysts"}, "groups", "a list"),
     ("PUT", "/admin/v1/users/alice", {}, "groups", "is required"),
-    ("PUT", "/admin/v1/users/alice", {"groups": [], "role": "x"}, "role", "not a field here (the fields are groups)"),
+    (
+        "PUT",
+        "/admin/v1/users/alice",
+        {"groups": [], "role": "x"},
+        "role",
+        "not a field here (the fields are groups)",
+    ),
 ]
 
 
@@ -276,7 +301,11 @@ def test_a_bad_admin_body_names_the_field_and_what_was_expected(
 def test_good_admin_bodies_are_accepted(gateway: GatewayProcess, key: str) -> None:
     """Control: the bodies the bad ones were made from work."""
     auth = {"Authorization": f"Bearer {key}"}
-    explain = {"principal": "a", "action": "loadTable", "resource": {"type": "table", "namespace": ["n"], "name": "t"}}
+    explain = {
+        "principal": "a",
+        "action": "loadTable",
+        "resource": {"type": "table", "namespace": ["n"], "name": "t"},
+    }
     answer = requests.post(f"{gateway.url}/admin/v1/explain", json=explain, headers=auth, timeout=TIMEOUT)
     assert answer.status_code == 200, answer.text
     assert answer.json()["decision"] == "deny"
@@ -285,5 +314,7 @@ def test_good_admin_bodies_are_accepted(gateway: GatewayProcess, key: str) -> No
         headers=auth, timeout=TIMEOUT,
     )  # fmt: skip
     assert created.status_code == 201, created.text
-    put = requests.put(f"{gateway.url}/admin/v1/users/alice", json={"groups": ["analysts"]}, headers=auth, timeout=TIMEOUT)
+    put = requests.put(
+        f"{gateway.url}/admin/v1/users/alice", json={"groups": ["analysts"]}, headers=auth, timeout=TIMEOUT
+    )
     assert put.status_code == 200, put.text

@@ -447,7 +447,9 @@ async def test_the_whole_key_as_the_client_secret_is_its_id_and_secret(
     form = {"grant_type": "client_credentials", "client_secret": whole}
     assert issuer.verify(_ok(await endpoint.handle(form, None)).access_token).id == "key:etl"
     assert issuer.verify(_ok(await endpoint.handle(form, ("", whole))).access_token).id == "key:etl"
-    missing = _error(await endpoint.handle({**form, "client_secret": credential[1]}, None), "invalid_request", 400)
+    missing = _error(
+        await endpoint.handle({**form, "client_secret": credential[1]}, None), "invalid_request", 400
+    )
     assert "'<key id>:<secret>'" in missing.description
 
 

@@ -60,7 +60,9 @@ def test_policies_validate_names_the_file_line_and_column_of_a_row_filter_typo(t
 
 def test_policies_validate_accepts_the_corrected_filter(tmp_path: Path) -> None:
     """Control: the same permit with the filter finished is a valid set."""
-    directory = bundled_policies(tmp_path / "policies", {"restricted.cedar": _permit("region = 'eu' AND amount < 100")})
+    directory = bundled_policies(
+        tmp_path / "policies", {"restricted.cedar": _permit("region = 'eu' AND amount < 100")}
+    )
     done = _validate(directory)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -84,7 +86,11 @@ def test_policies_validate_accepts_the_corrected_filter(tmp_path: Path) -> None:
         ("a in ('x', 1)", "the IN list mixes integers and strings at column 12"),
         ("a in (1 2)", "expected , or ) in the IN list at column 9, found '2'"),
         ("a like x", "expected a 'string' pattern after LIKE at column 8, found 'x'"),
-        ("region", "expected a comparison (=, !=, <, <=, >, >=, IN, NOT IN, IS NULL, IS NOT NULL, LIKE, BETWEEN) after region at column 7"),
+        (
+            "region",
+            "expected a comparison (=, !=, <, <=, >, >=, IN, NOT IN, IS NULL, IS NOT NULL, LIKE, "
+            "BETWEEN) after region at column 7",
+        ),
         ("a # 1", "unexpected character '#' at column 3"),
         ("'eu' region", "expected a comparison operator (=, !=, <, <=, >, >=) after 'eu' at column 6"),
         ("NOT", "after NOT at column 4"),
@@ -92,7 +98,7 @@ def test_policies_validate_accepts_the_corrected_filter(tmp_path: Path) -> None:
     ],
 )
 def test_each_typo_is_told_what_was_expected_and_where(text: str, expected: str) -> None:
-    with pytest.raises(Exception):  # noqa: B017, PT011 - pyparsing's or pyiceberg's own refusal
+    with pytest.raises(Exception):  # noqa: B017 - pyparsing's or pyiceberg's own refusal
         parse(text)
     problem = syntax_problem(text)
     assert problem is not None
@@ -112,7 +118,7 @@ def test_a_long_filter_gets_a_bounded_message() -> None:
     [
         "region = 'eu'",
         "'eu' = region",
-        "a.b.c >= -1.5 and \"x y\" <> 2",
+        'a.b.c >= -1.5 and "x y" <> 2',
         "not (c is not null or d in (1, 2)) and e between 1 and 2",
         "f not like 'x%' and g like 'it''s' and h is nan and i is not nan",
         "j not in ('a', 'b') or k in (true, false) or l = true",

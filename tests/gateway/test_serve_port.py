@@ -20,7 +20,17 @@ from tests.support.gateway import REPO_ROOT, GatewayProcess
 
 def _serve(data_dir: Path, port: int, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cedarberg.gateway.cli", "serve", "--port", str(port), "--data-dir", str(data_dir), *extra],
+        [
+            sys.executable,
+            "-m",
+            "cedarberg.gateway.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -31,7 +31,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 # `cedarberg serve` says "port N on HOST is in use: ..." (gateway.serve.listen).
-_ADDRESS_IN_USE = re.compile(r"address already in use|errno 98|is in use: stop the other process", re.IGNORECASE)
+_ADDRESS_IN_USE = re.compile(
+    r"address already in use|errno 98|is in use: stop the other process", re.IGNORECASE
+)
 
 
 # What a catalog-behaviour test gateway adds to its configuration: requests without credentials

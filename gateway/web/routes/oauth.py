@@ -8,8 +8,8 @@ inputs and its result into HTTP:
 - `Authorization: Basic` is base64-decoded and split at the first `:` (RFC 7617); the endpoint
   form-urldecodes both halves (RFC 6749 section 2.3.1). A Basic header that cannot be decoded is
   `invalid_client` (401); one without a `:` is a secret without a client id (a whole API key is
-  accepted so, anything else is refused naming the expected form). Other schemes are ignored: the Iceberg Java client sends its current
-  bearer token along with a token-exchange refresh;
+  accepted so, anything else is refused naming the expected form). Other schemes are ignored:
+  the Iceberg Java client sends its current bearer token along with a token-exchange refresh;
 - failed authentications count toward the caller's per-address failed-authentication budget
   (`rate_limits.auth_failures_per_address`) like those of every other route, and an address over
   that budget is answered `temporarily_unavailable` (429, `Retry-After`) before any credential is
