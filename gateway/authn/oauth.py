@@ -16,7 +16,11 @@ lockouts count per key id and client). Grants:
 - `client_credentials` (`TokenEndpoint.client_credentials`): the client id is an API key's id and
   the client secret its secret, so engines configured with `credential=<id>:<secret>` work as they
   are. Spark sends them in the form body, DuckDB as HTTP Basic; both forms may appear together
-  only if they agree. A wrong or unusable key is `invalid_client` (401, generic description).
+  only if they agree. The whole key `cbk_<id>_<secret>` as the secret with no client id (what
+  Iceberg's clients send for `credential=cbk_...`) is the same secret in one piece and is accepted.
+  A wrong or unusable key is `invalid_client` (401, generic description); credentials that cannot
+  be a key's id and secret by their shape alone, or a missing id or secret, get a description
+  naming the expected form (`gateway.authn.credential_forms`: shape only, no lookup).
 - `urn:ietf:params:oauth:grant-type:token-exchange` with `subject_token` = a still-valid gateway
   access token (`TokenEndpoint.refresh`): how Iceberg's Java client refreshes its token before it
   expires. The key the token was issued for must still be active and not rotated since the token
@@ -47,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote_plus
 
+from cedarberg.gateway.authn import credential_forms
 from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.principal import Principal
@@ -128,6 +133,11 @@ def _invalid_request(description: str) -> OAuthError:
 
 
 INVALID_CLIENT = OAuthError("invalid_client", "Client authentication failed", 401, auth_failure=True)
+# Credentials that cannot be an API key's id and secret by their shape alone (no lookup), so naming
+# the expected form says nothing about which keys exist.
+MALFORMED_CLIENT = OAuthError(
+    "invalid_client", credential_forms.MALFORMED_CLIENT_CREDENTIALS, 401, auth_failure=True
+)
 INVALID_SUBJECT = OAuthError("invalid_request", "subject_token is not valid", 400, auth_failure=True)
 
 
@@ -139,10 +149,17 @@ def _param(form: Mapping[str, str], name: str) -> str | None:
 def _client_credentials(
     form: Mapping[str, str], basic_auth: tuple[str, str] | None
 ) -> tuple[str, str] | OAuthError:
+    """The (client id, client secret) the request presents, or the OAuthError saying what is
+    missing or conflicting. A whole API key as the secret with no client id (Iceberg clients send
+    `credential=cbk_...` that way) is split into its id and secret."""
     body_id, body_secret = _param(form, "client_id"), _param(form, "client_secret")
     if basic_auth is None:
+        if body_id is None and body_secret is not None:
+            whole = credential_forms.split_whole_key(body_secret)
+            if whole is not None:
+                return whole
         if body_id is None or body_secret is None:
-            return _invalid_request("client_id and client_secret are required")
+            return _invalid_request(credential_forms.MISSING_CLIENT_CREDENTIALS)
         return body_id, body_secret
     # RFC 6749 section 2.3.1: Basic credentials are form-urlencoded before base64.
     basic_id, basic_secret = unquote_plus(basic_auth[0]), unquote_plus(basic_auth[1])
@@ -150,7 +167,22 @@ def _client_credentials(
         body_secret is not None and not hmac.compare_digest(body_secret.encode(), basic_secret.encode())
     ):
         return _invalid_request("conflicting client credentials")
+    if not basic_id:
+        whole = credential_forms.split_whole_key(basic_secret)
+        if whole is not None:
+            return whole
     return basic_id, basic_secret
+
+
+async def _authenticated(
+    keys: KeyVerifier, credentials: tuple[str, str], client: str
+) -> Principal | OAuthError:
+    """The principal the client credentials prove, or invalid_client: with the expected form named
+    when their shape alone rules out an API key, else the generic description."""
+    try:
+        return await keys.authenticate_parts(*credentials, client)
+    except AuthenticationError:
+        return INVALID_CLIENT if credential_forms.well_formed_parts(*credentials) else MALFORMED_CLIENT
 
 
 class TokenEndpoint:
@@ -216,10 +248,9 @@ class TokenEndpoint:
         credentials = _client_credentials(form, basic_auth)
         if isinstance(credentials, OAuthError):
             return credentials
-        try:
-            principal = await self._keys.authenticate_parts(*credentials, client)
-        except AuthenticationError:
-            return INVALID_CLIENT
+        principal = await _authenticated(self._keys, credentials, client)
+        if isinstance(principal, OAuthError):
+            return principal
         return await self._issue(principal)
 
     async def refresh(
@@ -239,10 +270,10 @@ class TokenEndpoint:
             credentials = _client_credentials(form, basic_auth)
             if isinstance(credentials, OAuthError):
                 return credentials
-            try:
-                return await self._issue(await self._keys.authenticate_parts(*credentials, client))
-            except AuthenticationError:
-                return INVALID_CLIENT
+            principal = await _authenticated(self._keys, credentials, client)
+            if isinstance(principal, OAuthError):
+                return principal
+            return await self._issue(principal)
         try:
             subject, facts = self._issuer.verify_delegation(subject_token)
         except AuthenticationError:

@@ -43,6 +43,7 @@ from pyiceberg.expressions.parser import parse as parse_row_filter
 
 from cedarberg.catalog.planning.grants import covered
 from cedarberg.catalog.planning.masks import MASK_ACTIONS
+from cedarberg.gateway.authz import row_filter_syntax
 
 COLUMNS = "columns"
 ROW_FILTER = "row_filter"
@@ -145,8 +146,11 @@ def _row_filter(text: str) -> BooleanExpression:
     try:
         return parse_row_filter(text)
     except Exception as err:  # pyparsing's ParseException, or ValueError from a bad literal
-        detail = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-        raise ValueError(f"@{ROW_FILTER} is not a valid Iceberg row filter: {detail}") from None
+        # Where and what was expected, not pyparsing's grammar dump (`row_filter_syntax`); a
+        # well-shaped filter refused for its values keeps pyiceberg's own first line.
+        raise ValueError(
+            f"@{ROW_FILTER} is not a valid Iceberg row filter: {row_filter_syntax.explain(text, err)}"
+        ) from None
 
 
 def _may_allow_planning(action: Mapping[str, Any]) -> bool:

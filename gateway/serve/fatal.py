@@ -12,11 +12,20 @@ from cedarberg.catalog.errors import CatalogError
 from cedarberg.gateway.authn.tokens import TokenKeyError
 from cedarberg.gateway.authz.errors import PolicyLoadError
 from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.serve.listen import ListenError
 from cedarberg.gateway.tls import PlainHttpRefusedError, TlsConfigError
 from cedarberg.kms.errors import KmsError
 
 # Errors that mean "this configuration cannot serve": reported in one line, exit status 1.
-_FATAL = (CatalogError, KmsError, TlsConfigError, PlainHttpRefusedError, PolicyLoadError, TokenKeyError)
+_FATAL = (
+    CatalogError,
+    KmsError,
+    TlsConfigError,
+    PlainHttpRefusedError,
+    PolicyLoadError,
+    TokenKeyError,
+    ListenError,
+)
 
 
 def report_fatal(err: Exception, settings: Settings) -> int:

@@ -1,4 +1,7 @@
-"""`cedarberg serve`: prepare once, then serve in this process or in N forked workers.
+"""`cedarberg serve`: listen, prepare once, then serve in this process or in N forked workers.
+
+The listening socket is opened first (`gateway.serve.listen`): a port in use fails before the data
+directory, the registry or any key exists, and "serving on" is logged once the socket listens.
 
 Preparation runs before any worker exists, so what must happen once happens once: the registry
 schema is upgraded (or checked, with `migrate_on_start = false`), the policies are validated, the
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from cedarberg.gateway.audit_file import open_destination
 from cedarberg.gateway.authn.tokens import TokenIssuer
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.serve.listen import open_listener
 from cedarberg.gateway.serve.migrate import ensure_current, upgrade
 from cedarberg.gateway.serve.worker import run_worker
 from cedarberg.gateway.tls import check_plain_http_allowed, server_ssl_context
@@ -59,9 +64,18 @@ def listening_context(settings: Settings) -> ssl.SSLContext | None:
 
 
 def serve(settings: Settings) -> int:
-    """Prepare, then serve; returns the exit status."""
+    """Listen, prepare, then serve; returns the exit status. The socket is bound before anything
+    is created, so a port in use (ListenError) leaves the data directory untouched."""
     ssl_context = listening_context(settings)
-    prepare(settings)
+    sock = open_listener(settings.host, settings.port)
+    try:
+        prepare(settings)
+        return _serve_on(settings, ssl_context, sock)
+    finally:
+        sock.close()
+
+
+def _serve_on(settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket) -> int:
     scheme = "https" if ssl_context else "http"
     log.info(
         "serving on %s://%s:%d with %d worker(s) (data dir %s)",
@@ -72,7 +86,7 @@ def serve(settings: Settings) -> int:
         settings.data_dir.resolve(),
     )
     if settings.workers == 1:
-        run_worker(settings, ssl_context, None)
+        run_worker(settings, ssl_context, sock)
         return 0
     if settings.rate_limits.enabled and settings.rate_limits.storage_uri.startswith("memory"):
         log.warning(
@@ -83,4 +97,4 @@ def serve(settings: Settings) -> int:
     # Imported here: only a multi-process server needs it.
     from cedarberg.gateway.serve.supervisor import Supervisor
 
-    return Supervisor(settings, ssl_context, run_worker).run()
+    return Supervisor(settings, ssl_context, run_worker, sock).run()

@@ -1,8 +1,8 @@
 """`cedarberg serve --workers N`: one supervising process, N forked workers on one socket.
 
-The supervisor binds the listening socket, forks the workers (each runs the whole aiohttp
-application on the inherited socket, with its own caches and connection pools) and then only
-handles signals and exits:
+The supervisor takes the listening socket `serve` opened before anything else, forks the workers
+(each runs the whole aiohttp application on the inherited socket, with its own caches and
+connection pools) and then only handles signals and exits:
 
 - SIGTERM / SIGINT: close its copy of the socket, send SIGTERM to every worker (each stops
   accepting and lets requests in flight finish within `shutdown_timeout_seconds`), wait, then
@@ -65,21 +65,19 @@ class Supervisor:
     """Forks and watches the workers; what a worker runs is `work` (`gateway.serve.worker.run_worker`),
     passed in so that process supervision knows nothing of the application it serves."""
 
-    def __init__(self, settings: Settings, ssl_context: ssl.SSLContext | None, work: Work) -> None:
+    def __init__(
+        self, settings: Settings, ssl_context: ssl.SSLContext | None, work: Work, sock: socket.socket
+    ) -> None:
         self._settings = settings
         self._ssl_context = ssl_context
         self._run_worker = work
         self._workers: dict[int, _Worker] = {}
         self._restarts: deque[float] = deque()
-        self._sock: socket.socket | None = None
+        self._sock: socket.socket | None = sock  # listening already (`gateway.serve.listen`)
         self._metrics_dir = ""
 
     def run(self) -> int:
         """Serve until told to stop; returns the exit status."""
-        host, port = self._settings.host, self._settings.port
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=2048)
-        self._sock.set_inheritable(True)
         self._metrics_dir = tempfile.mkdtemp(prefix="cedarberg-metrics-")
         os.environ[MULTIPROC_ENV] = self._metrics_dir
         if threading.active_count() > 1:

@@ -34,8 +34,9 @@ def _event_loop(settings: Settings) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket | None) -> None:
-    """Serve until SIGTERM/SIGINT, on `sock` (shared by workers) or on host:port."""
+def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket) -> None:
+    """Serve until SIGTERM/SIGINT on `sock`, the listening socket `serve` opened (shared by the
+    workers when there are several)."""
     app = create_app(settings)
     loop = _event_loop(settings)
     asyncio.set_event_loop(loop)
@@ -64,7 +65,7 @@ def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: soc
 
 
 async def _serve(
-    app: web.Application, settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket | None
+    app: web.Application, settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket
 ) -> None:
     runner = web.AppRunner(
         app, handle_signals=True, access_log=None, shutdown_timeout=settings.shutdown_timeout_seconds
@@ -72,11 +73,7 @@ async def _serve(
     await runner.setup()
     try:
         front.install(runner)
-        site: web.BaseSite
-        if sock is not None:
-            site = web.SockSite(runner, sock, ssl_context=ssl_context)
-        else:
-            site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
+        site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
         await asyncio.Event().wait()  # until a signal ends the loop
     finally:

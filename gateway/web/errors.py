@@ -20,6 +20,7 @@ from cedarberg.gateway.audit import AuditUnavailableError
 from cedarberg.gateway.authn.errors import (
     AuthenticationError,
     CredentialExpiredError,
+    CredentialFormError,
     UnsupportedBindingError,
 )
 from cedarberg.gateway.ratelimit import RateLimitUnavailableError, RetryAfter
@@ -98,6 +99,8 @@ ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     UnsupportedBindingError: ErrorMapping(
         401, "NotAuthorizedException", "Not authorized: DPoP-bound tokens are not supported", _challenge
     ),
+    # The form the credential must take, chosen by the shape of what was sent (no lookup).
+    CredentialFormError: ErrorMapping(401, "NotAuthorizedException", headers=_challenge),
     AuthenticationError: ErrorMapping(401, "NotAuthorizedException", "Not authorized", _challenge),
     RateLimitedError: ErrorMapping(429, "TooManyRequestsException", headers=_retry_after_limited),
     # The audit writer logs why its destination fails (once, not per refused request).
@@ -144,26 +147,41 @@ def http_error_type(status: int) -> str:
     return _HTTP_TYPES.get(status, "BadRequestException" if status < 500 else "ServerErrorException")
 
 
+# A path under /v1/v1/ is what a client configured with a catalog URI ending in /v1 sends (clients
+# add /v1 themselves). Told on every 404 such a path gets, by the path alone: the same text whether
+# a route, a warehouse named "v1" or anything under it is missing or hidden.
+DOUBLED_VERSION_PREFIX = "/v1/v1/"
+CATALOG_URI_HINT = (
+    "the path starts with /v1/v1/, so the catalog URI ends in /v1: the catalog URI is the "
+    "gateway's root (e.g. https://host:8181), without /v1"
+)
+
+
 def answer(request: web.Request, request_id: str, err: Exception) -> tuple[web.Response, str]:
     """The ErrorModel response for `err` and its error type. Re-raises a redirect-class
-    HTTPException (aiohttp answers those itself)."""
+    HTTPException (aiohttp answers those itself). A 404 of a path under /v1/v1/ says that the
+    catalog URI must not end in /v1 (`CATALOG_URI_HINT`)."""
+    headers: dict[str, str] | None
     if isinstance(err, web.HTTPException):
         if err.status < 400:
             raise err
-        message = "request body is too large" if err.status == 413 else err.reason
-        allow = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
-        error_type = http_error_type(err.status)
-        return error_response(err.status, error_type, message, allow), error_type
-    mapped = lookup(err)
-    if mapped is None:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        message = f"internal error; request id {request_id}"
-        return error_response(500, "ServerErrorException", message), "ServerErrorException"
-    if mapped.status >= 500 and mapped.log_failure:
-        log.warning("%s %s failed: %s", request.method, request.path, err)
-    headers = mapped.headers(err) if mapped.headers is not None else None
-    message = mapped.message if mapped.message is not None else str(err)
-    return error_response(mapped.status, mapped.error_type, message, headers), mapped.error_type
+        status, error_type = err.status, http_error_type(err.status)
+        message = "request body is too large" if status == 413 else err.reason
+        headers = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
+    else:
+        mapped = lookup(err)
+        if mapped is None:
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            message = f"internal error; request id {request_id}"
+            return error_response(500, "ServerErrorException", message), "ServerErrorException"
+        if mapped.status >= 500 and mapped.log_failure:
+            log.warning("%s %s failed: %s", request.method, request.path, err)
+        status, error_type = mapped.status, mapped.error_type
+        headers = mapped.headers(err) if mapped.headers is not None else None
+        message = mapped.message if mapped.message is not None else str(err)
+    if status == 404 and request.path.startswith(DOUBLED_VERSION_PREFIX):
+        message = f"{message}: {CATALOG_URI_HINT}"
+    return error_response(status, error_type, message, headers), error_type
 
 
 def error_types(status: int) -> list[str]:

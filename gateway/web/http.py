@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from cedarberg.catalog import json_nesting, requests
 from cedarberg.catalog.errors import DocumentTooLargeError, InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.gateway.web import strict_json
+from cedarberg.gateway.web import body_errors, strict_json
 from cedarberg.gateway.web.keys import PARSED_BODY, services
 
 JSON = "application/json"
@@ -52,13 +52,12 @@ async def json_object(request: web.Request, max_bytes: int) -> dict[str, Any]:
 
 
 def validate(model: type[M], document: dict[str, Any]) -> M:
-    """`document` as `model`. Raises InvalidRequestError naming the first invalid field."""
+    """`document` as `model`. Raises InvalidRequestError naming the first invalid field's path and
+    what was expected there, in the caller's terms (`body_errors`: no Python class names)."""
     try:
         return model.model_validate(document)
     except ValidationError as err:
-        first = err.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(part) for part in first["loc"])[:100] or "body"
-        raise InvalidRequestError(f"invalid request field '{where}': {first['msg']}") from None
+        raise InvalidRequestError(body_errors.describe(model, err)) from None
 
 
 async def parse_body(request: web.Request, model: type[M], max_bytes: int | None = None) -> M:

@@ -38,7 +38,8 @@ from cedarberg.catalog.errors import (
     NoSuchWarehouseError,
     NotFoundError,
 )
-from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn import credential_forms
+from cedarberg.gateway.authn.errors import AuthenticationError, CredentialFormError
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
 from cedarberg.gateway.authz.context import RequestContext
@@ -275,9 +276,21 @@ async def _spend_principal_budget(sec: Security, stats: Metrics, who: str, op_cl
 
 
 async def _authenticate(request: web.Request) -> Principal:
+    """The request's principal. Raises AuthenticationError; CredentialFormError naming the expected
+    form when an Authorization header is not `Bearer <token>` (even where anonymous access is
+    configured: a credential sent wrong is refused, never ignored) or a bearer token is shaped
+    as a client credential (decided on the shape only, after the failure, so it costs the
+    accepted path nothing and says nothing about which keys exist)."""
     sec = security(request)
     credential = _credential(request)
     if credential is None:
+        header = request.headers.get("Authorization", "").strip()
+        if header:
+            await _check_failure_budget(request, sec, metrics(request))
+            await sec.limiter.hit_auth_failure(request.remote)
+            raise CredentialFormError(
+                credential_forms.authorization_hint(header) or credential_forms.BEARER_FORM
+            )
         if sec.anonymous is not None:
             return sec.anonymous
         raise AuthenticationError()
@@ -286,8 +299,11 @@ async def _authenticate(request: web.Request) -> Principal:
         principal = await sec.authenticate_bearer(
             credential, request.remote, functools.partial(peer_certificate_sha256, request.transport)
         )
-    except AuthenticationError:
+    except AuthenticationError as err:
         await sec.limiter.hit_auth_failure(request.remote)
+        hint = credential_forms.bearer_hint(credential) if type(err) is AuthenticationError else None
+        if hint is not None:
+            raise CredentialFormError(hint) from None
         raise
     subject = peer_subject(request.transport)
     if subject is not None:

@@ -409,25 +409,48 @@ async def test_client_credentials_as_http_basic(endpoint: TokenEndpoint, credent
 async def test_client_credentials_failures_are_generic(
     endpoint: TokenEndpoint, keys: ApiKeyAuthenticator, credential: tuple[str, str]
 ) -> None:
+    """Well-formed credentials fail with one generic description whatever is wrong (a wrong
+    secret, an unknown id, a revoked key); malformed ones with one description naming the
+    expected form, the same for a real key id and an unknown one (decided on shape alone)."""
     client_id, client_secret = credential
-    attempts = [
+    well_formed = [
         (_spark_form(client_id, new_secret()), None),  # wrong secret
         (_spark_form(new_key_id(), client_secret), None),  # unknown id
-        (_spark_form(client_id, "short"), None),  # malformed secret
-        (_spark_form("cbk_" + client_id, client_secret), None),  # whole-key prefix in the id
         ({"grant_type": "client_credentials"}, (client_id, new_secret())),  # wrong Basic
     ]
-    descriptions = set()
-    for form, basic in attempts:
-        error = _error(await endpoint.handle(form, basic), "invalid_client", 401)
-        assert error.headers["WWW-Authenticate"].startswith("Basic ")
-        assert client_secret not in repr(error.to_json())
-        descriptions.add(error.description)
+    malformed = [
+        (_spark_form(client_id, "short"), None),  # malformed secret of a real key id
+        (_spark_form(new_key_id(), "short"), None),  # the same for an unknown id
+        (_spark_form("cbk_" + client_id, client_secret), None),  # whole-key prefix in the id
+    ]
+    descriptions: dict[str, set[str]] = {"well-formed": set(), "malformed": set()}
+    for kind, attempts in (("well-formed", well_formed), ("malformed", malformed)):
+        for form, basic in attempts:
+            error = _error(await endpoint.handle(form, basic), "invalid_client", 401)
+            assert error.headers["WWW-Authenticate"].startswith("Basic ")
+            assert client_secret not in repr(error.to_json())
+            descriptions[kind].add(error.description)
     await keys.revoke_key(client_id)
-    descriptions.add(
+    descriptions["well-formed"].add(
         _error(await endpoint.handle(_spark_form(*credential), None), "invalid_client", 401).description
     )
-    assert descriptions == {"Client authentication failed"}
+    assert descriptions["well-formed"] == {"Client authentication failed"}
+    (described,) = descriptions["malformed"]
+    assert described.startswith("Client authentication failed: the credential is '<key id>:<secret>'")
+
+
+async def test_the_whole_key_as_the_client_secret_is_its_id_and_secret(
+    endpoint: TokenEndpoint, issuer: TokenIssuer, credential: tuple[str, str]
+) -> None:
+    """What `credential=cbk_...` sends (no client id): the same key, in one piece."""
+    whole = f"cbk_{credential[0]}_{credential[1]}"
+    form = {"grant_type": "client_credentials", "client_secret": whole}
+    assert issuer.verify(_ok(await endpoint.handle(form, None)).access_token).id == "key:etl"
+    assert issuer.verify(_ok(await endpoint.handle(form, ("", whole))).access_token).id == "key:etl"
+    missing = _error(
+        await endpoint.handle({**form, "client_secret": credential[1]}, None), "invalid_request", 400
+    )
+    assert "'<key id>:<secret>'" in missing.description
 
 
 async def test_client_credentials_request_errors(

@@ -30,7 +30,10 @@ from tests.support.ports import free_port
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
-_ADDRESS_IN_USE = re.compile(r"address already in use|errno 98", re.IGNORECASE)
+# `cedarberg serve` says "port N on HOST is in use: ..." (gateway.serve.listen).
+_ADDRESS_IN_USE = re.compile(
+    r"address already in use|errno 98|is in use: stop the other process", re.IGNORECASE
+)
 
 
 # What a catalog-behaviour test gateway adds to its configuration: requests without credentials

@@ -7,8 +7,9 @@ inputs and its result into HTTP:
   `MAX_FORM_FIELDS` parameters, none repeated (RFC 6749 section 3.2), else `invalid_request` (400);
 - `Authorization: Basic` is base64-decoded and split at the first `:` (RFC 7617); the endpoint
   form-urldecodes both halves (RFC 6749 section 2.3.1). A Basic header that cannot be decoded is
-  `invalid_client` (401). Other schemes are ignored: the Iceberg Java client sends its current
-  bearer token along with a token-exchange refresh;
+  `invalid_client` (401); one without a `:` is a secret without a client id (a whole API key is
+  accepted so, anything else is refused naming the expected form). Other schemes are ignored:
+  the Iceberg Java client sends its current bearer token along with a token-exchange refresh;
 - failed authentications count toward the caller's per-address failed-authentication budget
   (`rate_limits.auth_failures_per_address`) like those of every other route, and an address over
   that budget is answered `temporarily_unavailable` (429, `Retry-After`) before any credential is
@@ -104,7 +105,9 @@ def _basic_auth(request: web.Request) -> tuple[str, str] | OAuthError | None:
         return INVALID_CLIENT
     user, sep, password = decoded.partition(":")
     if not sep:
-        return INVALID_CLIENT
+        # Not `<id>:<secret>`: read as a secret without an id, which the endpoint accepts when it
+        # is a whole API key and otherwise refuses naming the expected form.
+        return "", decoded
     return user, password
 
 
