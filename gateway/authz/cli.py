@@ -23,20 +23,22 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authz import naming
-from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
-from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
 from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError
-from cedarberg.gateway.authz.fixtures import run_fixtures
 from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
-from cedarberg.gateway.authz.operations import OPERATIONS, Scope
-from cedarberg.gateway.authz.restrictions import describe, summary
-from cedarberg.gateway.authz.review_cli import add_review_command, run_review
-from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+from cedarberg.gateway.authz.review_cli import add_review_command
+
+# The engine (cedarpy), the operations and restrictions (pydantic, pyiceberg) and the settings are
+# imported by the commands that use them: `add_policy_commands` builds part of every `cedarberg`
+# parser, `--help` included (tests/gateway/test_cli_startup.py).
+if TYPE_CHECKING:
+    from cedarberg.gateway.authz.context import ChangeSummary
+    from cedarberg.gateway.authz.engine import Decision, PolicyEngine
+    from cedarberg.gateway.authz.operations import Scope
 
 COMMAND = "policies"
 
@@ -53,6 +55,8 @@ def _problem_lines(directory: Path, err: PolicyLoadError) -> list[str]:
 
 def load_engine(directory: Path, err: TextIO) -> PolicyEngine | None:
     """The policy set of `directory`, loaded, or None after printing why it is refused."""
+    from cedarberg.gateway.authz.engine import PolicyEngine
+
     engine = PolicyEngine(directory, entity_cache_size=0)
     try:
         engine.load()
@@ -81,6 +85,8 @@ def validate(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 def run_fixture_tests(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the ALLOW/DENY request fixtures; 0 if all pass, 1 if any fails, none exist, or the set is
     refused."""
+    from cedarberg.gateway.authz.fixtures import run_fixtures
+
     engine = load_engine(directory, err)
     if engine is None:
         return 1
@@ -112,6 +118,8 @@ def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource
     (`NS` is a dotted namespace of the same warehouse; empty for warehouse properties), built like
     the gateway's (`gateway.authz.naming.build`); `owner` owns an API key named without one.
     Raises `ResourceError` for an unknown action or a path or property of the wrong shape."""
+    from cedarberg.gateway.authz.operations import OPERATIONS, Scope
+
     operation = OPERATIONS.get(action)
     if operation is None or operation.action is None:
         raise ResourceError(f"unknown action {action!r}; known: {', '.join(sorted(OPERATIONS))}")
@@ -125,17 +133,19 @@ def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource
     return asyncio.run(naming.build(_shaped(action, operation.scope, spec.path), grants))
 
 
-_EXPECTED = {
-    Scope.WAREHOUSE: "WAREHOUSE",
-    Scope.CONTAINER: "WAREHOUSE[/NS]",
-    Scope.NAMESPACE: "WAREHOUSE/NS",
-    Scope.TABLE: "WAREHOUSE/NS/TABLE",
-    Scope.VIEW: "WAREHOUSE/NS/VIEW",
+_EXPECTED = {  # by `Scope` value (a StrEnum: its members look these up)
+    "warehouse": "WAREHOUSE",
+    "container": "WAREHOUSE[/NS]",
+    "namespace": "WAREHOUSE/NS",
+    "table": "WAREHOUSE/NS/TABLE",
+    "view": "WAREHOUSE/NS/VIEW",
 }
 
 
 def _shaped(action: str, scope: Scope, path: str) -> ResourceName:
     """What `path` names, if it has the shape `scope` needs; else `ResourceError`."""
+    from cedarberg.gateway.authz.operations import Scope
+
     warehouse, levels, name = parse_path(path)
     wrong = ResourceError(f"{action} expects {_EXPECTED[scope]}, not {path!r}")
     if scope is Scope.WAREHOUSE or (scope is Scope.CONTAINER and not levels):
@@ -153,6 +163,8 @@ def _shaped(action: str, scope: Scope, path: str) -> ResourceName:
 
 
 def _print_decision(engine: PolicyEngine, decision: Decision, principal: Principal, out: TextIO) -> None:
+    from cedarberg.gateway.authz.restrictions import describe, summary
+
     verdict = "ALLOW" if decision.allowed else "DENY"
     groups = ", ".join(sorted(principal.groups)) or "none"
     print(f"decision:  {verdict}", file=out)
@@ -219,6 +231,8 @@ class ContextSpec:
     client_address: str = "127.0.0.1"
 
     def changes(self) -> ChangeSummary:
+        from cedarberg.gateway.authz.context import ChangeSummary
+
         return ChangeSummary(
             frozenset(self.update_kinds), frozenset(self.refs), frozenset(self.property_keys), self.creates
         )
@@ -247,6 +261,8 @@ class ExplainQuery:
 def explain(directory: Path, query: ExplainQuery, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Decide one request with the policies in `directory` and print why; 0 allow, 1 deny, 2 error
     (a refused policy set, or input that names no principal or resource: the reason on `err`)."""
+    from cedarberg.gateway.authz.context import RequestContext
+
     engine = load_engine(directory, err)
     if engine is None:
         return 2
@@ -314,6 +330,8 @@ def add_policy_commands(
 
 def run_policy_command(args: argparse.Namespace, default_dir: Path | None = None) -> int:
     """Run the `policies` sub-command parsed by `add_policy_commands`; returns the exit code."""
+    from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+
     fallback = default_dir or BUNDLED_POLICY_DIR
     if args.policies_command == "validate":
         return validate(args.dir or fallback)
@@ -328,5 +346,7 @@ def review_offline(
     args: argparse.Namespace, directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
     """`policies review` offline, with the policies of `directory` (`review_cli.run_review`)."""
+    from cedarberg.gateway.authz.review_cli import run_review
+
     engine = load_engine(directory, err)
     return 2 if engine is None else run_review(engine, args, out, err)

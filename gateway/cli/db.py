@@ -18,7 +18,6 @@ from typing import TextIO
 
 from cedarberg.catalog.errors import CatalogError
 from cedarberg.gateway.cli.catalog import offline_options, offline_settings
-from cedarberg.gateway.serve.migrate import schema_states, upgrade
 
 PROG = "cedarberg"
 EXIT_BEHIND = 3
@@ -38,6 +37,9 @@ def run_db_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
+    # Alembic and SQLAlchemy load only for `db` commands, not for the parser (`cedarberg --help`).
+    from cedarberg.gateway.serve.migrate import schema_states, upgrade
+
     out = out or sys.stdout
     err = err or sys.stderr
     settings = offline_settings(args, environ, err)

@@ -36,20 +36,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import orjson
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.gateway.authn.api_keys import (
-    ApiKeyAuthenticator,
-    InvalidApiKeyRequestError,
-    NoSuchApiKeyError,
-)
 from cedarberg.gateway.authn.key_format import is_key_id, parse_api_key
-from cedarberg.gateway.authn.key_store import ApiKeyRecord, open_key_store
 from cedarberg.gateway.authn.principal import PrincipalKind
-from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
+
+# The settings (pydantic) and the key store (SQLAlchemy) are imported by the commands that use
+# them: building the parser (`cedarberg --help`) must not pay for them.
+if TYPE_CHECKING:
+    from cedarberg.gateway.authn.key_store import ApiKeyRecord
+    from cedarberg.gateway.config.settings import Settings
 
 COMMAND = "keys"
 PROG = "cedarberg"
@@ -108,6 +107,8 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    from cedarberg.gateway.config.settings import load_settings
+
     flags = {"data_dir": args.data_dir, "store_url": args.store_url}
     return load_settings(args.config, environ, flags)
 
@@ -156,6 +157,9 @@ def _wants_forms(args: argparse.Namespace, out: TextIO) -> bool:
 
 
 async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, InvalidApiKeyRequestError
+    from cedarberg.gateway.authn.key_store import open_key_store
+
     expires_at = None
     if args.expires_in_days is not None:
         expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
@@ -185,6 +189,9 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
 
 
 async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
+    from cedarberg.gateway.authn.key_store import open_key_store
+
     store = await open_key_store(settings.effective_store_url())
     try:
         keys = ApiKeyAuthenticator(store, settings.api_keys)
@@ -225,6 +232,9 @@ async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
 
 
 async def _revoke(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, NoSuchApiKeyError
+    from cedarberg.gateway.authn.key_store import open_key_store
+
     key_id: str = args.key_id
     if not is_key_id(key_id):
         raise _UsageError("not a key id (16 characters a-z and 2-7, the part after 'cbk_')")
@@ -256,6 +266,8 @@ def run_keys_command(
 
     `environ` defaults to the process environment (as for `serve`); `out`/`err` to stdout/stderr.
     """
+    from cedarberg.gateway.config.settings import SettingsError
+
     out = out or sys.stdout
     err = err or sys.stderr
     try:
