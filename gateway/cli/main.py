@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from cedarberg.gateway.logs import configure_logging
     from cedarberg.gateway.serve.fatal import report_fatal
     from cedarberg.gateway.serve.server import serve
+
     try:
         settings = load_settings(args.config, os.environ, flags)
     except SettingsError as err:
