@@ -18,7 +18,6 @@ Wiring (gateway/cli/main.py): `add_policy_commands(subparsers, review_parents)` 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,6 +117,8 @@ def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource
     (`NS` is a dotted namespace of the same warehouse; empty for warehouse properties), built like
     the gateway's (`gateway.authz.naming.build`); `owner` owns an API key named without one.
     Raises `ResourceError` for an unknown action or a path or property of the wrong shape."""
+    import asyncio
+
     from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 
     operation = OPERATIONS.get(action)

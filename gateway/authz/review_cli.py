@@ -28,7 +28,6 @@ outdated registry, an object that does not exist); 2 for bad input or a refused 
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -130,6 +129,8 @@ def emit(document: Mapping[str, Any], args: argparse.Namespace, out: TextIO, kno
 
 
 def _resource(path: str, is_view: bool, properties: list[str]) -> Resource:
+    import asyncio
+
     warehouse, levels, name = parse_path(path)
     kind = _KINDS[1 + len(levels[:1]) + (name is not None)]
     if is_view and kind is EntityType.TABLE:

@@ -15,7 +15,6 @@ while no gateway serves, and are safe while one does:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -186,6 +185,8 @@ def run_catalog_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
+    import asyncio
+
     out = out or sys.stdout
     err = err or sys.stderr
     settings = offline_settings(args, environ, err)

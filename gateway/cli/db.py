@@ -11,7 +11,6 @@ Both take the settings of `serve` (--config, CEDARBERG_* variables, --data-dir, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Mapping
 from typing import TextIO
@@ -38,6 +37,8 @@ def run_db_command(
     err: TextIO | None = None,
 ) -> int:
     # Alembic and SQLAlchemy load only for `db` commands, not for the parser (`cedarberg --help`).
+    import asyncio
+
     from cedarberg.gateway.serve.migrate import schema_states, upgrade
 
     out = out or sys.stdout

@@ -30,7 +30,6 @@ Wiring (gateway/cli/main.py): `add_keys_commands(subparsers)` once, and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -47,7 +46,7 @@ from cedarberg.gateway.authn.principal import PrincipalKind
 # The settings (pydantic) and the key store (SQLAlchemy) are imported by the commands that use
 # them: building the parser (`cedarberg --help`) must not pay for them.
 if TYPE_CHECKING:
-    from cedarberg.gateway.authn.key_store import ApiKeyRecord
+    from cedarberg.gateway.authn.key_record import ApiKeyRecord
     from cedarberg.gateway.config.settings import Settings
 
 COMMAND = "keys"
@@ -188,7 +187,7 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
     return 0
 
 
-async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+async def _stored_records(settings: Settings, principal: str | None) -> list[ApiKeyRecord]:
     from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
     from cedarberg.gateway.authn.key_store import open_key_store
 
@@ -198,13 +197,25 @@ async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
         records: list[ApiKeyRecord] = []
         after: str | None = None
         while True:
-            page = await keys.list_keys(principal=args.principal, after=after, limit=_PAGE)
+            page = await keys.list_keys(principal=principal, after=after, limit=_PAGE)
             records.extend(page)
             if len(page) < _PAGE:
-                break
+                return records
             after = page[-1].key_id
     finally:
         await store.close()
+
+
+def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    from cedarberg.gateway.authn.key_listing import list_sqlite_keys
+
+    # An existing SQLite store is read without SQLAlchemy (`key_listing`: start-up in a fraction
+    # of a second); any other store, or one not yet created or migrated, through the key store.
+    records = list_sqlite_keys(settings.effective_store_url(), args.principal)
+    if records is None:
+        import asyncio
+
+        records = asyncio.run(_stored_records(settings, args.principal))
     now = datetime.now(UTC)
     if args.json:
         for record in records:
@@ -276,10 +287,12 @@ def run_keys_command(
         print(f"{PROG}: {error}", file=err)
         return 2
     try:
+        if args.keys_command == "list":  # without asyncio when it can (`_list`)
+            return _list(settings, args, out)
+        import asyncio
+
         if args.keys_command == "create":
             return asyncio.run(_create(settings, args, out, err))
-        if args.keys_command == "list":
-            return asyncio.run(_list(settings, args, out))
         return asyncio.run(_revoke(settings, args, out, err))
     except _UsageError as error:
         print(f"{PROG} keys {args.keys_command}: {error}", file=err)

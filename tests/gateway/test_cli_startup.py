@@ -61,8 +61,18 @@ NEVER = frozenset(
 PARSER_ONLY = NEVER | {"pydantic", "sqlalchemy", "alembic", "cedarpy", "pyiceberg", "limits", "argon2"}
 # `policies validate` needs cedarpy and pyiceberg's expression parser (for @row_filter), no store.
 VALIDATE = NEVER | {"sqlalchemy", "alembic", "aiosqlite", "asyncpg", "argon2"}
-# `keys list` reads the key store (SQLAlchemy), never a policy, a table or a warehouse.
-KEYS_LIST = NEVER | {"cedarpy", "pyiceberg", "pyparsing"}
+# `keys list` on an existing SQLite store reads it with sqlite3 (`authn.key_listing`): no
+# SQLAlchemy, Alembic or event loop, and never a policy, a table or a warehouse.
+KEYS_LIST = NEVER | {
+    "cedarpy",
+    "pyiceberg",
+    "pyparsing",
+    "sqlalchemy",
+    "alembic",
+    "aiosqlite",
+    "asyncio",
+    "argon2",
+}
 
 
 def _clean_env() -> dict[str, str]:
@@ -73,8 +83,9 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-def _imported_by(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
-    """Run `cedarberg ARGV` in a child process: its exit code and every module it imported."""
+def _imported_by(tmp_path: Path, *argv: str) -> tuple[int, set[str], str]:
+    """Run `cedarberg ARGV` in a child process: its exit code, every module it imported, and its
+    standard output."""
     report = tmp_path / "modules.json"
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, str(report), *argv],
@@ -87,7 +98,7 @@ def _imported_by(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
     )
     assert report.exists(), done.stderr
     result = json.loads(report.read_text())
-    return int(result["code"]), set(result["modules"])
+    return int(result["code"]), set(result["modules"]), done.stdout
 
 
 def _key_store(tmp_path: Path) -> Path:
@@ -107,7 +118,7 @@ def _key_store(tmp_path: Path) -> Path:
 
 
 def test_help_imports_only_the_parsers(tmp_path: Path) -> None:
-    code, modules = _imported_by(tmp_path, "--help")
+    code, modules, _ = _imported_by(tmp_path, "--help")
     assert code == 0
     assert "argparse" in modules
     assert sorted(modules & PARSER_ONLY) == []
@@ -115,21 +126,34 @@ def test_help_imports_only_the_parsers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["keys", "policies", "dropped", "db", "kms"])
 def test_sub_command_help_imports_only_the_parsers(tmp_path: Path, command: str) -> None:
-    code, modules = _imported_by(tmp_path, command, "--help")
+    code, modules, _ = _imported_by(tmp_path, command, "--help")
     assert code == 0
     assert sorted(modules & PARSER_ONLY) == []
 
 
-def test_keys_list_imports_the_key_store_only(tmp_path: Path) -> None:
+def test_keys_list_reads_an_existing_store_with_sqlite3_only(tmp_path: Path) -> None:
     data_dir = _key_store(tmp_path)
-    code, modules = _imported_by(tmp_path, "keys", "list", "--data-dir", str(data_dir))
+    code, modules, out = _imported_by(tmp_path, "keys", "list", "--data-dir", str(data_dir))
     assert code == 0
-    assert {"sqlalchemy", "pydantic"} <= modules  # it did read the store with the settings
+    assert "alice" in out  # it did list the key
+    assert {"sqlite3", "pydantic"} <= modules  # with the settings, from the store
     assert sorted(modules & KEYS_LIST) == []
 
 
+def test_keys_list_of_a_store_not_yet_created_goes_through_the_key_store(tmp_path: Path) -> None:
+    """Control: a store that does not exist is created and migrated by the key store, as before
+    (SQLAlchemy and Alembic), and lists nothing."""
+    data_dir = tmp_path / "fresh"
+    code, modules, out = _imported_by(tmp_path, "keys", "list", "--data-dir", str(data_dir))
+    assert code == 0
+    assert out.splitlines()[0].startswith("ID ")
+    assert len(out.splitlines()) == 1
+    assert {"sqlalchemy", "alembic"} <= modules
+    assert (data_dir / "catalog.db").is_file()
+
+
 def test_policies_validate_imports_the_engine_only(tmp_path: Path) -> None:
-    code, modules = _imported_by(tmp_path, "policies", "validate", str(REPO_ROOT / "policies"))
+    code, modules, _ = _imported_by(tmp_path, "policies", "validate", str(REPO_ROOT / "policies"))
     assert code == 0
     assert "cedarpy" in modules  # it did validate with Cedar
     assert sorted(modules & VALIDATE) == []
@@ -138,6 +162,6 @@ def test_policies_validate_imports_the_engine_only(tmp_path: Path) -> None:
 def test_a_catalog_command_still_imports_what_it_needs(tmp_path: Path) -> None:
     """Control: `dropped list` opens the catalog, and the probe sees pyiceberg and pyarrow."""
     data_dir = _key_store(tmp_path)
-    code, modules = _imported_by(tmp_path, "dropped", "list", "--data-dir", str(data_dir))
+    code, modules, _ = _imported_by(tmp_path, "dropped", "list", "--data-dir", str(data_dir))
     assert code == 0
     assert {"pyiceberg", "pyarrow", "sqlalchemy", "cedarberg.catalog.context"} <= modules
