@@ -1,8 +1,8 @@
 """Start-up of the everyday `cedarberg` commands and the gateway's memory at idle (issue 29, part 7).
 
-    python -m bench.startup [--runs N] [--output DIR]
+    python -m bench.startup [--runs N | --quick] [--output DIR]
 
-Measures, each as the median wall time of N runs (default 11) of a fresh child process
+Measures, each as the median wall time of N runs (default 11, 3 with --quick) of a fresh child process
 `python -m cedarberg.gateway.cli ...`, on this machine:
 
 - `cedarberg --help`;
@@ -11,8 +11,10 @@ Measures, each as the median wall time of N runs (default 11) of a fresh child p
 
 each against the target of 0.3 s (PASS/FAIL), and the resident memory (RSS of the process tree)
 of a `cedarberg serve` with 1 worker once `/ready` answers 200 and it has been idle for a second.
-Writes DIR/startup.json and DIR/startup.md (default bench/results); `make bench` runs it after the
-suite (bench/suite.py), and its targets join the suite's. Exit status 1 if a target is missed.
+Writes DIR/startup.json and DIR/startup.md (default bench/results, whose run also rewrites the
+block between the `bench:startup` markers of docs/performance.md). `make bench` runs it after the
+load scenarios (bench/suite.py: `--only cedarberg/cli/startup` runs it alone, `--quick` with 3 runs)
+and its three targets join the suite's. Exit status 1 if a target is missed.
 Which modules each command imports is tested (tests/gateway/test_cli_startup.py); this measures
 what that costs.
 """
@@ -29,6 +31,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import bench  # noqa: F401  (puts the repo root on sys.path, turns the test fork server off)
@@ -36,10 +39,14 @@ from bench.model import Target
 from bench.procstat import process_tree, rss_bytes
 from tests.support.gateway import GatewayProcess
 
+KEY = "cedarberg/cli/startup"  # what `python -m bench.suite --only REGEX` matches
 TARGET_SECONDS = 0.3
+RUNS, QUICK_RUNS = 11, 3
 IDLE_SECONDS = 1.0
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+PERFORMANCE_PAGE = REPO_ROOT / "docs" / "performance.md"
+PAGE_BEGIN, PAGE_END = "<!-- bench:startup:begin -->", "<!-- bench:startup:end -->"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +165,23 @@ def markdown(result: StartupResult) -> str:
     return "\n".join(lines)
 
 
-def write(directory: Path, result: StartupResult) -> None:
-    """DIR/startup.json and DIR/startup.md."""
+def update_performance_page(page: Path, result: StartupResult) -> bool:
+    """Replace the start-up block of `page` (docs/performance.md) with `result`'s table; False (and
+    nothing written) if the page has no such block."""
+    text = page.read_text()
+    begin, end = text.find(PAGE_BEGIN), text.find(PAGE_END)
+    if begin < 0 or end < begin:
+        return False
+    table = markdown(result).split("\n", 4)[4]  # without the title and the "written by" line
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    block = f"{PAGE_BEGIN}\n\nWritten by `python -m bench.startup` on {when}:\n\n{table.strip()}\n\n"
+    page.write_text(text[:begin] + block + text[end:])
+    return True
+
+
+def write(directory: Path, result: StartupResult, *, update_page: bool = False) -> None:
+    """DIR/startup.json and DIR/startup.md; with `update_page`, also the start-up block of
+    docs/performance.md (as the suite does for its targets when it writes bench/results)."""
     directory.mkdir(parents=True, exist_ok=True)
     document = {
         "target_seconds": TARGET_SECONDS,
@@ -170,17 +192,20 @@ def write(directory: Path, result: StartupResult) -> None:
     }
     (directory / "startup.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     (directory / "startup.md").write_text(markdown(result))
+    if update_page:
+        update_performance_page(PERFORMANCE_PAGE, result)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=11, help="measured runs per command (default 11)")
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"measured runs per command (default {RUNS})")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs per command")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR, help="results directory")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
-    result = measure(args.runs)
-    write(args.output, result)
+    result = measure(QUICK_RUNS if args.quick else args.runs)
+    write(args.output, result, update_page=args.output.resolve() == RESULTS_DIR)
     print(markdown(result))
     return 1 if any(t.verdict == "FAIL" for t in targets(result)) else 0
 
