@@ -65,6 +65,9 @@ class StartupResult:
     timings: list[CommandTiming]
     idle_rss_mb: float
     workers: int
+    load_average: tuple[
+        float, float
+    ]  # 1-minute load average before and after: others' work inflates wall times
 
 
 def _environment() -> dict[str, str]:
@@ -108,6 +111,7 @@ def _idle_rss_mb(work: Path) -> float:
 
 def measure(runs: int) -> StartupResult:
     """Time the three commands and the idle gateway; raises RuntimeError if a command fails."""
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="cedarberg-startup-") as tmp:
         work = Path(tmp)
         data_dir = work / "keys"
@@ -123,7 +127,8 @@ def measure(runs: int) -> StartupResult:
             _time(["keys", "list", "--data-dir", str(data_dir)], runs, work),
             _time(["policies", "validate"], runs, work),
         ]
-        return StartupResult(timings, _idle_rss_mb(work), workers=1)
+        rss_mb = _idle_rss_mb(work)
+        return StartupResult(timings, rss_mb, workers=1, load_average=(load_before, os.getloadavg()[0]))
 
 
 def targets(result: StartupResult) -> list[Target]:
@@ -161,6 +166,9 @@ def markdown(result: StartupResult) -> str:
         f"Resident memory of `cedarberg serve` ({result.workers} worker, process tree) after `/ready`"
         f" and {IDLE_SECONDS:g} s idle: **{result.idle_rss_mb:.1f} MB**.",
         "",
+        f"Load average of the machine (1 min) before and after: {result.load_average[0]:.2f}, "
+        f"{result.load_average[1]:.2f} on {os.cpu_count()} cores (work of others stretches wall times).",
+        "",
     ]
     return "\n".join(lines)
 
@@ -188,6 +196,8 @@ def write(directory: Path, result: StartupResult, *, update_page: bool = False) 
         "timings": [asdict(t) for t in result.timings],
         "idle_rss_mb": round(result.idle_rss_mb, 1),
         "workers": result.workers,
+        "load_average": list(result.load_average),
+        "cpu_count": os.cpu_count(),
         "targets": [asdict(t) for t in targets(result)],
     }
     (directory / "startup.json").write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
