@@ -18,8 +18,9 @@ Settings come from the same sources as `cedarberg serve`, in the same order (con
 It works while a server runs on that store: SQLite runs in WAL mode with a busy timeout and writers
 take the write lock up front (see `gateway.authn.key_store`). `keys list` reads an existing SQLite
 store read-only with `sqlite3` (`gateway.authn.key_listing`: no SQLAlchemy, no migrations), to
-start in a fraction of a second; other stores, and one not yet created, through the key store. A revocation or rotation reaches every
-running gateway process through the key change feed within `api_keys.change_poll_seconds`.
+start in a fraction of a second; other stores, and one not yet created, through the key store.
+A revocation or rotation reaches every running gateway process through the key change feed within
+`api_keys.change_poll_seconds`.
 
 Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
 arguments (one line on stderr). Nothing secret is logged or printed except the created key (and
