@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import bench  # noqa: F401  (puts the repo root on sys.path, turns the test fork server off)
-from bench import report
+from bench import report, startup
 from bench.cedarberg import POSTGRES, SQLITE, Variant, running_cedarberg
 from bench.ceiling import running_ceiling
 from bench.endpoint import Endpoint
@@ -357,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     versions = {"wrk": wrk_version(), "weed": weed_version(), **suite.versions}
     machine = describe(versions)
     targets = evaluate(suite.scenarios, suite.soak)
+    if suite.selected(startup.KEY):  # after the load runs, on a quiet machine
+        print(f"\n== {startup.KEY}", flush=True)
+        started = startup.measure(startup.QUICK_RUNS if args.quick else startup.RUNS)
+        startup.write(args.output, started, update_page=args.output.resolve() == report.RESULTS_DIR)
+        print(startup.markdown(started), flush=True)
+        targets += startup.targets(started)
     wall = time.monotonic() - began
     settings: dict[str, Any] = {
         "argv": shlex.join(sys.argv[1:] if argv is None else argv),

@@ -76,7 +76,8 @@ from cedarberg.gateway.authn.key_guards import (
     SecretHasher,
     VerifiedCache,
 )
-from cedarberg.gateway.authn.key_store import ApiKeyRecord, KeyIdTakenError, KeyStore
+from cedarberg.gateway.authn.key_record import ApiKeyRecord
+from cedarberg.gateway.authn.key_store import KeyIdTakenError, KeyStore
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
 from cedarberg.gateway.config.authn import ApiKeySettings
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -48,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store.engine import create_engine, run_migrations
-from cedarberg.gateway.authn.principal import PrincipalKind, key_principal_id
+from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_gateway"
@@ -94,58 +93,6 @@ api_key_changes = Table(
 )
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes; every value was written in UTC.
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKeyRecord:
-    """What may be shown about a key: everything except its secret and the secret's hash."""
-
-    key_id: str
-    principal: str
-    kind: PrincipalKind
-    groups: tuple[str, ...]
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    rotated_at: datetime | None
-    description: str
-    generation: int = 0  # rotations plus revocation so far; tokens of older generations are void
-
-    @property
-    def principal_id(self) -> str:
-        """The namespaced id of the principal the key authenticates as (`key:<principal>`)."""
-        return key_principal_id(self.principal)
-
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at is not None and now >= self.expires_at
-
-    def is_active(self, now: datetime) -> bool:
-        return self.revoked_at is None and not self.is_expired(now)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready view for the admin API and the CLI (ISO 8601 UTC timestamps)."""
-
-        def iso(value: datetime | None) -> str | None:
-            return None if value is None else value.isoformat()
-
-        return {
-            "id": self.key_id,
-            "principal": self.principal,
-            "kind": self.kind.value,
-            "groups": list(self.groups),
-            "created_at": iso(self.created_at),
-            "expires_at": iso(self.expires_at),
-            "revoked_at": iso(self.revoked_at),
-            "rotated_at": iso(self.rotated_at),
-            "description": self.description,
-        }
-
-
 @dataclass(frozen=True, slots=True)
 class StoredKey:
     """A record with its secret hash, for verification only."""
@@ -156,23 +103,6 @@ class StoredKey:
 
 class KeyIdTakenError(Exception):
     """A new key's random id is in use already (practically never: ids carry 80 random bits)."""
-
-
-def _record(row: Any) -> ApiKeyRecord:
-    created_at = _utc(row.created_at)
-    assert created_at is not None  # NOT NULL column
-    return ApiKeyRecord(
-        key_id=row.id,
-        principal=row.principal,
-        kind=PrincipalKind(row.kind),
-        groups=tuple(row.groups),
-        created_at=created_at,
-        expires_at=_utc(row.expires_at),
-        revoked_at=_utc(row.revoked_at),
-        rotated_at=_utc(row.rotated_at),
-        description=row.description,
-        generation=int(row.generation),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +186,7 @@ class KeyStore:
     async def get(self, key_id: str) -> StoredKey | None:
         async with self._read() as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
-        return None if row is None else StoredKey(_record(row), row.secret_hash)
+        return None if row is None else StoredKey(record_from_row(row), row.secret_hash)
 
     async def list_records(
         self, *, principal: str | None, after: str | None, limit: int
@@ -269,7 +199,7 @@ class KeyStore:
             query = query.where(api_keys.c.id > after)
         async with self._read() as conn:
             rows = await conn.execute(query.order_by(api_keys.c.id).limit(limit))
-            return [_record(row) for row in rows]
+            return [record_from_row(row) for row in rows]
 
     async def replace_secret(self, key_id: str, secret_hash: str, rotated_at: datetime) -> int | None:
         """Give an unrevoked key a new secret hash and the next generation; returns that

@@ -25,24 +25,27 @@ once; `policies review` runs `gateway.cli.review.run_review_command`, the others
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import binding, binding_static, naming
-from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
-from cedarberg.gateway.authz.engine import Decision, PolicyEngine
+from cedarberg.gateway.authz import naming
 from cedarberg.gateway.authz.entities import EntityType, Resource, parse_path
 from cedarberg.gateway.authz.errors import PolicyLoadError, ResourceError
-from cedarberg.gateway.authz.fixtures import run_fixtures
 from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
-from cedarberg.gateway.authz.operations import OPERATIONS, Scope
-from cedarberg.gateway.authz.restrictions import describe, summary
-from cedarberg.gateway.authz.review_cli import add_review_command, run_review
+from cedarberg.gateway.authz.review_cli import add_review_command
+
+# The engine (cedarpy), the operations and restrictions (pydantic, pyiceberg), the binding
+# findings and the settings are imported by the commands that use them: `add_policy_commands`
+# builds part of every `cedarberg` parser, `--help` included (tests/gateway/test_cli_startup.py).
+if TYPE_CHECKING:
+    from cedarberg.gateway.authz import binding
+    from cedarberg.gateway.authz.context import ChangeSummary
+    from cedarberg.gateway.authz.engine import Decision, PolicyEngine
+    from cedarberg.gateway.authz.operations import Scope
 
 COMMAND = "policies"
 
@@ -59,6 +62,8 @@ def _problem_lines(directory: Path, err: PolicyLoadError) -> list[str]:
 
 def load_engine(directory: Path, err: TextIO) -> PolicyEngine | None:
     """The policy set of `directory`, loaded, or None after printing why it is refused."""
+    from cedarberg.gateway.authz.engine import PolicyEngine
+
     engine = PolicyEngine(directory, entity_cache_size=0)
     try:
         engine.load()
@@ -88,6 +93,8 @@ def validate(
         f"version {engine.version}",
         file=out,
     )
+    from cedarberg.gateway.authz import binding_static
+
     for finding in binding_static.static_findings(engine, locations):
         print(f"warning: restriction not binding: {finding.message}", file=out)
         print(f"  binds instead: {finding.binds_instead}", file=out)
@@ -97,6 +104,8 @@ def validate(
 def run_fixture_tests(directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the ALLOW/DENY request fixtures; 0 if all pass, 1 if any fails, none exist, or the set is
     refused."""
+    from cedarberg.gateway.authz.fixtures import run_fixtures
+
     engine = load_engine(directory, err)
     if engine is None:
         return 1
@@ -136,6 +145,8 @@ async def resolve_resource(
     grants are the stated properties alone, or what `grants_over` makes of them (a deployment's
     registry under them). Raises `ResourceError` for an unknown action or a path or property of the
     wrong shape, and whatever `grants_over` raises."""
+    from cedarberg.gateway.authz.operations import OPERATIONS, Scope
+
     operation = OPERATIONS.get(action)
     if operation is None or operation.action is None:
         raise ResourceError(f"unknown action {action!r}; known: {', '.join(sorted(OPERATIONS))}")
@@ -154,6 +165,8 @@ async def resolve_resource(
 
 def build_resource(action: str, spec: ResourceSpec, owner: str = "") -> Resource:
     """`resolve_resource` with the stated grants alone, outside an event loop."""
+    import asyncio
+
     return asyncio.run(resolve_resource(action, spec, owner))
 
 
@@ -193,17 +206,19 @@ class StatedGrantReader:
         return await resolve_resource(action, spec, owner)
 
 
-_EXPECTED = {
-    Scope.WAREHOUSE: "WAREHOUSE",
-    Scope.CONTAINER: "WAREHOUSE[/NS]",
-    Scope.NAMESPACE: "WAREHOUSE/NS",
-    Scope.TABLE: "WAREHOUSE/NS/TABLE",
-    Scope.VIEW: "WAREHOUSE/NS/VIEW",
+_EXPECTED = {  # by `Scope` value (a StrEnum: its members look these up)
+    "warehouse": "WAREHOUSE",
+    "container": "WAREHOUSE[/NS]",
+    "namespace": "WAREHOUSE/NS",
+    "table": "WAREHOUSE/NS/TABLE",
+    "view": "WAREHOUSE/NS/VIEW",
 }
 
 
 def _shaped(action: str, scope: Scope, path: str) -> ResourceName:
     """What `path` names, if it has the shape `scope` needs; else `ResourceError`."""
+    from cedarberg.gateway.authz.operations import Scope
+
     warehouse, levels, name = parse_path(path)
     wrong = ResourceError(f"{action} expects {_EXPECTED[scope]}, not {path!r}")
     if scope is Scope.WAREHOUSE or (scope is Scope.CONTAINER and not levels):
@@ -227,6 +242,8 @@ def _print_decision(
     out: TextIO,
     findings: Sequence[binding.Finding] = (),
 ) -> None:
+    from cedarberg.gateway.authz.restrictions import describe, summary
+
     verdict = "ALLOW" if decision.allowed else "DENY"
     groups = ", ".join(sorted(principal.groups)) or "none"
     print(f"decision:  {verdict}", file=out)
@@ -296,6 +313,8 @@ class ContextSpec:
     client_address: str = "127.0.0.1"
 
     def changes(self) -> ChangeSummary:
+        from cedarberg.gateway.authz.context import ChangeSummary
+
         return ChangeSummary(
             frozenset(self.update_kinds), frozenset(self.refs), frozenset(self.property_keys), self.creates
         )
@@ -333,6 +352,11 @@ def explain(
     set, or input that names no principal or resource: the reason on `err`), 3 the grants cannot be
     read (no decision is made without them). An Allow whose restrictions cannot bind says where and
     why (`binding`; warehouses from `grants.locations`, unknown when None)."""
+    import asyncio
+
+    from cedarberg.gateway.authz import binding
+    from cedarberg.gateway.authz.context import RequestContext
+
     engine = load_engine(directory, err)
     if engine is None:
         return 2
@@ -448,5 +472,7 @@ def review_offline(
     args: argparse.Namespace, directory: Path, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
     """`policies review` offline, with the policies of `directory` (`review_cli.run_review`)."""
+    from cedarberg.gateway.authz.review_cli import run_review
+
     engine = load_engine(directory, err)
     return 2 if engine is None else run_review(engine, args, out, err)

@@ -29,20 +29,23 @@ outdated registry, an object that does not exist); 2 for bad input or a refused 
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
-from cedarberg.gateway.authz import binding, naming, review
-from cedarberg.gateway.authz.engine import PolicyEngine
+from cedarberg.gateway.authz import naming
 from cedarberg.gateway.authz.entities import EntityType, Resource, child_table, child_view, parse_path
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.naming import ResourceName
-from cedarberg.gateway.authz.restrictions import summary
+
+# The review and the policy engine (cedarpy, pyiceberg's expressions) are imported where a review
+# runs: `add_review_command` builds part of every `cedarberg` parser, `--help` included.
+if TYPE_CHECKING:
+    from cedarberg.gateway.authz import review
+    from cedarberg.gateway.authz.engine import PolicyEngine
 
 _KINDS = {1: EntityType.WAREHOUSE, 2: EntityType.NAMESPACE, 3: EntityType.TABLE}
 
@@ -116,6 +119,8 @@ def run_review(engine: PolicyEngine, args: argparse.Namespace, out: TextIO, err:
 
 def review_context(args: argparse.Namespace) -> review.ReviewContext:
     """The context decisions are made with. Raises `ValueError` for an unknown method."""
+    from cedarberg.gateway.authz import review
+
     return review.ReviewContext(AuthMethod(args.auth_method), args.client_address)
 
 
@@ -132,6 +137,8 @@ def emit(document: Mapping[str, Any], args: argparse.Namespace, out: TextIO, kno
 
 
 def _resource(path: str, is_view: bool, properties: list[str]) -> Resource:
+    import asyncio
+
     warehouse, levels, name = parse_path(path)
     kind = _KINDS[1 + len(levels[:1]) + (name is not None)]
     if is_view and kind is EntityType.TABLE:
@@ -146,6 +153,8 @@ def stated_subjects(texts: Sequence[str]) -> list[review.KnownPrincipal]:
 
 
 def _subject(text: str) -> review.KnownPrincipal:
+    from cedarberg.gateway.authz import review
+
     principal_id, _, groups = text.partition("=")
     if not principal_id:
         raise ResourceError(f"a subject must look like ID[=GROUP,GROUP], not {text!r}")
@@ -157,6 +166,8 @@ def _subject(text: str) -> review.KnownPrincipal:
 def _resource_review(
     engine: PolicyEngine, args: argparse.Namespace, target: Resource, context: review.ReviewContext
 ) -> dict[str, Any]:
+    from cedarberg.gateway.authz import binding, review
+
     actions = review.chosen_actions(target.kind, args.action)
     groups = review.residual_groups(engine, target, actions)
     audience = review.known_subjects(stated_subjects(args.subject), groups)
@@ -171,6 +182,8 @@ def _resource_review(
 def _principal_review(
     engine: PolicyEngine, args: argparse.Namespace, target: Resource, context: review.ReviewContext
 ) -> dict[str, Any]:
+    from cedarberg.gateway.authz import binding, review
+
     if target.kind is not EntityType.NAMESPACE:
         raise ResourceError("--principal reviews a namespace: --resource WAREHOUSE/NS")
     who = Principal(args.principal, PrincipalKind(args.kind), frozenset(args.group), context.auth_method)
@@ -191,6 +204,8 @@ def _principal_review(
 
 
 def _policies(entry: Mapping[str, Any]) -> str:
+    from cedarberg.gateway.authz.restrictions import summary
+
     text = ", ".join(entry["policy_ids"])
     for rule in entry["restrictions"]:
         text += f"; restricted by {rule['policy_id']}: {summary(rule)}"

@@ -15,24 +15,22 @@ while no gateway serves, and are safe while one does:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from cedarberg.catalog.context import CatalogContext
-from cedarberg.catalog.dropped import list_dropped, undrop
 from cedarberg.catalog.errors import CatalogError
-from cedarberg.catalog.pagination import PageRequest
-from cedarberg.catalog.rebuild import rebuild
-from cedarberg.catalog.rotation import rotate
 from cedarberg.gateway.cli.deployment import offline_options, offline_settings
-from cedarberg.gateway.config.settings import Settings
-from cedarberg.gateway.web.app import close_catalog, open_catalog
 from cedarberg.kms.errors import KmsError
+
+# The catalog (pyiceberg, pyarrow, SQLAlchemy) and the settings (pydantic) are imported by the
+# commands that use them: `offline_options` and the parsers serve every command, `--help` included.
+if TYPE_CHECKING:
+    from cedarberg.catalog.context import CatalogContext
+    from cedarberg.gateway.config.settings import Settings
 
 PROG = "cedarberg"
 
@@ -61,6 +59,8 @@ def _when(ms: int) -> str:
 
 
 async def _with_catalog(settings: Settings, work: Callable[[CatalogContext], Awaitable[int]]) -> int:
+    from cedarberg.gateway.web.app import close_catalog, open_catalog
+
     ctx = await open_catalog(settings)
     try:
         return await work(ctx)
@@ -77,6 +77,8 @@ async def _kms_status(ctx: CatalogContext, out: TextIO) -> int:
 
 
 async def _kms_rotate(ctx: CatalogContext, out: TextIO) -> int:
+    from cedarberg.catalog.rotation import rotate
+
     report = await rotate(ctx, progress=lambda done: print(f"rewrapped {done}", file=out, flush=True))
     print(
         f"rotation to {report.kek_uri} version {report.kek_version}: {report.rewrapped} rewrapped, "
@@ -98,6 +100,9 @@ def _new_local_version(settings: Settings, out: TextIO, err: TextIO) -> int:
 
 
 async def _dropped_list(ctx: CatalogContext, warehouse: str | None, out: TextIO) -> int:
+    from cedarberg.catalog.dropped import list_dropped
+    from cedarberg.catalog.pagination import PageRequest
+
     token = None
     while True:
         page = PageRequest.parse(token, "100", 100, 100)
@@ -126,6 +131,8 @@ def _purge_state(item: Mapping[str, Any]) -> str:
 
 
 async def _undrop(ctx: CatalogContext, warehouse: str | None, drop_id: str, out: TextIO) -> int:
+    from cedarberg.catalog.dropped import undrop
+
     body = await undrop(ctx, warehouse, drop_id, None)
     item = orjson.loads(body or b"{}")
     print(f"restored {item['kind']} {'.'.join([*item['namespace'], item['name']])}", file=out)
@@ -133,6 +140,8 @@ async def _undrop(ctx: CatalogContext, warehouse: str | None, drop_id: str, out:
 
 
 async def _rebuild(ctx: CatalogContext, warehouse: str | None, out: TextIO) -> int:
+    from cedarberg.catalog.rebuild import rebuild
+
     report = await rebuild(ctx, warehouse)
     for line in report.namespaces_created:
         print(f"namespace created: {line}", file=out)
@@ -150,6 +159,8 @@ def run_catalog_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
+    import asyncio
+
     out = out or sys.stdout
     err = err or sys.stderr
     settings = offline_settings(args, environ, err)

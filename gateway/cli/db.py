@@ -11,14 +11,12 @@ Both take the settings of `serve` (--config, CEDARBERG_* variables, --data-dir, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Mapping
 from typing import TextIO
 
 from cedarberg.catalog.errors import CatalogError
 from cedarberg.gateway.cli.deployment import offline_options, offline_settings
-from cedarberg.gateway.serve.migrate import schema_states, upgrade
 
 PROG = "cedarberg"
 EXIT_BEHIND = 3
@@ -38,6 +36,11 @@ def run_db_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
+    # Alembic and SQLAlchemy load only for `db` commands, not for the parser (`cedarberg --help`).
+    import asyncio
+
+    from cedarberg.gateway.serve.migrate import schema_states, upgrade
+
     out = out or sys.stdout
     err = err or sys.stderr
     settings = offline_settings(args, environ, err)

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
-from cedarberg.gateway.config.settings import ENV_PREFIX, Settings, SettingsError, load_settings
-
+# The settings (pydantic) load when a command reads them, not when its parser is built
+# (`cedarberg --help`: tests/gateway/test_cli_startup.py).
 if TYPE_CHECKING:
+    from cedarberg.gateway.config.settings import Settings
     from cedarberg.gateway.web.services import Services
 
 PROG = "cedarberg"
+_ENV_PREFIX = "CEDARBERG_"  # gateway.config.settings.ENV_PREFIX, without importing pydantic
 OFFLINE_CONFLICT = "--offline reads no registry: drop --data-dir and --store-url"
 
 
@@ -50,6 +52,8 @@ def offline_settings(
 ) -> Settings | None:
     """The settings `offline_options` name (with `environ`, default the process environment), or
     None after printing on `err` the line `serve` prints for them."""
+    from cedarberg.gateway.config.settings import SettingsError, load_settings
+
     try:
         return load_settings(args.config, os.environ if environ is None else environ, _store_flags(args))
     except SettingsError as error:
@@ -62,7 +66,7 @@ def settings_named(args: argparse.Namespace, environ: Mapping[str, str]) -> bool
     `CEDARBERG_*` variable) names settings."""
     flags = (args.config, *_store_flags(args).values())
     return any(flag is not None for flag in flags) or any(
-        key.startswith(ENV_PREFIX) and key != ENV_PREFIX for key in environ
+        key.startswith(_ENV_PREFIX) and key != _ENV_PREFIX for key in environ
     )
 
 

@@ -16,8 +16,11 @@
 Settings come from the same sources as `cedarberg serve`, in the same order (config file, then
 `CEDARBERG_*` environment variables, then flags), so the command finds the store the server uses.
 It works while a server runs on that store: SQLite runs in WAL mode with a busy timeout and writers
-take the write lock up front (see `gateway.authn.key_store`). A revocation or rotation reaches every
-running gateway process through the key change feed within `api_keys.change_poll_seconds`.
+take the write lock up front (see `gateway.authn.key_store`). `keys list` reads an existing SQLite
+store read-only with `sqlite3` (`gateway.authn.key_listing`: no SQLAlchemy, no migrations), to
+start in a fraction of a second; other stores, and one not yet created, through the key store.
+A revocation or rotation reaches every running gateway process through the key change feed within
+`api_keys.change_poll_seconds`.
 
 Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
 arguments (one line on stderr). Nothing secret is logged or printed except the created key (and
@@ -30,26 +33,24 @@ Wiring (gateway/cli/main.py): `add_keys_commands(subparsers)` once, and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import orjson
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.gateway.authn.api_keys import (
-    ApiKeyAuthenticator,
-    InvalidApiKeyRequestError,
-    NoSuchApiKeyError,
-)
 from cedarberg.gateway.authn.key_format import is_key_id, parse_api_key
-from cedarberg.gateway.authn.key_store import ApiKeyRecord, open_key_store
 from cedarberg.gateway.authn.principal import PrincipalKind
-from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
+
+# The settings (pydantic) and the key store (SQLAlchemy) are imported by the commands that use
+# them: building the parser (`cedarberg --help`) must not pay for them.
+if TYPE_CHECKING:
+    from cedarberg.gateway.authn.key_record import ApiKeyRecord
+    from cedarberg.gateway.config.settings import Settings
 
 COMMAND = "keys"
 PROG = "cedarberg"
@@ -108,6 +109,8 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    from cedarberg.gateway.config.settings import load_settings
+
     flags = {"data_dir": args.data_dir, "store_url": args.store_url}
     return load_settings(args.config, environ, flags)
 
@@ -156,6 +159,9 @@ def _wants_forms(args: argparse.Namespace, out: TextIO) -> bool:
 
 
 async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, InvalidApiKeyRequestError
+    from cedarberg.gateway.authn.key_store import open_key_store
+
     expires_at = None
     if args.expires_in_days is not None:
         expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
@@ -184,20 +190,35 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
     return 0
 
 
-async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+async def _stored_records(settings: Settings, principal: str | None) -> list[ApiKeyRecord]:
+    from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
+    from cedarberg.gateway.authn.key_store import open_key_store
+
     store = await open_key_store(settings.effective_store_url())
     try:
         keys = ApiKeyAuthenticator(store, settings.api_keys)
         records: list[ApiKeyRecord] = []
         after: str | None = None
         while True:
-            page = await keys.list_keys(principal=args.principal, after=after, limit=_PAGE)
+            page = await keys.list_keys(principal=principal, after=after, limit=_PAGE)
             records.extend(page)
             if len(page) < _PAGE:
-                break
+                return records
             after = page[-1].key_id
     finally:
         await store.close()
+
+
+def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    from cedarberg.gateway.authn.key_listing import list_sqlite_keys
+
+    # An existing SQLite store is read without SQLAlchemy (`key_listing`: start-up in a fraction
+    # of a second); any other store, or one not yet created or migrated, through the key store.
+    records = list_sqlite_keys(settings.effective_store_url(), args.principal)
+    if records is None:
+        import asyncio
+
+        records = asyncio.run(_stored_records(settings, args.principal))
     now = datetime.now(UTC)
     if args.json:
         for record in records:
@@ -225,6 +246,9 @@ async def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
 
 
 async def _revoke(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, NoSuchApiKeyError
+    from cedarberg.gateway.authn.key_store import open_key_store
+
     key_id: str = args.key_id
     if not is_key_id(key_id):
         raise _UsageError("not a key id (16 characters a-z and 2-7, the part after 'cbk_')")
@@ -256,6 +280,8 @@ def run_keys_command(
 
     `environ` defaults to the process environment (as for `serve`); `out`/`err` to stdout/stderr.
     """
+    from cedarberg.gateway.config.settings import SettingsError
+
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -264,10 +290,12 @@ def run_keys_command(
         print(f"{PROG}: {error}", file=err)
         return 2
     try:
+        if args.keys_command == "list":  # without asyncio when it can (`_list`)
+            return _list(settings, args, out)
+        import asyncio
+
         if args.keys_command == "create":
             return asyncio.run(_create(settings, args, out, err))
-        if args.keys_command == "list":
-            return asyncio.run(_list(settings, args, out))
         return asyncio.run(_revoke(settings, args, out, err))
     except _UsageError as error:
         print(f"{PROG} keys {args.keys_command}: {error}", file=err)

@@ -1,4 +1,10 @@
-"""The `cedarberg` command line."""
+"""The `cedarberg` command line.
+
+Start-up is part of the interface: `cedarberg --help` imports argparse and the parsers' own
+modules only, and each command imports what it runs inside its branch of `main` (the server, the
+catalog with pyiceberg, pyarrow and SQLAlchemy, only for the commands that use them).
+`tests/gateway/test_cli_startup.py` keeps the heavy libraries out of the light commands.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +18,6 @@ from cedarberg.gateway.cli.catalog import add_catalog_commands, run_catalog_comm
 from cedarberg.gateway.cli.db import add_db_commands, run_db_command
 from cedarberg.gateway.cli.deployment import offline_options
 from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
-from cedarberg.gateway.cli.openapi import run_admin_openapi_command
-from cedarberg.gateway.cli.policies import run_policies_command
-from cedarberg.gateway.cli.review import run_review_command
-from cedarberg.gateway.config import reference as config_reference
-from cedarberg.gateway.config.settings import SettingsError, load_settings
-from cedarberg.gateway.logs import configure_logging
-from cedarberg.gateway.serve.fatal import report_fatal
-from cedarberg.gateway.serve.server import serve
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,13 +53,21 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config-reference":
+        from cedarberg.gateway.config import reference as config_reference
+
         print(config_reference.render(), end="")
         return 0
     if args.command == "admin-openapi":
+        from cedarberg.gateway.cli.openapi import run_admin_openapi_command
+
         return run_admin_openapi_command(args.format)
     if args.command == "policies" and args.policies_command == "review":
+        from cedarberg.gateway.cli.review import run_review_command
+
         return run_review_command(args)
     if args.command == "policies":
+        from cedarberg.gateway.cli.policies import run_policies_command
+
         return run_policies_command(args)
     if args.command == "keys":
         return run_keys_command(args)
@@ -81,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     if tls_flags:
         flags["tls"] = tls_flags
+    # `serve` imports the whole server here, once at start-up: requests never import.
+    from cedarberg.gateway.config.settings import SettingsError, load_settings
+    from cedarberg.gateway.logs import configure_logging
+    from cedarberg.gateway.serve.fatal import report_fatal
+    from cedarberg.gateway.serve.server import serve
+
     try:
         settings = load_settings(args.config, os.environ, flags)
     except SettingsError as err:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from limits import parse_many
 from pydantic import Field, field_validator
 
 from cedarberg.gateway.config.base import FrozenSettings
@@ -13,6 +12,10 @@ REDIS_SCHEMES = frozenset({"redis", "rediss", "redis+unix"})
 
 
 def _check_limit_string(value: str) -> str:
+    # Imported when a limit is configured, not with the settings: `limits` is slow to import and
+    # every `cedarberg` command loads the settings (`keys list` included).
+    from limits import parse_many
+
     try:
         items = parse_many(value)
     except ValueError as err:

@@ -26,7 +26,7 @@ from cedarberg.catalog.errors import NoSuchTableError, NoSuchViewError, NoSuchWa
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.objects import TABLE, VIEW
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
-from cedarberg.gateway.authn.key_store import ApiKeyRecord
+from cedarberg.gateway.authn.key_record import ApiKeyRecord
 from cedarberg.gateway.authn.principal import (
     KEY_NAMESPACE,
     AuthMethod,

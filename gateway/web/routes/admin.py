@@ -49,7 +49,7 @@ from cedarberg.gateway.authn.api_keys import (
     NoSuchApiKeyError,
 )
 from cedarberg.gateway.authn.key_format import is_key_id
-from cedarberg.gateway.authn.key_store import ApiKeyRecord
+from cedarberg.gateway.authn.key_record import ApiKeyRecord
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authz import binding, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext

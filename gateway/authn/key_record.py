@@ -1,0 +1,84 @@
+"""`ApiKeyRecord`: what may be shown about an API key, and how a row of `api_keys` becomes one.
+
+Apart from the key store (`key_store`, SQLAlchemy) so that reading keys without SQLAlchemy
+(`key_listing`, for `cedarberg keys list`) builds exactly the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cedarberg.gateway.authn.principal import PrincipalKind, key_principal_id
+
+
+def utc(value: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; every value was written in UTC.
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """What may be shown about a key: everything except its secret and the secret's hash."""
+
+    key_id: str
+    principal: str
+    kind: PrincipalKind
+    groups: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    rotated_at: datetime | None
+    description: str
+    generation: int = 0  # rotations plus revocation so far; tokens of older generations are void
+
+    @property
+    def principal_id(self) -> str:
+        """The namespaced id of the principal the key authenticates as (`key:<principal>`)."""
+        return key_principal_id(self.principal)
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def is_active(self, now: datetime) -> bool:
+        return self.revoked_at is None and not self.is_expired(now)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready view for the admin API and the CLI (ISO 8601 UTC timestamps)."""
+
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {
+            "id": self.key_id,
+            "principal": self.principal,
+            "kind": self.kind.value,
+            "groups": list(self.groups),
+            "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at),
+            "revoked_at": iso(self.revoked_at),
+            "rotated_at": iso(self.rotated_at),
+            "description": self.description,
+        }
+
+
+def record_from_row(row: Any) -> ApiKeyRecord:
+    """The record of an `api_keys` row (attributes named as the columns, values as SQLAlchemy
+    returns them: datetimes, the groups as a list); its `secret_hash`, if any, is left out."""
+    created_at = utc(row.created_at)
+    assert created_at is not None  # NOT NULL column
+    return ApiKeyRecord(
+        key_id=row.id,
+        principal=row.principal,
+        kind=PrincipalKind(row.kind),
+        groups=tuple(row.groups),
+        created_at=created_at,
+        expires_at=utc(row.expires_at),
+        revoked_at=utc(row.revoked_at),
+        rotated_at=utc(row.rotated_at),
+        description=row.description,
+        generation=int(row.generation),
+    )
