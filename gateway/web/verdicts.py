@@ -18,7 +18,7 @@ at no extra cost.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -32,11 +32,13 @@ from cedarberg.catalog.errors import (
 from cedarberg.gateway.audit import AuditEvent, EventKind, Ruling
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.authorizer import Check, Verdict, decide_checks
-from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType
 from cedarberg.gateway.authz.restrictions import describe
 from cedarberg.gateway.web import replay
 from cedarberg.gateway.web.keys import PRINCIPAL, metrics, request_id_of, security
+
+if TYPE_CHECKING:
+    from cedarberg.gateway.authz.engine import Decision, PolicyEngine
 
 _HIDDEN: Final[dict[EntityType, type[NotFoundError]]] = {
     EntityType.WAREHOUSE: NoSuchWarehouseError,
