@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 AUDITED = frozenset({401, 429})
 _KINDS = {401: EventKind.AUTH_FAILURE, 429: EventKind.THROTTLED}
 _DEFAULT_REASONS = {401: "credential refused", 429: "rate limited"}
+UNROUTED = "unmatched"  # what `middlewares.run` calls a request no route took (yet)
+NOT_ROUTED = "(before routing)"
 _TOKEN_OPERATION = "getToken"  # noqa: S105 - an operation's name
 _MAX_FORM_PEEK = 16 * 1024  # the token endpoint's own bound on its form (`routes.oauth`)
 
@@ -38,7 +40,9 @@ async def note(request: web.Request, sec: Security, status: int, operation: str)
     source = Source(
         _KINDS[status],
         request.remote or "",
-        operation,
+        # Throttled by address before routing: no operation is known (and the path is the
+        # client's text, not recorded).
+        operation if operation != UNROUTED else NOT_ROUTED,
         request.get(REFUSAL) or _DEFAULT_REASONS[status],
         await presented_key_id(request, operation) if status == 401 else None,
         None if principal is None else principal.id,

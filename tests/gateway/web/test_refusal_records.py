@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from cedarberg.gateway.web.keys import SECURITY
+from cedarberg.gateway.web.refusals import NOT_ROUTED
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway, bearer
 
 FAKE_ID = "qrstuvwxyz234567"
@@ -75,3 +77,18 @@ async def test_a_denial_records_the_status_the_client_got_fresh_and_replayed(gw:
     assert [(r["principal"], r["status"], r["detail"]) for r in creates] == [
         ("key:ana", 403, {"reason": "no policy permits it"})
     ]
+
+
+async def test_throttling_by_address_is_counted_before_routing_and_flushed_with_exact_counts(
+    make_gateway: MakeGateway,
+) -> None:
+    gw = await make_gateway(config={"rate_limits": {"per_address": "2/minute"}})
+    statuses = [(await gw.client.get("/v1/namespaces")).status for _ in range(12)]
+    assert statuses.count(429) == 10, statuses
+    assert gw.app[SECURITY].refusals.flush() == 1  # the interval's end: one summary
+    records = await _refusals(gw)
+    assert [(r["event"], r["action"], r["status"], r["principal"]) for r in records] == [
+        ("throttled", NOT_ROUTED, 429, None)
+    ] * 2
+    assert [r["detail"]["count"] for r in records] == [1, 9]
+    assert {r["detail"]["reason"] for r in records} == {"client address over its rate limit"}
