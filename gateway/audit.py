@@ -15,11 +15,22 @@ Public API::
     SecretScrubbingFilter()                     # a logging.Filter that scrubs every record
 
 Every line has the same keys, in this order (``null`` where a key does not apply): ``time``
-(ISO-8601 UTC, milliseconds, ``Z``), ``event`` (``decision`` | ``mutation``), ``request_id``,
-``principal``, ``principal_kind``, ``auth_method``, ``actor`` (the engine acting for the
-principal, when it was delegated), ``client_address``, ``action``, ``resource``,
-``decision`` (``allow`` | ``deny``), ``policy_ids`` (determining policies), ``policy_version``,
-``outcome`` (mutations: ``success`` | ``failure`` | ``unknown``), ``status`` (HTTP status), ``detail``.
+(ISO-8601 UTC, milliseconds, ``Z``), ``stream`` (always ``"audit"``: the process log's lines
+have no such key), ``event`` (`EventKind`: ``decision`` | ``mutation`` | ``auth_failure`` |
+``throttled``), ``request_id``, ``principal`` (the namespaced id, ``key:etl``), ``principal_kind``,
+``auth_method``, ``actor`` (the engine acting for the principal, when it was delegated),
+``client_address``, ``action``, ``resource``, ``decision`` (``allow`` | ``deny``), ``policy_ids``
+(determining policies), ``policy_version``, ``outcome`` (mutations: ``success`` | ``failure`` |
+``unknown``), ``status`` (the HTTP status the client got: a mutation's, a denial's, a refusal's),
+``detail``. ``time``, ``request_id`` and ``principal`` are the process log's fields of the same
+names, in the same form (`gateway.logs`), so a request's log lines and audit records join on them.
+
+What ``detail`` holds, by record: a denial's ``reason``; an allowed load or scan plan that column,
+row or mask restrictions narrowed, its ``restrictions`` (policy id, columns kept, row filter,
+masks); a created API key's ``key_id``; an ``auth_failure`` or ``throttled`` record's ``reason``,
+``count`` (the refusals it stands for), ``window_seconds`` and, for a failed authentication, the
+``presented_key_id`` (an API key's public id, never its secret). Those two are aggregated per
+client address, action and reason (`gateway.audit_refusals`) so that a flood cannot fill the disk.
 
 Invariants:
 
@@ -100,6 +111,13 @@ class Outcome(StrEnum):
 class EventKind(StrEnum):
     DECISION = "decision"  # an authorization decision (or a refusal audited as a denial)
     MUTATION = "mutation"  # a change (create, commit, drop, key issued, credentials vended...)
+    AUTH_FAILURE = "auth_failure"  # 401s from one address, aggregated (`gateway.audit_refusals`)
+    THROTTLED = "throttled"  # 429s from one address, aggregated (`gateway.audit_refusals`)
+
+
+# Tells audit lines from the process log's (which share `time`, `request_id`, `principal`) when
+# both go to one collector.
+STREAM = "audit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +350,7 @@ class AuditLog:
         principal, client_address = event.principal, event.client_address
         record = {
             "time": _TIME_SLOT,
+            "stream": STREAM,
             "event": event.kind.value,
             "request_id": _REQUEST_ID_SLOT,
             "principal": _scrub_short(principal.id) if principal else None,

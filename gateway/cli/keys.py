@@ -22,6 +22,9 @@ start in a fraction of a second; other stores, and one not yet created, through 
 A revocation or rotation reaches every running gateway process through the key change feed within
 `api_keys.change_poll_seconds`.
 
+`create` and `revoke` append a record naming the key id (never the secret) to the audit log file
+the gateway writes (`audit.destination`), opened before anything changes (`gateway.cli.key_audit`).
+
 Exit codes: 0 done; 1 the store is unavailable or the key does not exist; 2 bad settings or
 arguments (one line on stderr). Nothing secret is logged or printed except the created key (and
 its engine forms, on stdout).
@@ -161,21 +164,24 @@ def _wants_forms(args: argparse.Namespace, out: TextIO) -> bool:
 async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, InvalidApiKeyRequestError
     from cedarberg.gateway.authn.key_store import open_key_store
+    from cedarberg.gateway.cli.key_audit import KeyAudit
 
     expires_at = None
     if args.expires_in_days is not None:
         expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
-    store = await open_key_store(settings.effective_store_url())
-    try:
-        keys = ApiKeyAuthenticator(store, settings.api_keys)
+    with KeyAudit.open(settings) as audit:
+        store = await open_key_store(settings.effective_store_url())
         try:
-            record, plaintext = await keys.create_key(
-                args.principal, PrincipalKind(args.kind), args.group, expires_at, args.description
-            )
-        except InvalidApiKeyRequestError as error:
-            raise _UsageError(str(error)) from None
-    finally:
-        await store.close()
+            keys = ApiKeyAuthenticator(store, settings.api_keys)
+            try:
+                record, plaintext = await keys.create_key(
+                    args.principal, PrincipalKind(args.kind), args.group, expires_at, args.description
+                )
+            except InvalidApiKeyRequestError as error:
+                raise _UsageError(str(error)) from None
+        finally:
+            await store.close()
+        audit.key_changed("createApiKey", record.key_id, record.principal_id)
     groups = ",".join(record.groups) or "none"
     print(
         f"created API key {record.key_id} for {record.kind.value} {record.principal!r} "
@@ -248,21 +254,25 @@ def _list(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
 async def _revoke(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator, NoSuchApiKeyError
     from cedarberg.gateway.authn.key_store import open_key_store
+    from cedarberg.gateway.cli.key_audit import KeyAudit
 
     key_id: str = args.key_id
     if not is_key_id(key_id):
         raise _UsageError("not a key id (16 characters a-z and 2-7, the part after 'cbk_')")
-    store = await open_key_store(settings.effective_store_url())
-    try:
-        keys = ApiKeyAuthenticator(store, settings.api_keys)
+    with KeyAudit.open(settings) as audit:
+        store = await open_key_store(settings.effective_store_url())
         try:
-            before = await keys.get_key(key_id)
-            record = await keys.revoke_key(key_id)
-        except NoSuchApiKeyError:
-            print(f"{PROG}: no API key {key_id}", file=err)
-            return 1
-    finally:
-        await store.close()
+            keys = ApiKeyAuthenticator(store, settings.api_keys)
+            try:
+                before = await keys.get_key(key_id)
+                record = await keys.revoke_key(key_id)
+            except NoSuchApiKeyError:
+                print(f"{PROG}: no API key {key_id}", file=err)
+                return 1
+        finally:
+            await store.close()
+        if before.revoked_at is None:
+            audit.key_changed("revokeApiKey", key_id, record.principal_id)
     if before.revoked_at is not None:
         print(f"API key {key_id} was already revoked at {_when(before.revoked_at)}", file=out)
     else:

@@ -45,6 +45,22 @@ class AuditSettings(FrozenSettings):
         description="How often a destination that failed is tried again (reopened at its path if it "
         "was removed or replaced); recording resumes by itself once it takes records.",
     )
+    refusal_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Failed authentications (401) and throttled requests (429) are recorded per "
+        "source (client address, action, reason, presented key id): its first refusal in each "
+        "interval at once, the rest as one record counting them at the interval's end, so a flood "
+        "writes a bounded number of lines.",
+    )
+    refusal_max_sources: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="Sources of 401/429 refusals tracked per interval (a few hundred bytes each); "
+        'refusals from further sources are counted together under client address "*".',
+    )
 
     @field_validator("destination")
     @classmethod

@@ -109,7 +109,8 @@ def _trusted(request: web.Request, table: Resource) -> bool:
         return False
     if _unrestricted(request, decision):
         return True
-    verdicts.refuse(request, TRUST_ACTION, str(table), {"reason": _TRUST_ONLY_RESTRICTED})
+    # Refuses nothing by itself: the caller is then treated as untrusted (no files).
+    verdicts.refuse(request, TRUST_ACTION, str(table), {"reason": _TRUST_ONLY_RESTRICTED}, status=None)
     return False
 
 
@@ -124,4 +125,6 @@ def _route_decision(request: web.Request, action: str) -> Decision | None:
 def _decide(request: web.Request, action: str, table: Resource) -> Decision:
     principal: Principal = request[PRINCIPAL]
     check = Check(action, table, RequestContext.of(principal, request.remote or ""))
-    return verdicts.decide(request, action, [check]).decisions[0][1]
+    # A denial here withholds files (no credentials, no signature, no write) and is answered by
+    # the caller's own refusal, if any: it is recorded without a status.
+    return verdicts.decide(request, action, [check], denial_status=None).decisions[0][1]

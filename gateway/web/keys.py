@@ -58,6 +58,12 @@ PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")
 # An allowed request's verdict, for handlers that read more than "allowed" (the scan grants of
 # planTableScan, the file-access checks).
 VERDICT: web.RequestKey[Verdict] = web.RequestKey("verdict")
+# Why the pipeline answered 401 or 429, for the aggregated audit record
+# (`gateway.audit_refusals`): one of the pipeline's fixed reasons, never client text.
+REFUSAL: web.RequestKey[str] = web.RequestKey("refusal")
+# What the audit record of a mutation's outcome adds about the object the handler made (e.g. a
+# created API key's id), when the decided resource cannot name it (`gateway.web.outcomes`).
+AUDIT_DETAIL: web.RequestKey[dict[str, str]] = web.RequestKey("audit_detail")
 # The body parsed once, before authorization (`gateway.web.http.parse_body`).
 PARSED_BODY: web.RequestKey[BaseModel] = web.RequestKey("parsed_body")
 

@@ -31,30 +31,23 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from cedarberg.catalog.errors import (
-    NoSuchNamespaceError,
-    NoSuchTableError,
-    NoSuchViewError,
-    NoSuchWarehouseError,
-    NotFoundError,
-)
 from cedarberg.gateway.authn import credential_forms
-from cedarberg.gateway.authn.errors import AuthenticationError, CredentialFormError
+from cedarberg.gateway.authn.errors import AuthenticationError, CredentialExpiredError, CredentialFormError
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
 from cedarberg.gateway.authz.context import RequestContext
-from cedarberg.gateway.authz.entities import EntityType
 from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
 from cedarberg.gateway.logs import bind_principal, bind_request
 from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
-from cedarberg.gateway.web import errors, http, outcomes, replay, resources, verdicts
+from cedarberg.gateway.web import errors, http, outcomes, refusals, replay, resources, verdicts
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
     METRICS,
     PLAN_KEY,
     PRINCIPAL,
+    REFUSAL,
     REQUEST_ID,
     ROUTE,
     SECURITY,
@@ -80,6 +73,11 @@ _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 # Metric labels stay bounded whatever clients send.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 _CONFLICT = "CommitFailedException"
+_THROTTLE_REASONS = {
+    "address": "client address over its rate limit",
+    "auth_failures": "too many failed authentications from this address",
+    "principal": "principal over its rate limit",
+}
 
 _CLASSES = {
     ActionGroup.READ: OperationClass.READ,
@@ -91,12 +89,6 @@ _CLASSES = {
 }
 # Reads (and the operator's reads): never audited as mutations.
 _READ_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
-_HIDDEN: dict[EntityType, type[NotFoundError]] = {
-    EntityType.WAREHOUSE: NoSuchWarehouseError,
-    EntityType.NAMESPACE: NoSuchNamespaceError,
-    EntityType.TABLE: NoSuchTableError,
-    EntityType.VIEW: NoSuchViewError,
-}
 
 
 def _spec(request: web.Request) -> OperationSpec | None:
@@ -184,6 +176,8 @@ async def run(request: web.Request, front: Front, rest: Rest) -> web.StreamRespo
     stats.child(stats.latency, operation).observe(elapsed)
     if error_type == _CONFLICT:
         stats.conflicts.labels(operation).inc()
+    if response.status in refusals.AUDITED:  # one set lookup per request; a refusal costs more
+        await refusals.note(request, front.security, response.status, operation)
     if front.access_log:
         access_log.info(
             "%s %s %d %.1fms", request.method, request.rel_url.raw_path, response.status, elapsed * 1000
@@ -191,8 +185,11 @@ async def run(request: web.Request, front: Front, rest: Rest) -> web.StreamRespo
     return response
 
 
-def _rate_limited(stats: Metrics, retry: RetryAfter, scope: str, op_class: str) -> RateLimitedError:
+def _rate_limited(
+    request: web.Request, stats: Metrics, retry: RetryAfter, scope: str, op_class: str
+) -> RateLimitedError:
     stats.rate_limited.labels(scope, op_class).inc()
+    request[REFUSAL] = _THROTTLE_REASONS[scope]
     return RateLimitedError(retry)
 
 
@@ -201,7 +198,7 @@ async def _limited_or_replayed(request: web.Request, front: Front, rest: Rest) -
     sec = front.security
     retry = await sec.limiter.hit_address(request.remote)
     if retry is not None:
-        raise _rate_limited(front.metrics, retry, "address", "any")
+        raise _rate_limited(request, front.metrics, retry, "address", "any")
     # A plan is looked up before anything else: one exists only for a request that was decided
     # before on the same route (same method and path), of a replayable operation.
     key = sec.plans.key_of(request)
@@ -243,8 +240,8 @@ async def _replayed(request: web.Request, plan: replay.Plan, front: Front) -> we
     if plan.principal.auth_method is not AuthMethod.ANONYMOUS:  # a credential was presented
         await _check_failure_budget(request, sec, front.metrics)
     request[PRINCIPAL] = plan.principal
-    bind_principal(plan.budget_key)
-    await _spend_principal_budget(sec, front.metrics, plan.budget_key, plan.op_class)
+    bind_principal(plan.principal.id)
+    await _spend_principal_budget(request, sec, front.metrics, plan.budget_key, plan.op_class)
     request_id = request_id_of(request)
     for template in plan.audits:
         sec.audit.record_template(template, request_id)
@@ -266,13 +263,15 @@ async def _check_failure_budget(request: web.Request, sec: Security, stats: Metr
     """Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch)."""
     retry = await sec.limiter.auth_failures_exceeded(request.remote)
     if retry is not None:
-        raise _rate_limited(stats, retry, "auth_failures", "any")
+        raise _rate_limited(request, stats, retry, "auth_failures", "any")
 
 
-async def _spend_principal_budget(sec: Security, stats: Metrics, who: str, op_class: OperationClass) -> None:
+async def _spend_principal_budget(
+    request: web.Request, sec: Security, stats: Metrics, who: str, op_class: OperationClass
+) -> None:
     retry = await sec.limiter.hit_principal(who, op_class)
     if retry is not None:
-        raise _rate_limited(stats, retry, "principal", op_class.value)
+        raise _rate_limited(request, stats, retry, "principal", op_class.value)
 
 
 async def _authenticate(request: web.Request) -> Principal:
@@ -293,6 +292,7 @@ async def _authenticate(request: web.Request) -> Principal:
             )
         if sec.anonymous is not None:
             return sec.anonymous
+        request[REFUSAL] = "no credential"
         raise AuthenticationError()
     await _check_failure_budget(request, sec, metrics(request))
     try:
@@ -300,6 +300,9 @@ async def _authenticate(request: web.Request) -> Principal:
             credential, request.remote, functools.partial(peer_certificate_sha256, request.transport)
         )
     except AuthenticationError as err:
+        request[REFUSAL] = (
+            "credential expired" if isinstance(err, CredentialExpiredError) else "credential refused"
+        )
         await sec.limiter.hit_auth_failure(request.remote)
         hint = credential_forms.bearer_hint(credential) if type(err) is AuthenticationError else None
         if hint is not None:
@@ -322,8 +325,9 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     principal = await _authenticate(request)
     request[PRINCIPAL] = principal
     who = f"{principal.kind}:{principal.id}"
-    bind_principal(who)
-    await _spend_principal_budget(sec, metrics(request), who, _CLASSES[spec.group])
+    # The log's principal is the audit record's: the namespaced id (`key:etl`).
+    bind_principal(principal.id)
+    await _spend_principal_budget(request, sec, metrics(request), who, _CLASSES[spec.group])
     if spec.body is not None:
         # One parse, before any decision: the resources and the context are built from the same
         # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
@@ -331,10 +335,11 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     built = await resources.build(request, spec, services(request), sec)
     context = RequestContext.of(principal, request.remote or "", built.changes)
     checks = plan_checks(spec.operation, context, built.resource, target=built.target, tables=built.tables)
-    verdict = verdicts.decide(request, spec.operation, checks)
+    verdict = verdicts.decide(request, spec.operation, checks, hides=True)
     if not verdict.allowed:
-        if verdict.hidden and verdict.hidden_kind in _HIDDEN:
-            raise _HIDDEN[verdict.hidden_kind](f"{verdict.hidden_kind.value} does not exist")
+        hidden = verdicts.hidden_error(verdict)  # the status its audit record names
+        if hidden is not None and verdict.hidden_kind is not None:
+            raise hidden(f"{verdict.hidden_kind.value} does not exist")
         raise ForbiddenError(f"Not allowed: {spec.operation}")
     request[VERDICT] = verdict
     mutation = spec.group not in _READ_GROUPS

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from cedarberg.gateway.audit import AuditEvent, AuditUnavailableError, EventKind, Outcome
 from cedarberg.gateway.authn.principal import Principal
-from cedarberg.gateway.web.keys import request_id_of, security
+from cedarberg.gateway.web.keys import AUDIT_DETAIL, request_id_of, security
 
 APPLIED_NOT_RECORDED = (
     "the change was applied, but its audit record could not be written yet: it is not "
@@ -33,7 +33,8 @@ async def acknowledge(
 
     The record is kept whatever the destination's state (`keep`): the change is applied. If it
     cannot be made durable now, the answer is 503 (`AuditUnavailableError`, naming the change as
-    applied and unacknowledged) and a second record says so; both are written on recovery."""
+    applied and unacknowledged) and a second record says so; both are written on recovery.
+    The record's detail is what the handler left under `keys.AUDIT_DETAIL`, if anything."""
     sec = security(request)
     event = AuditEvent(
         EventKind.MUTATION,
@@ -45,6 +46,8 @@ async def acknowledge(
         status=response.status,
         policy_version=sec.policies.version,
         client_address=request.remote,
+        # What the handler made that the decided resource cannot name (a created key's id).
+        detail=request.get(AUDIT_DETAIL),
     )
     sec.audit.record(event, keep=True)
     if response.status >= 400:

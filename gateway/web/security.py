@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from cedarberg.gateway.audit import AuditLog
+from cedarberg.gateway.audit_refusals import RefusalTally
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
 from cedarberg.gateway.authn.delegation import Delegation, UserSources
@@ -47,6 +48,7 @@ class Security:
     oidc: OidcAuthenticator
     policies: PolicyEngine
     audit: AuditLog
+    refusals: RefusalTally  # 401s and 429s, aggregated into the audit log
     anonymous: Principal | None
     verified_tokens: VerifiedTokenCache
     plans: PlanCache
@@ -83,6 +85,10 @@ class Security:
                 ", ".join(settings.anonymous.groups) or "none",
             )
         limiter = RateLimiter.open(settings.rate_limits)
+        audit = AuditLog.open(settings.audit)
+        refusals = RefusalTally(
+            audit, settings.audit.refusal_interval_seconds, settings.audit.refusal_max_sources
+        )
         security = cls(
             settings=settings,
             limiter=limiter,
@@ -92,7 +98,8 @@ class Security:
             token_endpoint=TokenEndpoint(api_keys, tokens, admit=_token_budget(limiter)),
             oidc=oidc,
             policies=policies,
-            audit=AuditLog.open(settings.audit),
+            audit=audit,
+            refusals=refusals,
             anonymous=anonymous,
             verified_tokens=VerifiedTokenCache(
                 settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
@@ -109,6 +116,7 @@ class Security:
         )
         await oidc.warm_up()
         await api_keys.start_change_feed()
+        refusals.start()
         if settings.authz.reload_interval_seconds > 0:
             security.watcher = PolicyWatcher(policies, settings.authz.reload_interval_seconds)
             security.watcher.start()
@@ -160,6 +168,7 @@ class Security:
         await self.key_store.close()
         await self.oidc.close()
         await self.limiter.aclose()
+        await self.refusals.stop()  # the last interval's counts, before the log closes
         await self.audit.aclose()
 
 

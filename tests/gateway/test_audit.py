@@ -34,6 +34,7 @@ from cedarberg.gateway.config.audit import AuditSettings
 
 FIELDS = [
     "time",
+    "stream",
     "event",
     "request_id",
     "principal",
@@ -144,6 +145,7 @@ def test_lines_are_json_with_all_fields(audit: AuditLog, audit_file: Path) -> No
         assert before - dt.timedelta(seconds=1) <= when <= after
     decision, mutation, denied = records
     assert decision == decision | {
+        "stream": "audit",
         "event": "decision",
         "request_id": "3f2b8c1e-5d4a-4f7b-9c1d-2e3f4a5b6c7d",
         "principal": "alice",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
 import os
 import re
 import subprocess
@@ -301,3 +302,43 @@ def test_unusable_store_exits_1(tmp_path: Path) -> None:
     assert out == ""
     assert len(err.splitlines()) == 1
     assert err.startswith("cedarberg: ")
+
+
+def test_create_and_revoke_append_to_the_audit_file_naming_the_key_never_the_secret(tmp_path: Path) -> None:
+    data_dir, audit_file = tmp_path / "data", tmp_path / "audit" / "audit.jsonl"
+    env = _clean_env(CEDARBERG_AUDIT__DESTINATION=str(audit_file))
+    made = _cli("create", "--principal", "etl", "--no-engine-forms", "--data-dir", str(data_dir), env=env)
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    key_id = parse_api_key(key).key_id
+    revoked = _cli("revoke", key_id, "--data-dir", str(data_dir), env=env)
+    assert revoked.returncode == 0, revoked.stderr
+    again = _cli("revoke", key_id, "--data-dir", str(data_dir), env=env)  # already revoked: no change
+    assert again.returncode == 0, again.stderr
+    text = audit_file.read_text()
+    assert parse_api_key(key).secret not in text
+    records = [json.loads(line) for line in text.splitlines()]
+    assert [(r["event"], r["action"], r["resource"], r["outcome"]) for r in records] == [
+        ("mutation", "createApiKey", f'Cedarberg::ApiKey::"{key_id}"', "success"),
+        ("mutation", "revokeApiKey", f'Cedarberg::ApiKey::"{key_id}"', "success"),
+    ]
+    for record in records:
+        assert record["stream"] == "audit"
+        assert record["principal"] is None  # no gateway principal acted: the command says who did
+        assert record["detail"]["key_id"] == key_id
+        assert record["detail"]["key_principal"] == "key:etl"
+        assert record["detail"]["via"] == "cedarberg keys (offline)"
+        assert record["detail"]["os_user"]
+
+
+def test_an_unusable_audit_file_stops_the_command_before_it_changes_anything(tmp_path: Path) -> None:
+    data_dir, blocker = tmp_path / "data", tmp_path / "not-a-directory"
+    blocker.write_text("a file where the audit directory should be", encoding="utf-8")
+    env = _clean_env(CEDARBERG_AUDIT__DESTINATION=str(blocker / "audit.jsonl"))
+    made = _cli("create", "--principal", "etl", "--no-engine-forms", "--data-dir", str(data_dir), env=env)
+    assert made.returncode == 1
+    assert made.stdout == ""  # no key was shown: none was made
+    assert "audit log" in made.stderr
+    code, table, _ = _run("list", "--json", "--data-dir", str(data_dir))
+    assert code == 0
+    assert table == ""

@@ -256,7 +256,7 @@ def test_json_log_lines_carry_the_request_id_and_principal(tmp_path: Path) -> No
         assert record["time"].endswith("Z")
     mine = [r for r in records if r["request_id"] == request_id]
     assert [r["logger"] for r in mine] == ["cedarberg.access"]
-    assert mine[0]["principal"] == "service:key:etl"
+    assert mine[0]["principal"] == "key:etl"  # the audit record's form: the namespaced id
     assert mine[0]["message"].startswith("GET /v1/config 200")
     failed = [r for r in records if r["request_id"] == bad_id]
     assert {r["logger"] for r in failed} == {"cedarberg.authn.api_keys", "cedarberg.access"}

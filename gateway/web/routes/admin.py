@@ -58,7 +58,7 @@ from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGran
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
 from cedarberg.gateway.web import http, resources
-from cedarberg.gateway.web.keys import security, services
+from cedarberg.gateway.web.keys import AUDIT_DETAIL, security, services
 from cedarberg.gateway.web.route import Route
 
 ADMIN = "/admin/v1"
@@ -173,6 +173,8 @@ async def create_api_key(request: web.Request) -> web.Response:
             _expiry(body.expires_at),
             body.description,
         )
+    # The decision was on the catalog (the key did not exist yet): the outcome names the key.
+    request[AUDIT_DETAIL] = {"key_id": record.key_id, "key_principal": record.principal_id}
     headers = {**_NO_STORE, "Location": f"{API_KEYS}/{record.key_id}"}
     return _json(_with_key(record, plaintext), status=201, headers=headers)
 
