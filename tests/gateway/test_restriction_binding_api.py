@@ -27,7 +27,7 @@ import pytest
 import requests
 
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
-from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.gateway import GatewayProcess
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
 
 TIMEOUT = 30
@@ -80,7 +80,7 @@ class Finance:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")}
         argv = [sys.executable, "-m", "cedarberg.gateway.cli", *args]
         return subprocess.run(
-            argv, capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT,
+            argv, capture_output=True, text=True, timeout=120, check=False, cwd=self.policy_dir.parent,
             env={**clean, **(env or {})},
         )  # fmt: skip
 
@@ -224,11 +224,12 @@ def test_3_without_the_grant_the_restriction_binds_the_plan_but_not_the_local_fi
 
 
 def test_4_on_an_s3_warehouse_trusted_to_no_client_the_restriction_binds(finance: Finance) -> None:
-    # Control: the same permit, no grant, the deployment's warehouse an object store.
+    # Control: the same permit, no grant, the deployment's warehouse an object store (a deployment
+    # with no registry yet: --offline decides on the policies, with its warehouses).
     env = {"CEDARBERG_WAREHOUSES__DEFAULT__LOCATION": "s3://lake/warehouse"}
     run = finance.cli(
         "policies", "explain", "--dir", str(finance.policy_dir), "--principal", "key:ana",
-        "--group", "analysts", "--action", "planTableScan", "--resource", TABLE, env=env,
+        "--group", "analysts", "--action", "planTableScan", "--resource", TABLE, "--offline", env=env,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert f"restricted by {RESTRICTED}" in run.stdout
