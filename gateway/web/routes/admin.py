@@ -6,7 +6,9 @@ in `gateway.authz.operations`), so the handlers only do the work.
     POST   /admin/v1/api-keys                 createApiKey   201 record + "key" (shown once)
     GET    /admin/v1/api-keys                 listApiKeys    {"api-keys": [...], "next-page-token"}
     GET    /admin/v1/api-keys/{key_id}        getApiKey      record
-    POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"
+    POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"; optional body
+                                                             {"overlap_seconds": N}: the old secret
+                                                             keeps working N seconds (default 0)
     DELETE /admin/v1/api-keys/{key_id}        revokeApiKey   record (idempotent)
     GET    /admin/v1/policies                 showPolicies   version, files, policies, refusal
     POST   /admin/v1/explain                  explainDecision decision and determining policies
@@ -86,6 +88,11 @@ class CreateKeyRequest(_Body):
     description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
 
 
+class RotateKeyRequest(_Body):
+    # Bounded by `api_keys.max_rotation_overlap_seconds` in `rotate_key` (400 past it).
+    overlap_seconds: int = Field(0, ge=0, description="seconds the old secret keeps working")
+
+
 class ExplainResource(_Body):
     type: Literal["catalog", "warehouse", "namespace", "table", "view", "api-key"]
     warehouse: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH)
@@ -147,7 +154,8 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _with_key(record: ApiKeyRecord, plaintext: str) -> dict[str, Any]:
-    return {**record.to_json(), "key": plaintext}
+    # `summary` says in words whom the new key is for (`a service key for etl`).
+    return {**record.to_json(), "summary": record.summary, "key": plaintext}
 
 
 def _expiry(value: str | None) -> datetime | None:
@@ -209,8 +217,10 @@ async def get_api_key(request: web.Request) -> web.Response:
 
 async def rotate_api_key(request: web.Request) -> web.Response:
     key_id = _key_id(request)
+    document = await http.json_object(request, MAX_BODY_BYTES) if request.body_exists else {}
+    body = http.validate(RotateKeyRequest, document)
     with _key_errors():
-        record, plaintext = await security(request).api_keys.rotate_key(key_id)
+        record, plaintext = await security(request).api_keys.rotate_key(key_id, body.overlap_seconds)
     return _json(_with_key(record, plaintext), headers=_NO_STORE)
 
 
