@@ -1,7 +1,7 @@
 """`cedarberg keys create|list|revoke`: manage API keys offline, directly against the key store.
 
-    cedarberg keys create --principal alice --group admins [--group G2 ...] [--kind user|service]
-                          [--expires-in-days N] [--description TEXT]
+    cedarberg keys create (--person NAME | --service NAME | --principal NAME --kind user|service)
+                          [--group G ...] [--expires-in-days N] [--description TEXT]
                           [--engine-forms | --no-engine-forms] [--url URL]
                           [--data-dir D] [--store-url U] [--config F]
         prints the new key as the first line on stdout (a status line goes to stderr); then, on a
@@ -9,7 +9,8 @@
         (Spark's `spark.sql.catalog.X.credential`, pyiceberg's `credential`) and DuckDB's
         `CREATE SECRET`, pointed at --url (default: the gateway's own address from its settings).
         Piped or captured without --engine-forms, stdout is the key alone, one line, as scripts
-        (`KEY=$(cedarberg keys create ...)`) expect; the secret never goes to stderr.
+        (`KEY=$(cedarberg keys create ...)`) expect; the secret never goes to stderr. The operator
+        says whom the key is for (a person or a service); the status line repeats it in words.
     cedarberg keys list [--principal NAME] [--json]       records only: never secrets or hashes
     cedarberg keys revoke KEY_ID
 
@@ -87,8 +88,7 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     create = commands.add_parser(
         "create", parents=[common], help="create a key and print it (only it) on stdout"
     )
-    create.add_argument("--principal", required=True, help="principal id the key authenticates as")
-    create.add_argument("--kind", default="user", choices=["user", "service"], help="principal kind")
+    add_key_owner_options(create)
     create.add_argument("--group", action="append", default=[], help="a group of the principal (repeatable)")
     create.add_argument("--expires-in-days", type=_days, help="expire the key after N days")
     create.add_argument("--description", default="", help="a note shown in listings")
@@ -105,6 +105,33 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     revoke = commands.add_parser("revoke", parents=[common], help="revoke a key")
     revoke.add_argument("key_id", help="the key id (the part after 'cbk_', 16 characters)")
+
+
+def add_key_owner_options(parser: argparse.ArgumentParser) -> None:
+    """`--person NAME` / `--service NAME` (or `--principal NAME --kind user|service`): whom a new
+    key is for. Read back with `key_owner`."""
+    owner = parser.add_mutually_exclusive_group()
+    owner.add_argument("--person", metavar="NAME", help="a personal key for this person")
+    owner.add_argument("--service", metavar="NAME", help="a service key for this service (an engine, a job)")
+    owner.add_argument("--principal", metavar="NAME", help="the principal's name; needs --kind")
+    parser.add_argument("--kind", choices=["user", "service"], help="with --principal: a person or a service")
+
+
+def key_owner(args: argparse.Namespace) -> tuple[str, PrincipalKind]:
+    """The principal and kind `add_key_owner_options` read. Raises ValueError (the message says
+    what to give) unless exactly one way of naming them was used."""
+    if args.person is not None or args.service is not None:
+        if args.kind is not None:
+            raise ValueError("--kind goes with --principal only (--person and --service say the kind)")
+        if args.person is not None:
+            return str(args.person), PrincipalKind.USER
+        return str(args.service), PrincipalKind.SERVICE
+    if args.principal is None or args.kind is None:
+        raise ValueError(
+            "say whom the key is for: --person NAME (a personal key) or --service NAME "
+            "(a service key, for an engine or a job), or --principal NAME with --kind user|service"
+        )
+    return str(args.principal), PrincipalKind(args.kind)
 
 
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -156,6 +183,10 @@ def _wants_forms(args: argparse.Namespace, out: TextIO) -> bool:
 
 
 async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        principal, kind = key_owner(args)
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
     expires_at = None
     if args.expires_in_days is not None:
         expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
@@ -163,16 +194,14 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
     try:
         keys = ApiKeyAuthenticator(store, settings.api_keys)
         try:
-            record, plaintext = await keys.create_key(
-                args.principal, PrincipalKind(args.kind), args.group, expires_at, args.description
-            )
+            record, plaintext = await keys.create_key(principal, kind, args.group, expires_at, args.description)
         except InvalidApiKeyRequestError as error:
             raise _UsageError(str(error)) from None
     finally:
         await store.close()
     groups = ",".join(record.groups) or "none"
     print(
-        f"created API key {record.key_id} for {record.kind.value} {record.principal!r} "
+        f"created API key {record.key_id}: {record.summary} "
         f"(groups: {groups}; expires: {_when(record.expires_at)})",
         file=err,
     )
