@@ -40,12 +40,13 @@ previous one, keeps working until the window ends and never after (a cached veri
 expires then; a gateway token it proves lives no longer; see `gateway.authn.key_cutoffs`). Only
 one previous secret is kept: a second rotation ends the first one's window. Revocation ends both
 secrets at once. During a window both hashes are always verified, whichever secret is presented,
-so the time taken does not tell which one matched (it tells only that the key is in a window). Other gateway processes
-learn of both through the change feed (`KeyStore.changes_after`), which `start_change_feed` polls
-every `change_poll_seconds`: a revoked or rotated key is refused everywhere within that interval
-(plus one store round trip). The feed fails closed: while it cannot be read for
-`_STALE_POLLS` intervals, cached verifications are not trusted (every request goes to the
-store), and after such a gap the whole cache is dropped, since feed entries may have been pruned.
+so the time taken does not tell which one matched (it tells only that the key is in a window).
+Other gateway processes learn of rotations and revocations through the change feed
+(`KeyStore.changes_after`), which `start_change_feed` polls every `change_poll_seconds`: a
+revoked or rotated key is refused everywhere within that interval (plus one store round trip).
+The feed fails closed: while it cannot be read for `_STALE_POLLS` intervals, cached
+verifications are not trusted (every request goes to the store), and after such a gap the whole
+cache is dropped, since feed entries may have been pruned.
 Expiry is enforced on every request, cached or not.
 
 Token cut-off: every rotation and revocation bumps the key's generation (in the same transaction

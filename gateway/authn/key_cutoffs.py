@@ -36,8 +36,8 @@ class Cutoff:
         """Whether a token of `generation` is good at `now` (wall-clock epoch seconds)."""
         if generation >= self.generation:
             return True
-        return generation == self.generation - 1 and self.previous_until is not None and now < self.previous_until
-
-    def until(self, generation: int) -> float | None:
-        """When a token of `generation` stops being admitted (None: not by this cut-off)."""
-        return self.previous_until if generation < self.generation else None
+        return (
+            generation == self.generation - 1
+            and self.previous_until is not None
+            and now < self.previous_until
+        )

@@ -137,7 +137,11 @@ class ApiKeyRecord:
 
     def in_overlap(self, now: datetime) -> bool:
         """Whether the previous secret (and tokens of generation - 1) still work at `now`."""
-        return self.revoked_at is None and self.previous_secret_until is not None and now < self.previous_secret_until
+        return (
+            self.revoked_at is None
+            and self.previous_secret_until is not None
+            and now < self.previous_secret_until
+        )
 
     @property
     def summary(self) -> str:

@@ -49,12 +49,12 @@ from cedarberg.gateway.authn.api_keys import (
 )
 from cedarberg.gateway.authn.key_format import is_key_id, parse_api_key
 from cedarberg.gateway.authn.key_store import ApiKeyRecord, open_key_store
-from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.cli.admin_client import gateway_url
+from cedarberg.gateway.cli.key_owner import MAX_EXPIRY_DAYS, add_key_owner_options, key_owner
 from cedarberg.gateway.config.settings import Settings, SettingsError, load_settings
 
 COMMAND = "keys"
 PROG = "cedarberg"
-MAX_EXPIRY_DAYS = 36_500
 _PAGE = 500
 
 
@@ -107,33 +107,6 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     revoke.add_argument("key_id", help="the key id (the part after 'cbk_', 16 characters)")
 
 
-def add_key_owner_options(parser: argparse.ArgumentParser) -> None:
-    """`--person NAME` / `--service NAME` (or `--principal NAME --kind user|service`): whom a new
-    key is for. Read back with `key_owner`."""
-    owner = parser.add_mutually_exclusive_group()
-    owner.add_argument("--person", metavar="NAME", help="a personal key for this person")
-    owner.add_argument("--service", metavar="NAME", help="a service key for this service (an engine, a job)")
-    owner.add_argument("--principal", metavar="NAME", help="the principal's name; needs --kind")
-    parser.add_argument("--kind", choices=["user", "service"], help="with --principal: a person or a service")
-
-
-def key_owner(args: argparse.Namespace) -> tuple[str, PrincipalKind]:
-    """The principal and kind `add_key_owner_options` read. Raises ValueError (the message says
-    what to give) unless exactly one way of naming them was used."""
-    if args.person is not None or args.service is not None:
-        if args.kind is not None:
-            raise ValueError("--kind goes with --principal only (--person and --service say the kind)")
-        if args.person is not None:
-            return str(args.person), PrincipalKind.USER
-        return str(args.service), PrincipalKind.SERVICE
-    if args.principal is None or args.kind is None:
-        raise ValueError(
-            "say whom the key is for: --person NAME (a personal key) or --service NAME "
-            "(a service key, for an engine or a job), or --principal NAME with --kind user|service"
-        )
-    return str(args.principal), PrincipalKind(args.kind)
-
-
 def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
     flags = {"data_dir": args.data_dir, "store_url": args.store_url}
     return load_settings(args.config, environ, flags)
@@ -149,16 +122,6 @@ def _status(record: ApiKeyRecord, now: datetime) -> str:
 
 def _when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _gateway_url(settings: Settings) -> str:
-    scheme = "https" if settings.tls.enabled else "http"
-    host = settings.host
-    if host in {"0.0.0.0", "::", ""}:  # noqa: S104 (a listen address, not a bind)
-        host = "localhost"
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"{scheme}://{host}:{settings.port}"
 
 
 def engine_forms(key_id: str, secret: str, url: str) -> list[str]:
@@ -194,7 +157,9 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
     try:
         keys = ApiKeyAuthenticator(store, settings.api_keys)
         try:
-            record, plaintext = await keys.create_key(principal, kind, args.group, expires_at, args.description)
+            record, plaintext = await keys.create_key(
+                principal, kind, args.group, expires_at, args.description
+            )
         except InvalidApiKeyRequestError as error:
             raise _UsageError(str(error)) from None
     finally:
@@ -208,7 +173,7 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
     print(plaintext, file=out, flush=True)
     if _wants_forms(args, out):
         parsed = parse_api_key(plaintext)
-        url = args.url or _gateway_url(settings)
+        url = args.url or gateway_url(settings)
         print("\n".join(engine_forms(parsed.key_id, parsed.secret, url)), file=out, flush=True)
     return 0
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from cedarberg.gateway.authz.cli import add_policy_commands, run_policy_command
+from cedarberg.gateway.cli.admin import add_admin_commands, run_admin_command
 from cedarberg.gateway.cli.catalog import add_catalog_commands, offline_options, run_catalog_command
 from cedarberg.gateway.cli.db import add_db_commands, run_db_command
 from cedarberg.gateway.cli.keys import add_keys_commands, run_keys_command
@@ -38,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     add_keys_commands(commands)
     add_catalog_commands(commands)
     add_db_commands(commands)
+    add_admin_commands(commands)
     return parser
 
 
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_catalog_command(args)
     if args.command == "db":
         return run_db_command(args)
+    if args.command == "admin":
+        return run_admin_command(args)
     flags: dict[str, object] = {
         "host": args.host,
         "port": args.port,

@@ -19,12 +19,8 @@ down_revision = "gw0004"
 
 def upgrade() -> None:
     op.add_column("api_keys", sa.Column("previous_secret_hash", sa.String(255), nullable=True))
-    op.add_column(
-        "api_keys", sa.Column("previous_secret_until", sa.DateTime(timezone=True), nullable=True)
-    )
-    op.add_column(
-        "api_key_changes", sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True)
-    )
+    op.add_column("api_keys", sa.Column("previous_secret_until", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("api_key_changes", sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
