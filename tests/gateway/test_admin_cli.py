@@ -116,7 +116,8 @@ def test_namespace_errors_are_the_gateways_messages(gw: SecureGateway, outsider:
     # A namespace it may not see is one that does not exist, as the gateway answers everyone.
     gw.create_namespace("hidden", readers=["bi"])
     hidden = admin_cli(gw, "namespaces", "grant", "hidden", "--writers", "etl", key=outsider)
-    assert hidden.returncode == 1 and hidden.stderr.startswith("cedarberg admin: 404: "), hidden.stderr
+    assert hidden.returncode == 1
+    assert hidden.stderr.startswith("cedarberg admin: 404: "), hidden.stderr
     assert _properties(gw, "hidden") == {"cedarberg.readers": "bi"}
     missing = admin_cli(gw, "namespaces", "show", "nowhere")
     assert missing.returncode == 1
@@ -163,7 +164,8 @@ def test_keys_list_rotate_with_overlap_and_revoke(gw: SecureGateway) -> None:
 
     rotated = _ok(admin_cli(gw, "keys", "rotate", key_id, "--overlap", "1h"))
     new = rotated.stdout.strip()
-    assert split_key(new)[0] == key_id and new != old
+    assert split_key(new)[0] == key_id
+    assert new != old
     assert (
         f"rotated API key {key_id} (a service key for rotated-bot); the old secret works until"
         in rotated.stderr
@@ -173,9 +175,9 @@ def test_keys_list_rotate_with_overlap_and_revoke(gw: SecureGateway) -> None:
 
     listing = _ok(admin_cli(gw, "keys", "list", "--principal", "rotated-bot")).stdout.splitlines()
     assert listing[0].split() == ["ID", "PRINCIPAL", "FOR", "GROUPS", "EXPIRES", "STATUS"]
-    assert (
-        listing[1].startswith(key_id) and "service" in listing[1] and "active (old secret until" in listing[1]
-    )
+    assert listing[1].startswith(key_id)
+    assert "service" in listing[1]
+    assert "active (old secret until" in listing[1]
 
     revoked = _ok(admin_cli(gw, "keys", "revoke", key_id))
     assert revoked.stdout.startswith(f"revoked API key {key_id} at ")
@@ -222,13 +224,10 @@ def test_explain_and_review_use_the_live_grants(gw: SecureGateway, outsider: str
             "loadTable",
             "--resource",
             f"{gw.prefix}/finance/ledger",
-        )  # fmt: skip
+        )
     ).stdout.splitlines()
-    assert allowed[
-        0
-    ] == f'ALLOW loadTable on Cedarberg::Table::"{gw.prefix}/finance/ledger" for key:ann' or allowed[
-        0
-    ].startswith("ALLOW loadTable")
+    assert allowed[0].startswith("ALLOW loadTable on "), allowed
+    assert allowed[0].endswith('finance/ledger" for key:ann'), allowed
     assert any(line.startswith("  determined by: ") and ".cedar:" in line for line in allowed)
     assert allowed[-1].startswith("grants from: catalog; policy set version: ")
     denied = json.loads(
@@ -245,10 +244,11 @@ def test_explain_and_review_use_the_live_grants(gw: SecureGateway, outsider: str
                 "--resource",
                 f"{gw.prefix}/finance/ledger",
                 "--json",
-            )  # fmt: skip
+            )
         ).stdout
     )
-    assert denied["decision"] == "deny" and denied["grants_from"] == "catalog"
+    assert denied["decision"] == "deny"
+    assert denied["grants_from"] == "catalog"
 
     review = _ok(admin_cli(gw, "review", "--resource", f"{gw.prefix}/finance")).stdout
     assert "group auditors" in review
@@ -275,7 +275,8 @@ def test_the_credential_comes_from_the_environment_or_a_file_never_an_argument(
     helped = admin_cli(gw, "keys", "list", "--help", connect=False)
     assert "shell history" in " ".join(helped.stdout.split())
     wrong = admin_cli(gw, "keys", "list", key="cbk_" + "a" * 16 + "_" + "b" * 43)
-    assert wrong.returncode == 1 and wrong.stderr.startswith("cedarberg admin: 401: ")
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("cedarberg admin: 401: ")
     assert "b" * 43 not in wrong.stderr
 
 
@@ -298,4 +299,5 @@ def test_the_url_comes_from_the_settings_and_the_gateway_is_verified(
     assert untrusted.returncode == 1
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
     down = admin_cli(gw, "keys", "list", "--url", f"https://127.0.0.1:{free_port()}", connect=False)
-    assert down.returncode == 1 and "cannot reach the gateway at https://127.0.0.1:" in down.stderr
+    assert down.returncode == 1
+    assert "cannot reach the gateway at https://127.0.0.1:" in down.stderr
