@@ -159,6 +159,7 @@ class ApiKeyRecord:
             "id": self.key_id,
             "principal": self.principal,
             "kind": self.kind.value,
+            "summary": self.summary,
             "groups": list(self.groups),
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),

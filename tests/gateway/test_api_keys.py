@@ -481,6 +481,7 @@ async def test_list_and_get_never_show_secrets(tmp_path: Path, keys: ApiKeyAuthe
         "rotated_at",
         "previous_secret_expires_at",
         "description",
+        "summary",
     }
     shown = repr(listed) + repr([r.to_json() for r in listed]) + repr(fetched)
     assert "argon2" not in shown

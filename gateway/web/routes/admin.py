@@ -14,6 +14,10 @@ in `gateway.authz.operations`), so the handlers only do the work.
     POST   /admin/v1/explain                  explainDecision decision and determining policies
     GET    /admin/v1/review                   reviewAccess   the access review (routes/review.py)
 
+Key records carry `summary`, whom the key is for in words (`a service key for etl`, `a personal
+key for dana`), and `previous_secret_expires_at`, the end of a rotation's overlap window (null when
+the old secret stopped at once).
+
 Promises:
 - no response except create and rotate carries key material, and those two carry
   `Cache-Control: no-store`; records never hold the secret or its hash;
@@ -154,8 +158,7 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _with_key(record: ApiKeyRecord, plaintext: str) -> dict[str, Any]:
-    # `summary` says in words whom the new key is for (`a service key for etl`).
-    return {**record.to_json(), "summary": record.summary, "key": plaintext}
+    return {**record.to_json(), "key": plaintext}
 
 
 def _expiry(value: str | None) -> datetime | None:
