@@ -227,7 +227,7 @@ def test_explain_and_review_use_the_live_grants(gw: SecureGateway, outsider: str
         )
     ).stdout.splitlines()
     assert allowed[0].startswith("ALLOW loadTable on "), allowed
-    assert allowed[0].endswith('finance/ledger" for key:ann'), allowed
+    assert allowed[0].endswith(f'Table::"{gw.prefix}/finance/ledger" for Cedarberg::User::"key:ann"'), allowed
     assert any(line.startswith("  determined by: ") and ".cedar:" in line for line in allowed)
     assert allowed[-1].startswith("grants from: catalog; policy set version: ")
     denied = json.loads(
