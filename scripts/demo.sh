@@ -105,7 +105,7 @@ destination = "$AUDIT"
 TOMLEOF
 
 echo "==> bootstrapping an admin API key with 'cedarberg keys create' (offline, against the store)"
-ADMIN_KEY="$("$VENV/bin/cedarberg" keys create --principal demo-admin --group admins \
+ADMIN_KEY="$("$VENV/bin/cedarberg" keys create --person demo-admin --group admins \
     --data-dir "$STATE_DIR" --config "$CONFIG" 2>>"$LOG")"
 
 echo "==> starting cedarberg on $URL (TLS; data dir $STATE_DIR, audit log $AUDIT, log $LOG)"

@@ -15,7 +15,7 @@ Public API::
     record, plaintext = await keys.create_key(principal, kind, groups, expires_at, description)
     records = await keys.list_keys(principal=None, after=None, limit=100)
     record = await keys.get_key(key_id)                     # raises NoSuchApiKeyError
-    record, plaintext = await keys.rotate_key(key_id)       # same id, new secret
+    record, plaintext = await keys.rotate_key(key_id, overlap_seconds=0)   # same id, new secret
     record = await keys.revoke_key(key_id)                  # idempotent
     keys.hash_count                                         # Argon2 operations run so far
 
@@ -34,12 +34,19 @@ Every failure raises the same `AuthenticationError`; the reason is logged at INF
 only (never the secret or the whole key).
 
 Rotation keeps the key id and replaces the secret: the old secret stops working at once in this
-process (its cache entries are evicted). Revocation behaves the same. Other gateway processes
-learn of both through the change feed (`KeyStore.changes_after`), which `start_change_feed` polls
-every `change_poll_seconds`: a revoked or rotated key is refused everywhere within that interval
-(plus one store round trip). The feed fails closed: while it cannot be read for
-`_STALE_POLLS` intervals, cached verifications are not trusted (every request goes to the
-store), and after such a gap the whole cache is dropped, since feed entries may have been pruned.
+process (its cache entries are evicted), unless the rotation gives it an overlap window
+(`overlap_seconds`, at most `max_rotation_overlap_seconds`): then the old secret, now the key's
+previous one, keeps working until the window ends and never after (a cached verification of it
+expires then; a gateway token it proves lives no longer; see `gateway.authn.key_cutoffs`). Only
+one previous secret is kept: a second rotation ends the first one's window. Revocation ends both
+secrets at once. During a window both hashes are always verified, whichever secret is presented,
+so the time taken does not tell which one matched (it tells only that the key is in a window).
+Other gateway processes learn of rotations and revocations through the change feed
+(`KeyStore.changes_after`), which `start_change_feed` polls every `change_poll_seconds`: a
+revoked or rotated key is refused everywhere within that interval (plus one store round trip).
+The feed fails closed: while it cannot be read for `_STALE_POLLS` intervals, cached
+verifications are not trusted (every request goes to the store), and after such a gap the whole
+cache is dropped, since feed entries may have been pruned.
 Expiry is enforced on every request, cached or not.
 
 Token cut-off: every rotation and revocation bumps the key's generation (in the same transaction
@@ -59,10 +66,11 @@ import logging
 import time
 import unicodedata
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.gateway.authn.errors import AuthenticationError
+from cedarberg.gateway.authn.key_cutoffs import Cutoff
 from cedarberg.gateway.authn.key_format import (
     MalformedKeyError,
     ParsedKey,
@@ -90,6 +98,7 @@ MAX_LIST_LIMIT = 1000
 _STALE_POLLS = 5  # missed feed polls after which cached verifications are no longer trusted
 _FEED_BATCH = 1000
 _FEED_STOP_SECONDS = 5.0
+_NO_CHANGE = Cutoff(0)  # a key with no change within the feed's retention: every generation is good
 
 
 class ApiKeyError(Exception):
@@ -116,14 +125,18 @@ def _clean_name(value: str, what: str) -> str:
     return value
 
 
-def _principal(record: ApiKeyRecord) -> Principal:
+def _principal(record: ApiKeyRecord, *, previous: bool = False) -> Principal:
+    """The key's principal; with `previous`, as proved by its previous secret (during an overlap):
+    of the generation before, and good only until the overlap ends."""
+    until = record.previous_secret_until
     return Principal(
         id=key_principal_id(record.principal),
         kind=record.kind,
         groups=frozenset(record.groups),
         auth_method=AuthMethod.API_KEY,
         attributes={"api_key_id": record.key_id},
-        key_generation=record.generation,
+        key_generation=record.generation - 1 if previous else record.generation,
+        key_secret_until=until.timestamp() if previous and until is not None else None,
     )
 
 
@@ -156,8 +169,8 @@ class ApiKeyAuthenticator:
         self._feed_read_at: float | None = None  # monotonic time of the last good poll; None: off
         self._feed_task: asyncio.Task[None] | None = None
         self._feed_stop = asyncio.Event()
-        # Newest generation known per key changed since the feed's retention (token cut-offs).
-        self._generations: dict[str, int] = {}
+        # Newest generation (and overlap) known per key changed within the feed's retention.
+        self._cutoffs: dict[str, Cutoff] = {}
 
     @property
     def settings(self) -> ApiKeySettings:
@@ -197,16 +210,22 @@ class ApiKeyAuthenticator:
 
         For refreshing a token that was issued for this key at `generation`: reads the store, so
         a rotation or revocation anywhere refuses it at once. Raises AuthenticationError if the key
-        is unknown, revoked or expired, or was rotated after `generation`.
+        is unknown, revoked or expired, or was rotated after `generation` (unless `generation` is
+        the previous one and the rotation's overlap still runs: then the principal is of that
+        generation and good only until the overlap ends).
         """
         stored = await self._store.get(key_id)
-        if stored is None or not stored.record.is_active(datetime.now(UTC)):
+        now = datetime.now(UTC)
+        if stored is None or not stored.record.is_active(now):
             log.info("api key %s rejected: unknown, revoked or expired", key_id)
             raise AuthenticationError
-        if generation is not None and stored.record.generation > generation:
-            log.info("api key %s rejected: token issued before the key's last rotation", key_id)
-            raise AuthenticationError
-        return _principal(stored.record)
+        record = stored.record
+        if generation is not None and record.generation > generation:
+            if not Cutoff.of_record(record).admits(generation, now.timestamp()):
+                log.info("api key %s rejected: token issued before the key's last rotation", key_id)
+                raise AuthenticationError
+            return _principal(record, previous=True)
+        return _principal(record)
 
     async def check_token(self, principal: Principal) -> None:
         """Refuse a gateway token issued for an API key before that key's last rotation or
@@ -218,13 +237,14 @@ class ApiKeyAuthenticator:
         if key_id is None:
             return
         generation = principal.key_generation or 0
+        cutoff: Cutoff | None
         if self._feed_stale(time.monotonic()):
             stored = await self._store.get(key_id)
             active = stored is not None and stored.record.revoked_at is None
-            newest = stored.record.generation if stored is not None and active else None
+            cutoff = Cutoff.of_record(stored.record) if stored is not None and active else None
         else:
-            newest = self._generations.get(key_id, 0)
-        if newest is None or newest > generation:
+            cutoff = self._cutoffs.get(key_id, _NO_CHANGE)
+        if cutoff is None or not cutoff.admits(generation, time.time()):
             log.info("gateway token for api key %s rejected: issued before a rotation or revocation", key_id)
             raise AuthenticationError
 
@@ -236,11 +256,12 @@ class ApiKeyAuthenticator:
             return True
         if self._feed_stale(time.monotonic()):
             return False
-        return self._generations.get(key_id, 0) <= (principal.key_generation or 0)
+        return self._cutoffs.get(key_id, _NO_CHANGE).admits(principal.key_generation or 0, time.time())
 
-    def _note_generation(self, key_id: str, generation: int) -> None:
-        if generation > self._generations.get(key_id, -1):
-            self._generations[key_id] = generation
+    def _note_cutoff(self, key_id: str, cutoff: Cutoff) -> None:
+        known = self._cutoffs.get(key_id)
+        if known is None or cutoff.generation > known.generation:
+            self._cutoffs[key_id] = cutoff
 
     async def _authenticate(self, key: ParsedKey, client: str) -> Principal:
         digest = self._cache.digest(key.presented)
@@ -283,19 +304,24 @@ class ApiKeyAuthenticator:
         if not self._lockout.begin(subject, time.monotonic()):
             log.info("api key %s rejected: locked out after repeated failures", key.key_id)
             raise AuthenticationError
-        ok = False
+        current = previous = False
+        previous_hash = stored.previous_secret_hash if record.in_overlap(datetime.now(UTC)) else None
         try:
-            ok = await self._hasher.verify(stored.secret_hash, key.secret)
+            current = await self._hasher.verify(stored.secret_hash, key.secret)
+            if previous_hash is not None:
+                # Verified whatever the first answer was: the time taken must not say which matched.
+                previous = await self._hasher.verify(previous_hash, key.secret)
         finally:
-            self._lockout.finish(subject, ok, time.monotonic())
-        if not ok:
+            self._lockout.finish(subject, current or previous, time.monotonic())
+        if not current and not previous:
             log.info("api key %s rejected: wrong secret", key.key_id)
             raise AuthenticationError
-        principal = _principal(record)
+        principal = _principal(record, previous=not current)
         if epoch == self._epoch:
-            expires = None if record.expires_at is None else record.expires_at.timestamp()
+            ends = [t for t in (record.expires_at, None if current else record.previous_secret_until) if t]
+            expires = min(ends).timestamp() if ends else None
             self._cache.put(digest, CacheEntry(principal, key.key_id, expires, time.monotonic()))
-        if self._hasher.needs_rehash(stored.secret_hash):
+        if current and self._hasher.needs_rehash(stored.secret_hash):
             await self._upgrade_hash(key, stored.secret_hash)
         return principal
 
@@ -334,7 +360,7 @@ class ApiKeyAuthenticator:
             batch = await self._store.changes_after(self._feed_cursor, _FEED_BATCH)
             for change in batch:
                 self._forget(change.key_id)
-                self._note_generation(change.key_id, change.generation)
+                self._note_cutoff(change.key_id, Cutoff.of(change.generation, change.previous_until))
                 self._feed_cursor = change.id
             applied += len(batch)
             if len(batch) < _FEED_BATCH:
@@ -441,12 +467,20 @@ class ApiKeyAuthenticator:
             raise NoSuchApiKeyError(key_id)
         return stored.record
 
-    async def rotate_key(self, key_id: str) -> tuple[ApiKeyRecord, str]:
+    async def rotate_key(self, key_id: str, overlap_seconds: float = 0) -> tuple[ApiKeyRecord, str]:
         """Give a key a new secret, keeping its id, principal, groups and expiry.
 
-        Returns the updated record and the new plaintext key. The old secret stops working.
-        Raises NoSuchApiKeyError, ApiKeyRevokedError.
+        Returns the updated record and the new plaintext key. The old secret stops working at once,
+        or, with `overlap_seconds` > 0, when that many seconds have passed (it replaces any
+        previous secret still in an overlap, which stops at once).
+        Raises NoSuchApiKeyError, ApiKeyRevokedError, InvalidApiKeyRequestError (an overlap below
+        0 or above `max_rotation_overlap_seconds`).
         """
+        bound = self._settings.max_rotation_overlap_seconds
+        if not 0 <= overlap_seconds <= bound:
+            raise InvalidApiKeyRequestError(
+                f"overlap_seconds must be from 0 to {bound} (api_keys.max_rotation_overlap_seconds)"
+            )
         stored = await self._store.get(key_id)
         if stored is None:
             raise NoSuchApiKeyError(key_id)
@@ -454,12 +488,17 @@ class ApiKeyAuthenticator:
             raise ApiKeyRevokedError(key_id)
         key = ParsedKey(key_id, generate_key().secret)
         secret_hash = await self._hasher.hash(key.secret)
-        generation = await self._store.replace_secret(key_id, secret_hash, datetime.now(UTC))
+        now = datetime.now(UTC)
+        until = now + timedelta(seconds=overlap_seconds) if overlap_seconds > 0 else None
+        generation = await self._store.replace_secret(key_id, secret_hash, now, until)
         self._forget(key_id)
         if generation is None:
             raise ApiKeyRevokedError(key_id)
-        self._note_generation(key_id, generation)
-        log.info("api key %s rotated", key_id)
+        self._note_cutoff(key_id, Cutoff.of(generation, until))
+        if until is None:
+            log.info("api key %s rotated", key_id)
+        else:
+            log.info("api key %s rotated; its previous secret works until %s", key_id, until.isoformat())
         return await self.get_key(key_id), key.presented
 
     async def revoke_key(self, key_id: str) -> ApiKeyRecord:
@@ -467,7 +506,7 @@ class ApiKeyAuthenticator:
         generation = await self._store.revoke(key_id, datetime.now(UTC))
         self._forget(key_id)
         if generation is not None:
-            self._note_generation(key_id, generation)
+            self._note_cutoff(key_id, Cutoff(generation))
         record = await self.get_key(key_id)
         if generation is not None:
             log.info("api key %s revoked", key_id)

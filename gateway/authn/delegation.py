@@ -268,6 +268,7 @@ class Delegation:
             auth_method=AuthMethod.GATEWAY_TOKEN,
             attributes={**signed.attributes, "api_key_id": actor.attributes["api_key_id"]},
             key_generation=actor.key_generation,
+            key_secret_until=actor.key_secret_until,
             actor=actor.id,
             proof=None,
         )
@@ -285,6 +286,7 @@ class Delegation:
             auth_method=AuthMethod.GATEWAY_TOKEN,
             attributes={"api_key_id": actor.attributes["api_key_id"]},
             key_generation=actor.key_generation,
+            key_secret_until=actor.key_secret_until,
             actor=actor.id,
         )
 

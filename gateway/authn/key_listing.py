@@ -29,9 +29,9 @@ _URL_PREFIX = "sqlite+aiosqlite:///"
 # The columns `record_from_row` reads; a table without one of them is left to the key store.
 RECORD_COLUMNS = frozenset(
     {"id", "principal", "kind", "groups", "created_at", "expires_at", "revoked_at", "rotated_at",
-     "description", "generation"}
+     "description", "generation", "previous_secret_until"}
 )  # fmt: skip
-_SECRET_COLUMNS = frozenset({"secret_hash"})
+_SECRET_COLUMNS = frozenset({"secret_hash", "previous_secret_hash"})
 _BUSY_TIMEOUT_SECONDS = 5.0  # a writer (`keys create`, a gateway) holds the lock for milliseconds
 
 

@@ -34,6 +34,9 @@ class ApiKeyRecord:
     rotated_at: datetime | None
     description: str
     generation: int = 0  # rotations plus revocation so far; tokens of older generations are void
+    # End of the last rotation's overlap: until then the previous secret, and gateway tokens of
+    # generation - 1, still work. None (or past): no overlap.
+    previous_secret_until: datetime | None = None
 
     @property
     def principal_id(self) -> str:
@@ -46,6 +49,20 @@ class ApiKeyRecord:
     def is_active(self, now: datetime) -> bool:
         return self.revoked_at is None and not self.is_expired(now)
 
+    def in_overlap(self, now: datetime) -> bool:
+        """Whether the previous secret (and tokens of generation - 1) still work at `now`."""
+        return (
+            self.revoked_at is None
+            and self.previous_secret_until is not None
+            and now < self.previous_secret_until
+        )
+
+    @property
+    def summary(self) -> str:
+        """Whom the key is for, in words: `a service key for etl`, `a personal key for dana`."""
+        kind = "service" if self.kind is PrincipalKind.SERVICE else "personal"
+        return f"a {kind} key for {self.principal}"
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready view for the admin API and the CLI (ISO 8601 UTC timestamps)."""
 
@@ -56,11 +73,13 @@ class ApiKeyRecord:
             "id": self.key_id,
             "principal": self.principal,
             "kind": self.kind.value,
+            "summary": self.summary,
             "groups": list(self.groups),
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),
             "revoked_at": iso(self.revoked_at),
             "rotated_at": iso(self.rotated_at),
+            "previous_secret_expires_at": iso(self.previous_secret_until),
             "description": self.description,
         }
 
@@ -81,4 +100,5 @@ def record_from_row(row: Any) -> ApiKeyRecord:
         rotated_at=utc(row.rotated_at),
         description=row.description,
         generation=int(row.generation),
+        previous_secret_until=utc(row.previous_secret_until),
     )

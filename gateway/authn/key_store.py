@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store.engine import create_engine, run_migrations
-from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row
+from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row, utc
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE = "alembic_version_gateway"
@@ -76,6 +76,9 @@ api_keys = Table(
     Column("description", String(1024), nullable=False),
     # Bumped by every rotation and revocation: tokens of an older generation are refused.
     Column("generation", Integer, nullable=False, server_default=text("0")),
+    # A rotation's overlap window: the previous secret's hash works until `previous_secret_until`.
+    Column("previous_secret_hash", String(255), nullable=True),
+    Column("previous_secret_until", DateTime(timezone=True), nullable=True),
     Index("ix_api_keys_principal", "principal"),
 )
 
@@ -89,16 +92,20 @@ api_key_changes = Table(
     Column("key_id", String(16), nullable=False),
     Column("changed_at", DateTime(timezone=True), nullable=False),
     Column("generation", Integer, nullable=False, server_default=text("0")),
+    # Until when the secret (and tokens) of generation - 1 stay valid; None: they ended with it.
+    Column("previous_until", DateTime(timezone=True), nullable=True),
     Index("ix_api_key_changes_changed_at", "changed_at"),
 )
 
 
 @dataclass(frozen=True, slots=True)
 class StoredKey:
-    """A record with its secret hash, for verification only."""
+    """A record with its secret hash (and the previous secret's, during a rotation's overlap),
+    for verification only."""
 
     record: ApiKeyRecord
     secret_hash: str = field(repr=False)
+    previous_secret_hash: str | None = field(default=None, repr=False)
 
 
 class KeyIdTakenError(Exception):
@@ -107,14 +114,16 @@ class KeyIdTakenError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class KeyChange:
-    """One change feed entry: key `key_id` was rotated or revoked, giving it `generation`."""
+    """One change feed entry: key `key_id` was rotated or revoked, giving it `generation`;
+    `previous_until`: until when generation - 1 (the previous secret, its tokens) stays valid."""
 
     id: int
     key_id: str
     generation: int
+    previous_until: datetime | None = None
 
 
-_RECORD_COLUMNS = [c for c in api_keys.c if c.name != "secret_hash"]
+_RECORD_COLUMNS = [c for c in api_keys.c if c.name not in {"secret_hash", "previous_secret_hash"}]
 
 
 class KeyStore:
@@ -186,7 +195,11 @@ class KeyStore:
     async def get(self, key_id: str) -> StoredKey | None:
         async with self._read() as conn:
             row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
-        return None if row is None else StoredKey(record_from_row(row), row.secret_hash)
+        return (
+            None
+            if row is None
+            else StoredKey(record_from_row(row), row.secret_hash, row.previous_secret_hash)
+        )
 
     async def list_records(
         self, *, principal: str | None, after: str | None, limit: int
@@ -201,18 +214,32 @@ class KeyStore:
             rows = await conn.execute(query.order_by(api_keys.c.id).limit(limit))
             return [record_from_row(row) for row in rows]
 
-    async def replace_secret(self, key_id: str, secret_hash: str, rotated_at: datetime) -> int | None:
+    async def replace_secret(
+        self, key_id: str, secret_hash: str, rotated_at: datetime, previous_until: datetime | None = None
+    ) -> int | None:
         """Give an unrevoked key a new secret hash and the next generation; returns that
-        generation, or None if the key is absent or revoked."""
+        generation, or None if the key is absent or revoked.
+
+        With `previous_until` (after `rotated_at`) the secret being replaced keeps working until
+        then (it becomes the previous secret, replacing any earlier one); without, it stops now
+        and any previous secret with it."""
+        overlap = previous_until is not None and previous_until > rotated_at
         async with self._write() as conn:
             result = await conn.execute(
                 update(api_keys)
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
-                .values(secret_hash=secret_hash, rotated_at=rotated_at, generation=api_keys.c.generation + 1)
+                .values(
+                    # The right-hand sides read the row as it was before this update.
+                    previous_secret_hash=api_keys.c.secret_hash if overlap else None,
+                    previous_secret_until=previous_until if overlap else None,
+                    secret_hash=secret_hash,
+                    rotated_at=rotated_at,
+                    generation=api_keys.c.generation + 1,
+                )
             )
             if result.rowcount != 1:
                 return None
-            return await self._publish_change(conn, key_id, rotated_at)
+            return await self._publish_change(conn, key_id, rotated_at, previous_until if overlap else None)
 
     async def upgrade_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
         """Replace a hash made with outdated parameters, unless the key was rotated meanwhile."""
@@ -231,14 +258,21 @@ class KeyStore:
             result = await conn.execute(
                 update(api_keys)
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=revoked_at, generation=api_keys.c.generation + 1)
+                .values(
+                    revoked_at=revoked_at,
+                    generation=api_keys.c.generation + 1,
+                    previous_secret_hash=None,  # a revocation ends both secrets at once
+                    previous_secret_until=None,
+                )
             )
             if result.rowcount != 1:
                 return None
             return await self._publish_change(conn, key_id, revoked_at)
 
     # -- change feed --------------------------------------------------------------------------
-    async def _publish_change(self, conn: AsyncConnection, key_id: str, at: datetime) -> int:
+    async def _publish_change(
+        self, conn: AsyncConnection, key_id: str, at: datetime, previous_until: datetime | None = None
+    ) -> int:
         """Append the key's new generation to the change feed in the writer's transaction (so
         the feed and the row change together), prune entries past the retention, and return the
         generation."""
@@ -248,7 +282,9 @@ class KeyStore:
             (await conn.execute(select(api_keys.c.generation).where(api_keys.c.id == key_id))).scalar_one()
         )
         await conn.execute(
-            insert(api_key_changes).values(key_id=key_id, changed_at=at, generation=generation)
+            insert(api_key_changes).values(
+                key_id=key_id, changed_at=at, generation=generation, previous_until=previous_until
+            )
         )
         await conn.execute(delete(api_key_changes).where(api_key_changes.c.changed_at < at - FEED_RETENTION))
         return generation
@@ -263,12 +299,20 @@ class KeyStore:
         """Feed entries with id > `cursor`, oldest first."""
         async with self._read() as conn:
             rows = await conn.execute(
-                select(api_key_changes.c.id, api_key_changes.c.key_id, api_key_changes.c.generation)
+                select(
+                    api_key_changes.c.id,
+                    api_key_changes.c.key_id,
+                    api_key_changes.c.generation,
+                    api_key_changes.c.previous_until,
+                )
                 .where(api_key_changes.c.id > cursor)
                 .order_by(api_key_changes.c.id)
                 .limit(limit)
             )
-            return [KeyChange(int(row.id), str(row.key_id), int(row.generation)) for row in rows]
+            return [
+                KeyChange(int(row.id), str(row.key_id), int(row.generation), utc(row.previous_until))
+                for row in rows
+            ]
 
 
 def connect_key_store(url: str) -> KeyStore:

@@ -102,6 +102,9 @@ class Principal:
     `actor` is the id of the engine acting for this principal (delegation), else None; the
     key that proved a delegated principal (`api_key_id`, `key_generation`) is the actor's, so
     rotating or revoking the actor's key ends the delegated tokens too.
+    `key_secret_until` is when the key secret that proved the principal stops working (epoch
+    seconds): set only for a key's previous secret during a rotation's overlap window, so that
+    a gateway token it proves lives no longer. It takes no part in equality or in what policies see.
     `proof` is what an OIDC token's principal stays valid on (its signing key's lease and any
     client-certificate binding, `gateway.authn.credential`); remembered verifications check it on
     every use. It takes no part in equality or in what policies see.
@@ -114,6 +117,7 @@ class Principal:
     attributes: Mapping[str, str] = field(default_factory=dict)
     key_generation: int | None = None
     actor: str | None = None
+    key_secret_until: float | None = field(default=None, compare=False, repr=False)
     proof: Proof | None = field(default=None, compare=False, repr=False)
 
 

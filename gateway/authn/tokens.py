@@ -189,6 +189,8 @@ class TokenIssuer:
         `lifetime` if shorter (at least 1). A principal with an `actor` needs `delegation`."""
         now = int(time.time())
         ttl = self._settings.ttl_seconds
+        if principal.key_secret_until is not None:  # a previous key secret: not past its overlap
+            lifetime = min(lifetime or ttl, int(principal.key_secret_until) - now)
         if lifetime is not None:
             ttl = max(1, min(lifetime, ttl))
         claims = {

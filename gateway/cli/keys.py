@@ -1,7 +1,7 @@
 """`cedarberg keys create|list|revoke`: manage API keys offline, directly against the key store.
 
-    cedarberg keys create --principal alice --group admins [--group G2 ...] [--kind user|service]
-                          [--expires-in-days N] [--description TEXT]
+    cedarberg keys create (--person NAME | --service NAME | --principal NAME --kind user|service)
+                          [--group G ...] [--expires-in-days N] [--description TEXT]
                           [--engine-forms | --no-engine-forms] [--url URL]
                           [--data-dir D] [--store-url U] [--config F]
         prints the new key as the first line on stdout (a status line goes to stderr); then, on a
@@ -9,7 +9,8 @@
         (Spark's `spark.sql.catalog.X.credential`, pyiceberg's `credential`) and DuckDB's
         `CREATE SECRET`, pointed at --url (default: the gateway's own address from its settings).
         Piped or captured without --engine-forms, stdout is the key alone, one line, as scripts
-        (`KEY=$(cedarberg keys create ...)`) expect; the secret never goes to stderr.
+        (`KEY=$(cedarberg keys create ...)`) expect; the secret never goes to stderr. The operator
+        says whom the key is for (a person or a service); the status line repeats it in words.
     cedarberg keys list [--principal NAME] [--json]       records only: never secrets or hashes
     cedarberg keys revoke KEY_ID
 
@@ -47,7 +48,7 @@ import orjson
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.gateway.authn.key_format import is_key_id, parse_api_key
-from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.cli.key_owner import MAX_EXPIRY_DAYS, add_key_owner_options, key_owner
 
 # The settings (pydantic) and the key store (SQLAlchemy) are imported by the commands that use
 # them: building the parser (`cedarberg --help`) must not pay for them.
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 COMMAND = "keys"
 PROG = "cedarberg"
-MAX_EXPIRY_DAYS = 36_500
 _PAGE = 500
 
 
@@ -91,8 +91,7 @@ def add_keys_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     create = commands.add_parser(
         "create", parents=[common], help="create a key and print it (only it) on stdout"
     )
-    create.add_argument("--principal", required=True, help="principal id the key authenticates as")
-    create.add_argument("--kind", default="user", choices=["user", "service"], help="principal kind")
+    add_key_owner_options(create)
     create.add_argument("--group", action="append", default=[], help="a group of the principal (repeatable)")
     create.add_argument("--expires-in-days", type=_days, help="expire the key after N days")
     create.add_argument("--description", default="", help="a note shown in listings")
@@ -130,16 +129,6 @@ def _when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _gateway_url(settings: Settings) -> str:
-    scheme = "https" if settings.tls.enabled else "http"
-    host = settings.host
-    if host in {"0.0.0.0", "::", ""}:  # noqa: S104 (a listen address, not a bind)
-        host = "localhost"
-    elif ":" in host:
-        host = f"[{host}]"
-    return f"{scheme}://{host}:{settings.port}"
-
-
 def engine_forms(key_id: str, secret: str, url: str) -> list[str]:
     """The created key as engines take it: OAuth2 client credentials (`client_id` = key id,
     `client_secret` = key secret) for Spark, pyiceberg and DuckDB."""
@@ -166,6 +155,10 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
     from cedarberg.gateway.authn.key_store import open_key_store
     from cedarberg.gateway.cli.key_audit import KeyAudit
 
+    try:
+        principal, kind = key_owner(args)
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
     expires_at = None
     if args.expires_in_days is not None:
         expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
@@ -175,7 +168,7 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
             keys = ApiKeyAuthenticator(store, settings.api_keys)
             try:
                 record, plaintext = await keys.create_key(
-                    args.principal, PrincipalKind(args.kind), args.group, expires_at, args.description
+                    principal, kind, args.group, expires_at, args.description
                 )
             except InvalidApiKeyRequestError as error:
                 raise _UsageError(str(error)) from None
@@ -184,14 +177,16 @@ async def _create(settings: Settings, args: argparse.Namespace, out: TextIO, err
         audit.key_changed("createApiKey", record.key_id, record.principal_id)
     groups = ",".join(record.groups) or "none"
     print(
-        f"created API key {record.key_id} for {record.kind.value} {record.principal!r} "
+        f"created API key {record.key_id}: {record.summary} "
         f"(groups: {groups}; expires: {_when(record.expires_at)})",
         file=err,
     )
     print(plaintext, file=out, flush=True)
     if _wants_forms(args, out):
         parsed = parse_api_key(plaintext)
-        url = args.url or _gateway_url(settings)
+        from cedarberg.gateway.cli.admin_client import gateway_url
+
+        url = args.url or gateway_url(settings)
         print("\n".join(engine_forms(parsed.key_id, parsed.secret, url)), file=out, flush=True)
     return 0
 

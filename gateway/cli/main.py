@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from cedarberg.gateway.authz.cli import add_policy_commands
+from cedarberg.gateway.cli.admin import add_admin_commands, run_admin_command
 from cedarberg.gateway.cli.catalog import add_catalog_commands, run_catalog_command
 from cedarberg.gateway.cli.db import add_db_commands, run_db_command
 from cedarberg.gateway.cli.deployment import offline_options
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     add_keys_commands(commands)
     add_catalog_commands(commands)
     add_db_commands(commands)
+    add_admin_commands(commands)
     return parser
 
 
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_catalog_command(args)
     if args.command == "db":
         return run_db_command(args)
+    if args.command == "admin":
+        return run_admin_command(args)
     flags: dict[str, object] = {
         "host": args.host,
         "port": args.port,

@@ -336,6 +336,17 @@ class ApiKeySettings(FrozenSettings):
         le=86_400,
         description="How long a locked-out (key id, client address) pair is refused without hashing.",
     )
+    max_rotation_overlap_seconds: int = Field(
+        86_400,
+        ge=0,
+        le=86_400,
+        description="Longest overlap window a rotation may give a key's previous secret "
+        "(`overlap_seconds` of POST /admin/v1/api-keys/{id}/rotate, `cedarberg admin keys rotate "
+        "--overlap`): until it ends the previous secret, and gateway tokens it proved, keep "
+        "working on every gateway process; then they stop. A rotation without an overlap ends the "
+        "old secret at once. 0: no rotation may overlap. At most one day, so every token the "
+        "previous secret proves ends while the key change feed still holds the rotation.",
+    )
     lockout_tracked_ids: int = Field(
         10_000,
         ge=1,

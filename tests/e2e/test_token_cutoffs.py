@@ -2,12 +2,15 @@
 
 A token issued (on either instance) for an API key before the key is rotated or revoked is refused
 by both instances within `api_keys.change_poll_seconds`, and cannot be refreshed through token
-exchange; tokens from the new secret and tokens of other keys keep working.
+exchange; tokens from the new secret and tokens of other keys keep working. A rotation with an overlap
+window keeps the old secret, and its tokens, working on both instances until the window ends.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -100,3 +103,73 @@ def test_a_rotation_or_revocation_ends_earlier_tokens_on_every_instance(
             refreshed = _exchange(gw.url, fresh)
             assert refreshed.status_code == 200, refreshed.text
             assert _status(second.url, refreshed.json()["access_token"]) == 200
+
+
+OVERLAP_WINDOW = 10  # seconds: the checks inside it take a few on a busy machine
+
+
+def _key_status(url: str, key: str) -> int:
+    return _status(url, key)  # an API key as the bearer credential
+
+
+def test_a_rotation_overlap_holds_on_every_instance_and_ends_there(cluster: Cluster) -> None:
+    """The old secret of a rotation with an overlap works on both instances until the window
+    ends, and so do the tokens it proved; after it, neither instance accepts them (attack), while
+    the new secret keeps working (control)."""
+    first, second = cluster.instances
+    key = cluster.create_key("overlapping", ["admins"])
+    key_id = key[4:20]
+    before = [_client_credentials(gw.url, key) for gw in (first, second)]
+    for gw in (first, second):
+        assert _key_status(gw.url, key) == 200  # verified and cached by both before the rotation
+    with cluster.session() as admin:
+        answer = admin.post(
+            f"{first.url}/admin/v1/api-keys/{key_id}/rotate",
+            json={"overlap_seconds": OVERLAP_WINDOW},
+            timeout=30,
+        )
+    assert answer.status_code == 200, answer.text
+    new_key = str(answer.json()["key"])
+    until = datetime.fromisoformat(answer.json()["previous_secret_expires_at"]).timestamp()
+    # The other instance learns of the rotation from the feed: its new secret works there.
+    _wait_for(lambda: _key_status(second.url, new_key) == 200, "the new secret on the other instance")
+    during = _token(
+        second.url, {"grant_type": "client_credentials", "client_id": key_id, "client_secret": key[21:]}
+    )
+    assert during.status_code == 200, during.text
+    assert during.json()["expires_in"] <= OVERLAP_WINDOW
+    for gw in (first, second):
+        assert _key_status(gw.url, key) == 200
+        for token in (*before, during.json()["access_token"]):
+            assert _status(gw.url, token) == 200
+    assert time.time() < until, "the checks above must run inside the window"
+
+    time.sleep(max(0.0, until - time.time()) + 0.05)
+    for gw in (first, second):
+        assert _key_status(gw.url, key) == 401
+        for token in (*before, during.json()["access_token"]):
+            assert _status(gw.url, token) == 401
+        assert _key_status(gw.url, new_key) == 200
+
+
+def test_a_revocation_during_an_overlap_ends_both_secrets_on_every_instance(cluster: Cluster) -> None:
+    first, second = cluster.instances
+    key = cluster.create_key("revoked-overlap", ["admins"])
+    key_id = key[4:20]
+    with cluster.session() as admin:
+        rotated = admin.post(
+            f"{first.url}/admin/v1/api-keys/{key_id}/rotate", json={"overlap_seconds": 600}, timeout=30
+        )
+        assert rotated.status_code == 200, rotated.text
+        new_key = str(rotated.json()["key"])
+        for gw in (first, second):
+            assert _key_status(gw.url, key) == 200
+            assert _key_status(gw.url, new_key) == 200
+        assert admin.delete(f"{first.url}/admin/v1/api-keys/{key_id}", timeout=30).status_code == 200
+    assert _key_status(first.url, key) == 401
+    assert _key_status(first.url, new_key) == 401
+    elapsed = _wait_for(
+        lambda: _key_status(second.url, key) == 401 and _key_status(second.url, new_key) == 401,
+        "the other instance to refuse both secrets",
+    )
+    assert elapsed <= POLL_SECONDS + 1.0, elapsed

@@ -186,11 +186,13 @@ def test_the_check_refuses_an_answer_with_an_undeclared_field(conformance: Confo
         "id": "aaaaaaaaaaaaaaaa",
         "principal": "p",
         "kind": "user",
+        "summary": "a personal key for p",
         "groups": [],
         "created_at": "2026-01-01T00:00:00+00:00",
         "expires_at": None,
         "revoked_at": None,
         "rotated_at": None,
+        "previous_secret_expires_at": None,
         "description": "",
     }
     validator = conformance.schema({"$ref": "#/components/schemas/ApiKey"})
@@ -235,6 +237,13 @@ def _api_keys(c: Conformance, admin: str) -> str:
     c.call("getApiKey", reader, 403, {"key_id": "aaaaaaaaaaaaaaaa"})
     c.call("getApiKey", admin, 404, {"key_id": "aaaaaaaaaaaaaaaa"})
     c.call("rotateApiKey", admin, 200, {"key_id": key_id})
+    overlapping = c.call("rotateApiKey", admin, 200, {"key_id": key_id}, json={"overlap_seconds": 60}).json()
+    assert overlapping["previous_secret_expires_at"] is not None
+    c.call("rotateApiKey", admin, 400, {"key_id": key_id}, json={"overlap_seconds": 10**9})
+    c.call("rotateApiKey", admin, 400, {"key_id": key_id}, json={"overlap": 60})
+    big_rotation = b'{"overlap_seconds": 1, "x": "' + b"x" * 70_000 + b'"}'
+    json_type = {"Content-Type": "application/json"}
+    c.call("rotateApiKey", admin, 413, {"key_id": key_id}, data=big_rotation, headers=json_type)
     c.call("rotateApiKey", admin, 404, {"key_id": "not-a-key-id"})
     c.call("revokeApiKey", admin, 200, {"key_id": key_id})
     c.call("revokeApiKey", admin, 404, {"key_id": "aaaaaaaaaaaaaaaa"})

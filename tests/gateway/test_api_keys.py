@@ -479,7 +479,9 @@ async def test_list_and_get_never_show_secrets(tmp_path: Path, keys: ApiKeyAuthe
         "expires_at",
         "revoked_at",
         "rotated_at",
+        "previous_secret_expires_at",
         "description",
+        "summary",
     }
     shown = repr(listed) + repr([r.to_json() for r in listed]) + repr(fetched)
     assert "argon2" not in shown
@@ -554,7 +556,7 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         gateway_version = db.execute("SELECT version_num FROM alembic_version_gateway").fetchall()
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
-    assert gateway_version == [("gw0004",)]
+    assert gateway_version == [("gw0005",)]
     assert catalog_version == [("0006",)]
     store = await open_key_store(url)
     try:

@@ -74,7 +74,7 @@ async def _authenticate(url: str, key: str) -> Principal:
 
 def _create(data_dir: Path, *extra: str) -> str:
     code, out, err = _run(
-        "create", "--principal", "alice", "--group", "admins", "--data-dir", str(data_dir), *extra
+        "create", "--person", "alice", "--group", "admins", "--data-dir", str(data_dir), *extra
     )
     assert code == 0, err
     return out.strip()
@@ -106,7 +106,7 @@ def test_create_prints_only_the_key_which_authenticates(tmp_path: Path) -> None:
 def test_create_prints_engine_forms_after_the_key_when_asked(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     code, out, err = _run(
-        "create", "--principal", "alice", "--data-dir", str(data_dir),
+        "create", "--person", "alice", "--data-dir", str(data_dir),
         "--engine-forms", "--url", "https://catalog.example:8181/",
     )  # fmt: skip
     assert code == 0, err
@@ -145,16 +145,16 @@ def test_engine_forms_default_to_the_gateway_address_and_only_on_a_terminal(tmp_
     data_dir = tmp_path / "data"
     environ = {"CEDARBERG_HOST": "0.0.0.0", "CEDARBERG_PORT": "9000"}
     # Captured (not a terminal): the key alone, as `KEY=$(cedarberg keys create ...)` expects.
-    code, out, _ = _run("create", "--principal", "bob", "--data-dir", str(data_dir), environ=environ)
+    code, out, _ = _run("create", "--person", "bob", "--data-dir", str(data_dir), environ=environ)
     assert code == 0
     assert KEY_LINE.fullmatch(out), out
 
-    code, out = _run_on_terminal("create", "--principal", "bob", "--data-dir", str(data_dir), environ=environ)
+    code, out = _run_on_terminal("create", "--person", "bob", "--data-dir", str(data_dir), environ=environ)
     assert code == 0
     assert KEY_LINE.fullmatch(out.splitlines()[0] + "\n")
     assert "OAUTH2_SERVER_URI 'http://localhost:9000/v1/oauth/tokens'" in out
     code, out = _run_on_terminal(
-        "create", "--principal", "bob", "--data-dir", str(data_dir), "--no-engine-forms", environ=environ
+        "create", "--person", "bob", "--data-dir", str(data_dir), "--no-engine-forms", environ=environ
     )
     assert code == 0
     assert KEY_LINE.fullmatch(out), out
@@ -165,26 +165,26 @@ def test_settings_come_from_config_env_and_flags_in_that_order(tmp_path: Path) -
     from_file, from_env, from_flag = tmp_path / "file", tmp_path / "env", tmp_path / "flag"
     config.write_text(f'data_dir = "{from_file}"\n', encoding="utf-8")
 
-    key = _run("create", "--principal", "a", "--config", str(config))[1].strip()
+    key = _run("create", "--person", "a", "--config", str(config))[1].strip()
     assert asyncio.run(_authenticate(_url(from_file), key)).id == "key:a"
 
     env = {"CEDARBERG_DATA_DIR": str(from_env)}
-    key = _run("create", "--principal", "b", "--config", str(config), environ=env)[1].strip()
+    key = _run("create", "--person", "b", "--config", str(config), environ=env)[1].strip()
     assert asyncio.run(_authenticate(_url(from_env), key)).id == "key:b"
 
-    argv = ("create", "--principal", "c", "--config", str(config), "--data-dir", str(from_flag))
+    argv = ("create", "--person", "c", "--config", str(config), "--data-dir", str(from_flag))
     key = _run(*argv, environ=env)[1].strip()
     assert asyncio.run(_authenticate(_url(from_flag), key)).id == "key:c"
 
     store_url = f"sqlite+aiosqlite:///{tmp_path / 'elsewhere.db'}"
-    key = _run("create", "--principal", "d", "--store-url", store_url, environ=env)[1].strip()
+    key = _run("create", "--person", "d", "--store-url", store_url, environ=env)[1].strip()
     assert asyncio.run(_authenticate(store_url, key)).id == "key:d"
 
 
 def test_list_never_shows_secrets(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     alice = parse_api_key(_create(data_dir))
-    code, out, err = _run("create", "--principal", "bob", "--group", "readers", "--data-dir", str(data_dir))
+    code, out, err = _run("create", "--person", "bob", "--group", "readers", "--data-dir", str(data_dir))
     assert code == 0, err
     bob = parse_api_key(out.strip())
 
@@ -247,9 +247,9 @@ def test_revoke(tmp_path: Path) -> None:
 def test_invalid_key_requests_exit_2(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     for argv in (
-        ("--principal", " padded"),
-        ("--principal", "x" * 300),
-        ("--principal", "a", "--group", "bad\ngroup"),
+        ("--person", " padded"),
+        ("--person", "x" * 300),
+        ("--person", "a", "--group", "bad\ngroup"),
     ):
         code, out, err = _run("create", *argv, "--data-dir", str(data_dir))
         assert code == 2, argv
@@ -283,7 +283,7 @@ def test_bad_settings_exit_2_with_one_line(
     (tmp_path / "bad.toml").write_text("data_dir = [\n", encoding="utf-8")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     result = _cli(
-        "create", "--principal", "alice", "--group", "admins", *argv, env=_clean_env(**env), cwd=tmp_path
+        "create", "--person", "alice", "--group", "admins", *argv, env=_clean_env(**env), cwd=tmp_path
     )
     assert result.returncode == 2
     assert result.stdout == ""

@@ -216,7 +216,7 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
 
     current = _cli("db", "current", *location_args)
     assert current.returncode == 3, current.stderr
-    assert "gateway: gw0001 (needs gw0004)" in current.stdout
+    assert "gateway: gw0001 (needs gw0005)" in current.stdout
     assert "catalog: 0006 (head)" in current.stdout
 
     strict = GatewayProcess(data_dir, store_url=store_url, config={"migrate_on_start": False})
@@ -230,7 +230,7 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
 
     upgraded = _cli("db", "upgrade", *location_args)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "gateway: gw0004 (from gw0001)" in upgraded.stdout
+    assert "gateway: gw0005 (from gw0001)" in upgraded.stdout
     assert "catalog: 0006 (unchanged)" in upgraded.stdout
     assert _cli("db", "current", *location_args).returncode == 0
 
@@ -252,4 +252,4 @@ def test_serve_upgrades_an_outdated_registry_by_default(tmp_path: Path) -> None:
         status, body = _request(f"{gw.url}/v1/namespaces/kept")
         assert status == 200
         assert body["namespace"] == ["kept"]
-    assert _gateway_revision(sync_url) == "gw0004"
+    assert _gateway_revision(sync_url) == "gw0005"

@@ -69,12 +69,15 @@ def keys_create(
     *,
     config_path: Path | None = None,
     store_url: str | None = None,
+    kind: str = "user",
 ) -> str:
     """Run ``cedarberg keys create`` offline against a gateway's store; returns the printed key
-    (and fails unless the key is the only thing printed)."""
+    (and fails unless the key is the only thing printed). `kind`: ``user`` (``--person``) or
+    ``service`` (``--service``)."""
+    owner = "--person" if kind == "user" else "--service"
     argv = [
         sys.executable, "-m", "cedarberg.gateway.cli", "keys", "create",
-        "--principal", principal, "--data-dir", str(data_dir),
+        owner, principal, "--data-dir", str(data_dir),
     ]  # fmt: skip
     if config_path is not None:
         argv += ["--config", str(config_path)]

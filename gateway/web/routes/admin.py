@@ -6,12 +6,18 @@ in `gateway.authz.operations`), so the handlers only do the work.
     POST   /admin/v1/api-keys                 createApiKey   201 record + "key" (shown once)
     GET    /admin/v1/api-keys                 listApiKeys    {"api-keys": [...], "next-page-token"}
     GET    /admin/v1/api-keys/{key_id}        getApiKey      record
-    POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"
+    POST   /admin/v1/api-keys/{key_id}/rotate rotateApiKey   record + new "key"; optional body
+                                                             {"overlap_seconds": N}: the old secret
+                                                             keeps working N seconds (default 0)
     DELETE /admin/v1/api-keys/{key_id}        revokeApiKey   record (idempotent)
     GET    /admin/v1/policies                 showPolicies   version, files, policies, refusal
     POST   /admin/v1/explain                  explainDecision decision, determining policies, restrictions
                                                              and where they cannot bind (authz.binding)
     GET    /admin/v1/review                   reviewAccess   the access review (routes/review.py)
+
+Key records carry `summary`, whom the key is for in words (`a service key for etl`, `a personal
+key for dana`), and `previous_secret_expires_at`, the end of a rotation's overlap window (null when
+the old secret stopped at once).
 
 Promises:
 - no response except create and rotate carries key material, and those two carry
@@ -85,6 +91,11 @@ class CreateKeyRequest(_Body):
     groups: list[str] = Field(default_factory=list, max_length=MAX_GROUPS)
     expires_at: str | None = Field(None, max_length=64, description="ISO 8601 with a time zone")
     description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
+
+
+class RotateKeyRequest(_Body):
+    # Bounded by `api_keys.max_rotation_overlap_seconds` in `rotate_key` (400 past it).
+    overlap_seconds: int = Field(0, ge=0, description="seconds the old secret keeps working")
 
 
 class ExplainResource(_Body):
@@ -212,8 +223,10 @@ async def get_api_key(request: web.Request) -> web.Response:
 
 async def rotate_api_key(request: web.Request) -> web.Response:
     key_id = _key_id(request)
+    document = await http.json_object(request, MAX_BODY_BYTES) if request.body_exists else {}
+    body = http.validate(RotateKeyRequest, document)
     with _key_errors():
-        record, plaintext = await security(request).api_keys.rotate_key(key_id)
+        record, plaintext = await security(request).api_keys.rotate_key(key_id, body.overlap_seconds)
     return _json(_with_key(record, plaintext), headers=_NO_STORE)
 
 

@@ -48,11 +48,16 @@ _API_KEY_FIELDS: dict[str, Schema] = {
     "id": {"type": "string", "description": "the key id: the part before the secret, not a secret"},
     "principal": {"type": "string", "description": "the principal's name; its id is key:<principal>"},
     "kind": {"type": "string", "enum": ["user", "service"]},
+    "summary": {"type": "string", "description": "whom the key is for, in words: a service key for etl"},
     "groups": _STRINGS,
     "created_at": _TIME,
     "expires_at": _NULLABLE_TIME,
     "revoked_at": _NULLABLE_TIME,
     "rotated_at": _NULLABLE_TIME,
+    "previous_secret_expires_at": {
+        **_NULLABLE_TIME,
+        "description": "until when the secret before the last rotation still works (null: it does not)",
+    },
     "description": STRING,
 }
 _RESTRICTION = _object(

@@ -171,7 +171,7 @@ def _operation(route: Route, bodies: dict[str, Any]) -> dict[str, Any]:
         assert doc.body.__name__ in bodies, doc.body  # _request_schemas read every body model
         limit = f" At most {doc.body_limit} bytes." if doc.body_limit is not None else ""
         operation["requestBody"] = {
-            "required": True,
+            "required": not doc.body_optional,
             "description": f"A JSON object, validated strictly (no coercion, no unknown fields).{limit}",
             "content": {"application/json": {"schema": {"$ref": _REF.format(model=doc.body.__name__)}}},
         }

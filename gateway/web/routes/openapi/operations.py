@@ -51,6 +51,7 @@ class OperationDoc:
     parameters: tuple[Parameter, ...] = ()
     body: type[BaseModel] | None = None
     body_limit: int | None = None
+    body_optional: bool = False  # no body: every field takes its default
 
 
 # Every admin operation may answer these (authentication, Cedar, rate limits, dependencies).
@@ -121,9 +122,20 @@ OPERATIONS: dict[str, OperationDoc] = {
     "rotateApiKey": OperationDoc(
         "API keys",
         "Rotate an API key's secret",
-        "Replaces the secret; the old secret and the tokens issued for it stop working at once.",
+        "Replaces the secret. Without a body (or with `overlap_seconds` 0) the old secret and the "
+        "tokens issued for it stop working at once; with `overlap_seconds` they keep working that "
+        "long (at most `api_keys.max_rotation_overlap_seconds`), then stop on every gateway process. "
+        "Only one previous secret is kept: a second rotation ends the first one's overlap.",
         Answer(200, "the record and the new key", "ApiKeyWithSecret", ("Cache-Control",)),
-        {404: _ABSENT, 409: "the key is revoked"},
+        {
+            400: "a body that is not a valid rotation request, or an overlap over the bound",
+            404: _ABSENT,
+            409: "the key is revoked",
+            413: "a body over the limit",
+        },
+        body=admin.RotateKeyRequest,
+        body_limit=admin.MAX_BODY_BYTES,
+        body_optional=True,
     ),
     "revokeApiKey": OperationDoc(
         "API keys",
