@@ -123,7 +123,7 @@ def measure(runs: int) -> StartupResult:
         work = Path(tmp)
         data_dir = work / "keys"
         created = subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "cedarberg.gateway.cli", "keys", "create", "--principal", "bench",
+            [sys.executable, "-m", "cedarberg.gateway.cli", "keys", "create", "--service", "bench",
              "--group", "admins", "--data-dir", str(data_dir)],
             capture_output=True, env=_environment(), cwd=work, timeout=120, check=False,
         )  # fmt: skip

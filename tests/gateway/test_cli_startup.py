@@ -104,7 +104,7 @@ def _imported_by(tmp_path: Path, *argv: str) -> tuple[int, set[str], str]:
 def _key_store(tmp_path: Path) -> Path:
     data_dir = tmp_path / "data"
     created = subprocess.run(
-        [sys.executable, "-m", "cedarberg.gateway.cli", "keys", "create", "--principal", "alice",
+        [sys.executable, "-m", "cedarberg.gateway.cli", "keys", "create", "--person", "alice",
          "--group", "admins", "--data-dir", str(data_dir)],
         capture_output=True,
         text=True,

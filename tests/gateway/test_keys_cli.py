@@ -307,7 +307,7 @@ def test_unusable_store_exits_1(tmp_path: Path) -> None:
 def test_create_and_revoke_append_to_the_audit_file_naming_the_key_never_the_secret(tmp_path: Path) -> None:
     data_dir, audit_file = tmp_path / "data", tmp_path / "audit" / "audit.jsonl"
     env = _clean_env(CEDARBERG_AUDIT__DESTINATION=str(audit_file))
-    made = _cli("create", "--principal", "etl", "--no-engine-forms", "--data-dir", str(data_dir), env=env)
+    made = _cli("create", "--service", "etl", "--no-engine-forms", "--data-dir", str(data_dir), env=env)
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip()
     key_id = parse_api_key(key).key_id
@@ -335,7 +335,7 @@ def test_an_unusable_audit_file_stops_the_command_before_it_changes_anything(tmp
     data_dir, blocker = tmp_path / "data", tmp_path / "not-a-directory"
     blocker.write_text("a file where the audit directory should be", encoding="utf-8")
     env = _clean_env(CEDARBERG_AUDIT__DESTINATION=str(blocker / "audit.jsonl"))
-    made = _cli("create", "--principal", "etl", "--no-engine-forms", "--data-dir", str(data_dir), env=env)
+    made = _cli("create", "--service", "etl", "--no-engine-forms", "--data-dir", str(data_dir), env=env)
     assert made.returncode == 1
     assert made.stdout == ""  # no key was shown: none was made
     assert "audit log" in made.stderr
