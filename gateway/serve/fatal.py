@@ -1,4 +1,5 @@
-"""How a server that cannot serve says why: one line on stderr and exit status 1.
+"""How a server that cannot serve says why: one line on stderr and exit status 1 (a refused
+policy set adds one indented line per problem, FILE:LINE first, at most `MAX_PROBLEM_LINES`).
 
 Used by `cedarberg serve` for what fails before or while it starts, and by every forked worker
 for what fails in it (`gateway.serve.supervisor`), so both report a setup error the same way.
@@ -27,12 +28,20 @@ _FATAL = (
     ListenError,
 )
 
+MAX_PROBLEM_LINES = 20  # the rest: `cedarberg policies validate` lists every one
+
 
 def report_fatal(err: Exception, settings: Settings) -> int:
     """Print why serving is impossible in one line (no traceback) and return the exit status;
     re-raise anything that is a bug rather than a configuration or environment problem."""
     if isinstance(err, _FATAL):
         print(f"cedarberg: {err}", file=sys.stderr)
+        if isinstance(err, PolicyLoadError) and len(err.problems) > 1:
+            for problem in err.problems[:MAX_PROBLEM_LINES]:
+                print(f"  {problem}", file=sys.stderr)
+            if len(err.problems) > MAX_PROBLEM_LINES:
+                rest = len(err.problems) - MAX_PROBLEM_LINES
+                print(f"  ... {rest} more: `cedarberg policies validate` lists them all", file=sys.stderr)
         return 1
     if isinstance(err, OSError) and err.filename is not None:
         print(f"cedarberg: {err.filename}: {err.strerror}", file=sys.stderr)

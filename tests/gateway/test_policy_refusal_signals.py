@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +30,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.ports import free_port
 
 POLICIES = REPO_ROOT / "policies"
 DEADLINE_SECONDS = 20.0
@@ -196,3 +200,28 @@ def test_a_refused_set_is_explained_in_text_logs_ready_and_metrics(tmp_path: Pat
 
         (policy_dir / BROKEN_FILE).write_text(FIXED_TEXT)
         _check_cleared(gw, active, 1)
+
+
+def test_a_set_refused_at_start_names_every_problem_before_serve_exits(tmp_path: Path) -> None:
+    # At start there is no last good set: serve exits, and its error names each problem's
+    # FILE:LINE, not only the first.
+    policy_dir = tmp_path / "policies"
+    shutil.copytree(POLICIES, policy_dir, ignore=shutil.ignore_patterns("tests"))
+    (policy_dir / BROKEN_FILE).write_text(BROKEN_TEXT, encoding="utf-8")
+    second = "\n\nforbid (principal, action, resource) when {"
+    (policy_dir / "second-broken.cedar").write_text(second, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")}
+    started = subprocess.run(
+        [sys.executable, "-m", "cedarberg.gateway.cli", "serve", "--port", str(free_port()),
+         "--data-dir", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        env={**environ, "CEDARBERG_AUTHZ__POLICY_DIR": str(policy_dir)},
+    )  # fmt: skip
+    assert started.returncode == 1, started.stderr
+    lines = started.stderr.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("cedarberg: policy set refused: ")]
+    first, problems = lines[at], lines[at + 1 :]
+    assert "(and 1 more)" in first
+    assert any(line.strip().startswith(BROKEN_AT) for line in problems), started.stderr
+    assert any("second-broken.cedar:3" in line for line in problems), started.stderr
+    assert "Traceback" not in started.stderr
