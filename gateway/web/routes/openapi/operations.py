@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from cedarberg.gateway.authn.principal import AuthMethod
-from cedarberg.gateway.web.routes import admin, directory
+from cedarberg.gateway.web.routes import admin_requests as admin
+from cedarberg.gateway.web.routes import directory
 from cedarberg.gateway.web.routes.openapi.answers import STRING, Schema
 
 
