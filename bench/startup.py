@@ -184,7 +184,7 @@ def markdown(result: StartupResult) -> str:
     lines += [
         "",
         "Each command ran from compiled bytecode, as an installed command does (an unmeasured first"
-        " run wrote it; see `_environment`).",
+        " run wrote it; `_environment` in bench/startup.py).",
         "",
         f"Resident memory of `cedarberg serve` ({result.workers} worker, process tree) after `/ready`"
         f" and {IDLE_SECONDS:g} s idle: **{result.idle_rss_mb:.1f} MB**.",
