@@ -10,8 +10,10 @@ from pathlib import Path
 from scripts import import_graph as graph
 
 ROOT = Path(__file__).resolve().parent.parent
-# The longest import chain of gateway/ (16 modules when the layers were drawn, 17 before); a new
-# level needs a reason, and this number is where that reason gets written down.
+# The longest import chain of gateway/ (16 modules when the layers were drawn, 17 before; 18 once
+# the admin API's document imported its handlers for their request models and the CLI's catalog
+# commands the web application for `open_catalog`, until both moved out); a new level needs a
+# reason, and this number is where that reason gets written down.
 MAX_GATEWAY_DEPTH = 16
 
 

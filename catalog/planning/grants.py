@@ -25,6 +25,7 @@ from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.schema import Schema
 
 from cedarberg.catalog.errors import ForbiddenError, InvalidRequestError
+from cedarberg.catalog.planning.fields import covered
 
 _MAX_NAMED_IN_MESSAGE = 10
 
@@ -75,12 +76,6 @@ def referenced_fields(
         if name is not None:
             names.add(name)
     return frozenset(names)
-
-
-def covered(name: str, columns: frozenset[str]) -> bool:
-    """Whether the dotted field `name` is one of `columns` or lies inside one."""
-    parts = name.split(".")
-    return any(".".join(parts[:end]) in columns for end in range(1, len(parts) + 1))
 
 
 def _masked(name: str, masked: frozenset[str]) -> bool:

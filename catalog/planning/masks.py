@@ -1,5 +1,6 @@
 """The column actions of the Iceberg REST spec's `ReadRestrictions` (apache/iceberg PR #13879:
-`required-column-projections`), and the column types each applies to.
+`required-column-projections`): the column types each applies to (the names themselves are
+`catalog.planning.mask_actions`).
 
 A server must not return an action for a column whose type is outside the action's "Applicable
 to" set; `applies` is that check, for every type a column has had (a promoted column keeps its
@@ -31,26 +32,16 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-MASK_ALPHANUM = "mask-alphanum"
-MASK_TO_FIXED_VALUE = "mask-to-fixed-value"
-REPLACE_WITH_NULL = "replace-with-null"
-SHOW_FIRST_4 = "show-first-4"
-SHOW_LAST_4 = "show-last-4"
-TRUNCATE_TO_YEAR = "truncate-to-year"
-TRUNCATE_TO_MONTH = "truncate-to-month"
-SHA_256_GLOBAL = "sha-256-global"
-SHA_256_QUERY_LOCAL = "sha-256-query-local"
-
-MASK_ACTIONS = (
+from cedarberg.catalog.planning.mask_actions import (
     MASK_ALPHANUM,
     MASK_TO_FIXED_VALUE,
     REPLACE_WITH_NULL,
-    SHOW_FIRST_4,
-    SHOW_LAST_4,
-    TRUNCATE_TO_YEAR,
-    TRUNCATE_TO_MONTH,
     SHA_256_GLOBAL,
     SHA_256_QUERY_LOCAL,
+    SHOW_FIRST_4,
+    SHOW_LAST_4,
+    TRUNCATE_TO_MONTH,
+    TRUNCATE_TO_YEAR,
 )
 
 _STRINGS: tuple[type[IcebergType], ...] = (StringType,)

@@ -62,8 +62,10 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import NestedField, StructType
 
 from cedarberg.catalog.errors import ForbiddenError
-from cedarberg.catalog.planning.grants import ScanGrant, covered
-from cedarberg.catalog.planning.masks import MASK_TO_FIXED_VALUE, REPLACE_WITH_NULL, applies
+from cedarberg.catalog.planning.fields import covered
+from cedarberg.catalog.planning.grants import ScanGrant
+from cedarberg.catalog.planning.mask_actions import MASK_TO_FIXED_VALUE, REPLACE_WITH_NULL
+from cedarberg.catalog.planning.masks import applies
 from cedarberg.catalog.planning.values import to_json
 
 Document = dict[str, Any]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cedarberg.catalog.effects import Effect
 from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.gateway.authn.principal import Principal
+
+if TYPE_CHECKING:  # `catalog.effects` compares pyiceberg metadata; the context only reads an Effect
+    from cedarberg.catalog.effects import Effect
 
 JsonDict = dict[str, Any]
 

@@ -41,7 +41,8 @@ class PolicyLoadError(AuthzError):
 
 
 class UnknownOperationError(AuthzError):
-    """An operation id has no entry in the operation table, so its route must not be registered."""
+    """An operation id has no entry in the operation table (or the pipeline's body table,
+    `gateway.web.bodies`, is out of step with it), so its route must not be registered."""
 
 
 class ResourceError(AuthzError):

@@ -12,10 +12,13 @@ here, so a route cannot exist without authorization. Each entry names:
 - `extra`: checks beyond the action on the resource (`Extra`);
 - `naming`: where a request names that resource (`Naming`: path, query or body), read by the one
   resource builder (`gateway.authz.naming.build`, fed by `gateway.web.resources`);
-- `body`: the request document, parsed once before authorization (`gateway.web.http.parse_body`)
-  so that Cedar and the handler see the same typed objects, with `max_body_bytes` when it needs a
-  tighter bound than the application's; `changes`: the body fields whose keys are the properties
-  the request sets and removes (Cedar's context).
+- `changes`: the body fields whose keys are the properties the request sets and removes (Cedar's
+  context).
+
+The request document an operation carries (its body model, parsed once before authorization) is
+in the pipeline's table beside this one (`gateway.web.bodies`), keyed by the same operation ids:
+the catalog's request models build on pyiceberg's, and deciding or validating policies (the
+engine, the offline `policies` tools) needs this table without them.
 """
 
 from __future__ import annotations
@@ -26,10 +29,6 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel
-
-from cedarberg.catalog import requests as req
-from cedarberg.catalog.planning.request import FetchScanTasksRequest, PlanScanRequest
 from cedarberg.gateway.authz.entities import EntityType
 from cedarberg.gateway.authz.errors import UnknownOperationError
 
@@ -117,8 +116,6 @@ class OperationSpec:
     lists: EntityType | None = None
     extra: Extra | None = None
     naming: Naming = Naming(Source.SCOPE)
-    body: type[BaseModel] | None = None
-    max_body_bytes: int | None = None
     changes: tuple[str, ...] = ()
     # A GET/HEAD whose answer derives only from registry reads made through the registry's read
     # cache, the settings and its decisions: the pipeline may record and replay it
@@ -158,44 +155,36 @@ _TABLE: tuple[OperationSpec, ...] = (
         M,
         creates=True,
         naming=Naming(Source.BODY_NAMESPACE, "namespace"),
-        body=req.CreateNamespaceRequest,
         changes=("properties",),
     ),
     _op("loadNamespaceMetadata", Scope.NAMESPACE, R, replayable=True),
     _op("namespaceExists", Scope.NAMESPACE, R, replayable=True),
     _op("dropNamespace", Scope.NAMESPACE, M),
-    _op(
-        "updateProperties",
-        Scope.NAMESPACE,
-        M,
-        body=req.UpdateNamespacePropertiesRequest,
-        changes=("updates", "removals"),
-    ),
+    _op("updateProperties", Scope.NAMESPACE, M, changes=("updates", "removals")),
     # tables
     _op("listTables", Scope.NAMESPACE, R, lists=EntityType.TABLE, replayable=True),
-    _op("createTable", Scope.TABLE, W, creates=True, naming=_BY_NAME, body=req.CreateTableRequest),
-    _op("registerTable", Scope.TABLE, W, creates=True, naming=_BY_NAME, body=req.RegisterTableRequest),
+    _op("createTable", Scope.TABLE, W, creates=True, naming=_BY_NAME),
+    _op("registerTable", Scope.TABLE, W, creates=True, naming=_BY_NAME),
     _op("loadTable", Scope.TABLE, R, replayable=True),
     _op("tableExists", Scope.TABLE, R, replayable=True),
-    _op("updateTable", Scope.TABLE, W, body=req.CommitTableRequest),
+    _op("updateTable", Scope.TABLE, W),
     _op("dropTable", Scope.TABLE, W),
     # Unregistering hands the table out of the catalog (and, in a sealing warehouse, out of its
     # encryption): a manage action, which the default policies grant to admins only.
     _op("unregisterTable", Scope.TABLE, M),
-    _op("renameTable", Scope.TABLE, W, extra=Extra.RENAME_TABLE, naming=_RENAME, body=req.RenameRequest),
-    _op("reportMetrics", Scope.TABLE, R, body=req.MetricsReport, max_body_bytes=req.MAX_REPORT_BYTES),
+    _op("renameTable", Scope.TABLE, W, extra=Extra.RENAME_TABLE, naming=_RENAME),
+    _op("reportMetrics", Scope.TABLE, R),
     _op(
         "commitTransaction",
         Scope.TABLE,
         W,
         extra=Extra.EACH_TABLE,
         naming=Naming(Source.BODY_TABLES, "table_changes"),
-        body=req.CommitTransactionRequest,
     ),
-    _op("planTableScan", Scope.TABLE, R, body=PlanScanRequest),
+    _op("planTableScan", Scope.TABLE, R),
     _op("fetchPlanningResult", Scope.TABLE, R),
     _op("cancelPlanning", Scope.TABLE, R),
-    _op("fetchScanTasks", Scope.TABLE, R, body=FetchScanTasksRequest),
+    _op("fetchScanTasks", Scope.TABLE, R),
     # Access to a table's files. loadCredentials and signRequest are the routes (reads); the right to
     # write the files (read-write vended credentials, signed PUT/POST/DELETE) is the extra decision
     # writeTableData, which no route carries: the data-access handlers decide it themselves.
@@ -207,13 +196,13 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("readRestrictedData", Scope.TABLE, ActionGroup.TRUST),
     # views
     _op("listViews", Scope.NAMESPACE, R, lists=EntityType.VIEW, replayable=True),
-    _op("createView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.CreateViewRequest),
-    _op("registerView", Scope.VIEW, W, creates=True, naming=_BY_NAME, body=req.RegisterViewRequest),
+    _op("createView", Scope.VIEW, W, creates=True, naming=_BY_NAME),
+    _op("registerView", Scope.VIEW, W, creates=True, naming=_BY_NAME),
     _op("loadView", Scope.VIEW, R, replayable=True),
     _op("viewExists", Scope.VIEW, R, replayable=True),
-    _op("replaceView", Scope.VIEW, W, body=req.CommitViewRequest),
+    _op("replaceView", Scope.VIEW, W),
     _op("dropView", Scope.VIEW, W),
-    _op("renameView", Scope.VIEW, W, extra=Extra.RENAME_VIEW, naming=_RENAME, body=req.RenameRequest),
+    _op("renameView", Scope.VIEW, W, extra=Extra.RENAME_VIEW, naming=_RENAME),
     # admin API (/admin/v1/...)
     _op("createApiKey", Scope.CATALOG, A),
     _op("listApiKeys", Scope.CATALOG, A),

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyiceberg.expressions import BooleanExpression
-from pyiceberg.expressions.parser import parse as parse_row_filter
-
-from cedarberg.catalog.planning.grants import covered
-from cedarberg.catalog.planning.masks import MASK_ACTIONS
+from cedarberg.catalog.planning.fields import covered
+from cedarberg.catalog.planning.mask_actions import MASK_ACTIONS
 from cedarberg.gateway.authz import row_filter_syntax
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
 
 COLUMNS = "columns"
 ROW_FILTER = "row_filter"
@@ -143,6 +143,11 @@ def _row_filter(text: str) -> BooleanExpression:
         raise ValueError(f"@{ROW_FILTER} is empty")
     if len(text) > _MAX_ANNOTATION_CHARS:
         raise ValueError(f"@{ROW_FILTER} is longer than {_MAX_ANNOTATION_CHARS} characters")
+    # Imported here, not with the module: pyiceberg's parser (pyparsing builds its grammar at
+    # import) costs more than the rest of validating a policy set, and only a permit carrying a
+    # @row_filter needs it. Policy loads are rare and never on a request's path.
+    from pyiceberg.expressions.parser import parse as parse_row_filter
+
     try:
         return parse_row_filter(text)
     except Exception as err:  # pyparsing's ParseException, or ValueError from a bad literal

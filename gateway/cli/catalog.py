@@ -59,7 +59,7 @@ def _when(ms: int) -> str:
 
 
 async def _with_catalog(settings: Settings, work: Callable[[CatalogContext], Awaitable[int]]) -> int:
-    from cedarberg.gateway.web.app import close_catalog, open_catalog
+    from cedarberg.gateway.catalog_setup import close_catalog, open_catalog
 
     ctx = await open_catalog(settings)
     try:

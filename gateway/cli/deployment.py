@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
+from cedarberg.gateway.config.environment import ENV_PREFIX
+
 # The settings (pydantic) load when a command reads them, not when its parser is built
 # (`cedarberg --help`: tests/gateway/test_cli_startup.py).
 if TYPE_CHECKING:
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
     from cedarberg.gateway.web.services import Services
 
 PROG = "cedarberg"
-_ENV_PREFIX = "CEDARBERG_"  # gateway.config.settings.ENV_PREFIX, without importing pydantic
 OFFLINE_CONFLICT = "--offline reads no registry: drop --data-dir and --store-url"
 
 
@@ -66,7 +67,7 @@ def settings_named(args: argparse.Namespace, environ: Mapping[str, str]) -> bool
     `CEDARBERG_*` variable) names settings."""
     flags = (args.config, *_store_flags(args).values())
     return any(flag is not None for flag in flags) or any(
-        key.startswith(_ENV_PREFIX) and key != _ENV_PREFIX for key in environ
+        key.startswith(ENV_PREFIX) and key != ENV_PREFIX for key in environ
     )
 
 
@@ -106,8 +107,8 @@ async def registry(settings: Settings) -> AsyncIterator[Services]:
     """The catalog services over the deployment's registry, for reading. The registry is never
     created or migrated here. Raises the catalog's errors: `SchemaOutdatedError` (missing or
     behind: run `cedarberg db upgrade`), `StorageUnavailableError`; `KmsError`, `OSError`."""
+    from cedarberg.gateway.catalog_setup import close_catalog, open_catalog
     from cedarberg.gateway.serve.migrate import SchemaOutdatedError, ensure_current, missing_sqlite_file
-    from cedarberg.gateway.web.app import close_catalog, open_catalog
     from cedarberg.gateway.web.services import Services
 
     url = settings.effective_store_url()

@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from cedarberg.gateway.config.settings import ENV_PREFIX, Settings, WarehouseSettings
+from cedarberg.gateway.config.environment import ENV_PREFIX
+from cedarberg.gateway.config.settings import Settings, WarehouseSettings
 
 HEADER = """# Configuration reference
 

@@ -29,13 +29,13 @@ from cedarberg.gateway.config.authn import ApiKeySettings, DelegationSettings, O
 from cedarberg.gateway.config.authz import AuthzSettings
 from cedarberg.gateway.config.base import FrozenSettings
 from cedarberg.gateway.config.caches import ReadCacheSettings
+from cedarberg.gateway.config.environment import ENV_PREFIX
 from cedarberg.gateway.config.planning import PlanningSettings
 from cedarberg.gateway.config.ratelimit import RateLimitSettings
 from cedarberg.gateway.config.storage import S3Settings, VendingSettings
 from cedarberg.gateway.config.tls import TlsSettings
 from cedarberg.kms.settings import KmsSettings
 
-ENV_PREFIX = "CEDARBERG_"
 # The deepest request body the parsers are known to survive with room to spare (see
 # `catalog.json_nesting`): tests/gateway/test_parse_failures.py serves bodies this deep.
 MAX_BODY_DEPTH = json_nesting.MAX_SAFE_DEPTH

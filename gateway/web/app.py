@@ -13,22 +13,18 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from cedarberg.catalog import confinement, fileio, metrics_reports
-from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
+from cedarberg.catalog import confinement, metrics_reports
+from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import purge_due
-from cedarberg.catalog.idempotency import Idempotency
-from cedarberg.catalog.load_results import LoadResultCache
-from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.planning.service import PlanService
 from cedarberg.catalog.purge_failures import PurgeBackoff
-from cedarberg.catalog.sealing import Sealer
-from cedarberg.catalog.store.cache import RegistryCache
 from cedarberg.catalog.store.sql import Store
 from cedarberg.gateway.authz.operations import check_route_table
+from cedarberg.gateway.catalog_setup import close_catalog, open_catalog
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.metrics import Metrics
 from cedarberg.gateway.storage.access import StorageAccess
-from cedarberg.gateway.storage.properties import fileio_properties
+from cedarberg.gateway.web.bodies import check_body_table
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
     ENDPOINTS,
@@ -58,7 +54,6 @@ from cedarberg.gateway.web.routes import (
 )
 from cedarberg.gateway.web.security import Security
 from cedarberg.gateway.web.services import Services
-from cedarberg.kms.keyring import KeyRing
 
 log = logging.getLogger("cedarberg")
 
@@ -93,8 +88,10 @@ def _matching(path: str) -> str:
 
 def _register(app: web.Application, routes: tuple[Route, ...]) -> None:
     """Register every route with its operation. A route whose operation has no entry in the
-    authorization table cannot be registered (check_route_table raises)."""
+    authorization table cannot be registered (check_route_table raises), nor routes beside a
+    table of bodies that does not match the authorization table (check_body_table raises)."""
     check_route_table(route.operation for route in routes)
+    check_body_table()
     table: dict[tuple[str, str], Route] = {}
     # Un-prefixed routes first: they serve the default warehouse, and matching them first keeps
     # "/v1/namespaces/..." from being read as a warehouse called "namespaces" (a reserved name).
@@ -117,75 +114,6 @@ async def _sweep_idempotency(store: Store, lifetime: int) -> None:
                 await tx.purge_idempotency(time.time() - 2 * lifetime)
         except Exception:
             log.exception("idempotency sweep failed")
-
-
-async def open_catalog(settings: Settings, *, migrate: bool = True, serving: bool = False) -> CatalogContext:
-    """The registry, the key ring and the warehouses, as the catalog services need them (also used
-    by the CLI commands that work on the registry directly). `migrate=False` when the caller has
-    made sure the schema is current (`cedarberg serve` prepares it before any worker starts).
-    `serving`: a server process, whose reads use the read-path caches (`[cache]`)."""
-    keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
-    cache = settings.cache
-    try:
-        store = await Store.open(
-            settings.effective_store_url(),
-            migrate=migrate,
-            pool_size=settings.store_pool_size,
-            max_overflow=settings.store_max_overflow,
-            cache=RegistryCache(cache.registry_ttl_seconds, cache.registry_max_entries) if serving else None,
-        )
-    except BaseException:
-        await keyring.aclose()
-        raise
-    sealer = Sealer(keyring)
-    for warehouse in settings.effective_warehouses().values():
-        fileio.use_properties(warehouse.location, fileio_properties(warehouse.s3))
-    return CatalogContext(
-        store=store,
-        sealer=sealer,
-        warehouses={
-            name: Warehouse(
-                name,
-                warehouse.location,
-                warehouse.seal_metadata_files,
-                warehouse.drop_retention_seconds,
-                allow_locations_outside_namespace=warehouse.allow_locations_outside_namespace,
-            )
-            for name, warehouse in settings.effective_warehouses().items()
-        },
-        default_warehouse=settings.default_warehouse,
-        idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
-        limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
-        load_results=_load_result_cache(settings, serving),
-        parsed_metadata=_parsed_metadata_cache(settings, serving),
-    )
-
-
-def _load_result_cache(settings: Settings, serving: bool) -> LoadResultCache:
-    """Unsealed metadata is kept no longer than the data key that unsealed it may be: with the
-    data-key cache off (every read must reach the KMS) it is not kept at all, and its age is capped
-    by the key cache's, so disabling a key in the KMS stops reads as soon as it did before."""
-    keys = settings.kms.cache
-    if not serving or not keys.enabled:
-        return LoadResultCache(max_bytes=0)
-    return LoadResultCache(
-        settings.cache.load_result_max_bytes,
-        min(settings.cache.load_result_max_age_seconds, keys.max_age_seconds),
-    )
-
-
-def _parsed_metadata_cache(settings: Settings, serving: bool) -> ParsedMetadataCache:
-    """Parsed metadata is plaintext too: kept no longer than the data key that opened it may be,
-    and not at all with the data-key cache off (as unsealed load results)."""
-    keys = settings.kms.cache
-    if not serving or not keys.enabled:
-        return ParsedMetadataCache(max_bytes=0)
-    return ParsedMetadataCache(settings.cache.parsed_metadata_max_bytes, keys.max_age_seconds)
-
-
-async def close_catalog(ctx: CatalogContext) -> None:
-    await ctx.store.close()
-    await ctx.sealer.keyring.aclose()
 
 
 async def _sweep_dropped(ctx: CatalogContext, interval: float, backoff: PurgeBackoff) -> None:

@@ -41,6 +41,7 @@ from cedarberg.gateway.logs import bind_principal, bind_request
 from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web import errors, http, outcomes, refusals, replay, resources, verdicts
+from cedarberg.gateway.web.bodies import BODIES
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
@@ -328,10 +329,11 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     # The log's principal is the audit record's: the namespaced id (`key:etl`).
     bind_principal(principal.id)
     await _spend_principal_budget(request, sec, metrics(request), who, _CLASSES[spec.group])
-    if spec.body is not None:
+    body = BODIES.get(spec.operation)
+    if body is not None:
         # One parse, before any decision: the resources and the context are built from the same
         # typed objects the handler applies, and a malformed body is a 400 with nothing decided.
-        await http.parse_body(request, spec.body, spec.max_body_bytes)
+        await http.parse_body(request, body.model, body.max_bytes)
     built = await resources.build(request, spec, services(request), sec)
     context = RequestContext.of(principal, request.remote or "", built.changes)
     checks = plan_checks(spec.operation, context, built.resource, target=built.target, tables=built.tables)

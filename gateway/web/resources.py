@@ -25,6 +25,7 @@ from cedarberg.gateway.authz.entities import EntityType, Resource
 from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, Scope, Source
 from cedarberg.gateway.web import http
+from cedarberg.gateway.web.bodies import body_model
 
 if TYPE_CHECKING:  # annotations only: the security and services are passed in
     from cedarberg.gateway.web.security import Security
@@ -158,9 +159,7 @@ async def build(
 
 
 def _body(request: web.Request, spec: OperationSpec) -> BaseModel:
-    if spec.body is None:
-        raise TypeError(f"{spec.operation} is named by its body but declares no body model")
-    return http.parsed_body(request, spec.body)
+    return http.parsed_body(request, body_model(spec))
 
 
 def _identifier(value: object) -> Identifier:

@@ -1,7 +1,8 @@
 """The route declaration shared by all route modules: method, path, handler and operation.
 
-What the operation needs beyond that (its body model, how its Cedar resource is named) is in its
-entry of the operation table (`gateway.authz.operations`), not here."""
+What the operation needs beyond that is in its entries of the operation table (how its Cedar
+resource is named: `gateway.authz.operations`) and of the body table (its body model:
+`gateway.web.bodies`), not here."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def _projections(document: dict[str, object] | None, metadata: TableMetadata | N
 
 
 def test_the_mask_kinds_are_the_specs() -> None:
-    from cedarberg.catalog.planning.masks import MASK_ACTIONS
+    from cedarberg.catalog.planning.mask_actions import MASK_ACTIONS
 
     assert sorted(MASK_ACTIONS) == sorted(action_names())
 

@@ -21,9 +21,9 @@ from cedarberg.gateway.authz import entities
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.byte_lru import ENTRY_OVERHEAD, ByteBoundedLru, estimate
+from cedarberg.gateway.catalog_setup import close_catalog, open_catalog
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.resource_memo import ResourceMemo
-from cedarberg.gateway.web.app import close_catalog, open_catalog
 from tests.support.gateway import bundled_policies
 
 MIB = 1024**2

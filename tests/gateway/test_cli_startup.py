@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gateway import bundled_policies
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Runs `cedarberg ARGV...` in this process, then writes the top-level names of every imported
@@ -59,8 +61,22 @@ NEVER = frozenset(
 )
 # The parser alone (`--help`): no settings, no policy engine, no database.
 PARSER_ONLY = NEVER | {"pydantic", "sqlalchemy", "alembic", "cedarpy", "pyiceberg", "limits", "argon2"}
-# `policies validate` needs cedarpy and pyiceberg's expression parser (for @row_filter), no store.
-VALIDATE = NEVER | {"sqlalchemy", "alembic", "aiosqlite", "asyncpg", "argon2"}
+# `policies validate` of a set without @row_filter (the bundled one) needs the settings (pydantic)
+# and cedarpy: no store, and nothing of pyiceberg (neither the operation table's nor the request
+# context's types, nor the row-filter parser and its pyparsing grammar).
+VALIDATE = NEVER | {
+    "sqlalchemy",
+    "alembic",
+    "aiosqlite",
+    "asyncpg",
+    "argon2",
+    "pyiceberg",
+    "pyparsing",
+    "cedarberg.catalog.requests",
+    "cedarberg.catalog.effects",
+    "cedarberg.catalog.planning.request",
+}
+ROW_FILTER_PARSER = "pyiceberg.expressions.parser"
 # `keys list` on an existing SQLite store reads it with sqlite3 (`authn.key_listing`): no
 # SQLAlchemy, Alembic or event loop, and never a policy, a table or a warehouse.
 KEYS_LIST = NEVER | {
@@ -153,10 +169,69 @@ def test_keys_list_of_a_store_not_yet_created_goes_through_the_key_store(tmp_pat
 
 
 def test_policies_validate_imports_the_engine_only(tmp_path: Path) -> None:
-    code, modules, _ = _imported_by(tmp_path, "policies", "validate", str(REPO_ROOT / "policies"))
+    code, modules, out = _imported_by(tmp_path, "policies", "validate", str(REPO_ROOT / "policies"))
     assert code == 0
-    assert "cedarpy" in modules  # it did validate with Cedar
+    assert "policies in 5 file(s) valid" in out  # it did load the bundled set
+    assert {"cedarpy", "pydantic", "cedarberg.gateway.authz.contract"} <= modules  # with Cedar
     assert sorted(modules & VALIDATE) == []
+
+
+def test_the_bundled_policies_carry_no_row_filter() -> None:
+    """What the test above measures is the common case: the bundled set restricts no rows."""
+    from cedarberg.gateway.authz.engine import PolicyEngine
+
+    engine = PolicyEngine(REPO_ROOT / "policies", entity_cache_size=0)
+    engine.load()
+    assert engine.active is not None
+    assert all(rule.row_filter is None for rule in engine.active.restrictions.values())
+
+
+def test_validating_a_row_filter_imports_its_parser(tmp_path: Path) -> None:
+    """Control: a permit carrying a @row_filter is parsed by pyiceberg's parser (the only judge of
+    a row filter), and a typo in it is still a refused set."""
+    permit = (
+        '@id("analysts-eu")\n@row_filter("region = {value}")\n'
+        'permit (principal in Cedarberg::Group::"analysts",\n'
+        '        action in [Cedarberg::Action::"loadTable", Cedarberg::Action::"planTableScan"],\n'
+        "        resource);\n"
+    )
+    good = bundled_policies(tmp_path / "good", {"restricted.cedar": permit.format(value="'eu'")})
+    code, modules, _ = _imported_by(tmp_path, "policies", "validate", str(good))
+    assert code == 0
+    assert ROW_FILTER_PARSER in modules
+    bad = bundled_policies(tmp_path / "bad", {"restricted.cedar": permit.format(value="")})
+    code, modules, _ = _imported_by(tmp_path, "policies", "validate", str(bad))
+    assert code == 1
+    assert ROW_FILTER_PARSER in modules
+
+
+def test_the_server_imports_what_requests_need_at_start_up(tmp_path: Path) -> None:
+    """The laziness is the commands': importing the server (as `serve` does before it listens)
+    brings the body table with the catalog's request models, the effects and the row-filter
+    parser, so no request and no policy reload imports them."""
+    report = tmp_path / "modules.json"
+    probe = (
+        "import json, sys\n"
+        "import cedarberg.gateway.serve.server\n"
+        "json.dump(sorted(sys.modules), open(sys.argv[1], 'w'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(report)],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules = set(json.loads(report.read_text()))
+    assert {
+        "cedarberg.gateway.web.bodies",
+        "cedarberg.catalog.requests",
+        "cedarberg.catalog.effects",
+        ROW_FILTER_PARSER,
+    } <= modules
 
 
 def test_a_catalog_command_still_imports_what_it_needs(tmp_path: Path) -> None:

@@ -33,11 +33,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
 
 from cedarberg.catalog.errors import (
     ConflictError,
@@ -47,8 +46,6 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.gateway.authn.api_keys import (
-    MAX_DESCRIPTION_LENGTH,
-    MAX_GROUPS,
     MAX_NAME_LENGTH,
     ApiKeyRevokedError,
     InvalidApiKeyRequestError,
@@ -66,68 +63,20 @@ from cedarberg.gateway.authz.restrictions import describe
 from cedarberg.gateway.web import http, resources
 from cedarberg.gateway.web.keys import AUDIT_DETAIL, security, services
 from cedarberg.gateway.web.route import Route
+from cedarberg.gateway.web.routes.admin_requests import (
+    MAX_BODY_BYTES,
+    MAX_PAGE_SIZE,
+    CreateKeyRequest,
+    ExplainRequest,
+    ExplainResource,
+    RotateKeyRequest,
+)
 
 ADMIN = "/admin/v1"
 API_KEYS = f"{ADMIN}/api-keys"
 API_KEY = f"{API_KEYS}/{{key_id}}"
-MAX_BODY_BYTES = 64 * 1024
 DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 500
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
-_LIST_LIMIT = 64  # entries of a list field in an explain request
-M = TypeVar("M", bound=BaseModel)
-
-
-# -- request bodies -------------------------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class CreateKeyRequest(_Body):
-    principal: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
-    kind: Literal["user", "service"] = "user"
-    groups: list[str] = Field(default_factory=list, max_length=MAX_GROUPS)
-    expires_at: str | None = Field(None, max_length=64, description="ISO 8601 with a time zone")
-    description: str = Field("", max_length=MAX_DESCRIPTION_LENGTH)
-
-
-class RotateKeyRequest(_Body):
-    # Bounded by `api_keys.max_rotation_overlap_seconds` in `rotate_key` (400 past it).
-    overlap_seconds: int = Field(0, ge=0, description="seconds the old secret keeps working")
-
-
-class ExplainResource(_Body):
-    type: Literal["catalog", "warehouse", "namespace", "table", "view", "api-key"]
-    warehouse: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH)
-    namespace: list[str] | None = None
-    name: str | None = Field(None, min_length=1, max_length=MAX_NAME_LENGTH)
-    id: str | None = Field(None, max_length=64, description="API key id (type api-key)")
-    owner: str | None = Field(None, max_length=MAX_NAME_LENGTH, description="API key owner")
-    namespace_properties: list[dict[str, str]] | None = Field(
-        None, max_length=16, description="Properties of each namespace level; default: the catalog's"
-    )
-    warehouse_properties: dict[str, str] | None = None
-
-
-class ExplainContext(_Body):
-    update_kinds: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
-    refs: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
-    property_keys: list[str] = Field(default_factory=list, max_length=_LIST_LIMIT)
-    creates: bool = False
-
-
-class ExplainRequest(_Body):
-    principal: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
-    kind: Literal["user", "service", "anonymous"] = "user"
-    groups: list[str] = Field(default_factory=list, max_length=MAX_GROUPS)
-    auth_method: str = AuthMethod.API_KEY.value
-    client_address: str = Field("127.0.0.1", max_length=64)
-    attributes: dict[str, str] = Field(default_factory=dict)
-    action: str = Field(min_length=1, max_length=64)
-    resource: ExplainResource = ExplainResource(type="catalog")
-    context: ExplainContext = ExplainContext()
 
 
 # -- API keys -------------------------------------------------------------------------------------

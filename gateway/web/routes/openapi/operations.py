@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from cedarberg.gateway.authn.principal import AuthMethod
-from cedarberg.gateway.web.routes import admin, directory
+from cedarberg.gateway.web.routes import admin_requests, directory
 from cedarberg.gateway.web.routes.openapi.answers import STRING, Schema
 
 
@@ -97,8 +97,8 @@ OPERATIONS: dict[str, OperationDoc] = {
         "answer only; the gateway stores an Argon2id hash of its secret.",
         Answer(201, "the key's record and the key", "ApiKeyWithSecret", ("Location", "Cache-Control")),
         {400: "a body that is not a valid key request", 413: "a body over the limit"},
-        body=admin.CreateKeyRequest,
-        body_limit=admin.MAX_BODY_BYTES,
+        body=admin_requests.CreateKeyRequest,
+        body_limit=admin_requests.MAX_BODY_BYTES,
     ),
     "listApiKeys": OperationDoc(
         "API keys",
@@ -109,7 +109,7 @@ OPERATIONS: dict[str, OperationDoc] = {
         parameters=(
             Parameter("principal", "query", "only the keys of this principal (its name, without key:)"),
             _KEY_PAGE_TOKEN,
-            _page_size(admin.MAX_PAGE_SIZE),
+            _page_size(admin_requests.MAX_PAGE_SIZE),
         ),
     ),
     "getApiKey": OperationDoc(
@@ -133,8 +133,8 @@ OPERATIONS: dict[str, OperationDoc] = {
             409: "the key is revoked",
             413: "a body over the limit",
         },
-        body=admin.RotateKeyRequest,
-        body_limit=admin.MAX_BODY_BYTES,
+        body=admin_requests.RotateKeyRequest,
+        body_limit=admin_requests.MAX_BODY_BYTES,
         body_optional=True,
     ),
     "revokeApiKey": OperationDoc(
@@ -162,8 +162,8 @@ OPERATIONS: dict[str, OperationDoc] = {
             404: "the API key or the warehouse the resource names does not exist",
             413: "a body over the limit",
         },
-        body=admin.ExplainRequest,
-        body_limit=admin.MAX_BODY_BYTES,
+        body=admin_requests.ExplainRequest,
+        body_limit=admin_requests.MAX_BODY_BYTES,
     ),
     "reviewAccess": OperationDoc(
         "Policies",
