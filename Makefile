@@ -23,7 +23,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[dev]'
 	touch $@
 
+# The package's own modules compiled ahead, as `pip install` compiles an installed package: a
+# `cedarberg` command then starts without compiling its sources, even where the environment sets
+# PYTHONDONTWRITEBYTECODE (docs/performance.md, start-up). Cheap when nothing changed.
 venv: $(STAMP)
+	$(BIN)/python -m compileall -q gateway catalog kms pipelines >/dev/null
 
 # What the suite needs beyond .venv (Debian packages, oauth2-mock-server under tests/.node),
 # installed only when missing; see scripts/install-test-deps.sh. Only checks when all is there.

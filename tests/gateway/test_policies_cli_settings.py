@@ -12,9 +12,7 @@ the `CEDARBERG_*` variables removed unless a test sets one.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.cli import clean_environ, run_cedarberg
 from tests.support.gateway import REPO_ROOT, GatewayProcess, bundled_policies
 from tests.support.ports import free_port
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
@@ -89,31 +88,10 @@ class Deployment:
         return response.status_code
 
 
-def _environ(**extra: str) -> dict[str, str]:
-    """The environment without any `CEDARBERG_*` variable, plus `extra`."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")}
-    return {**clean, **extra}
-
-
-def cedarberg(
-    *args: str, cwd: Path = REPO_ROOT, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The real `cedarberg` command."""
-    return subprocess.run(
-        [sys.executable, "-m", "cedarberg.gateway.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-        env=dict(env if env is not None else _environ()),
-    )
-
-
 def explain(
     *args: str, cwd: Path = REPO_ROOT, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return cedarberg("policies", "explain", *args, cwd=cwd, env=env)
+    return run_cedarberg("policies", "explain", *args, cwd=cwd, env=env)
 
 
 def reader(group: str, principal: str = "key:someone") -> list[str]:
@@ -161,15 +139,15 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 
 
 def test_validate_and_test_use_the_configured_policy_directory(deployment: Deployment) -> None:
-    validated = cedarberg("policies", "validate", "--config", str(deployment.config))
+    validated = run_cedarberg("policies", "validate", "--config", str(deployment.config))
     assert validated.returncode == 0, validated.stderr
     assert validated.stdout.startswith(f"{deployment.policies}: {DEPLOYED_SUMMARY}")
-    tested = cedarberg("policies", "test", "--config", str(deployment.config))
+    tested = run_cedarberg("policies", "test", "--config", str(deployment.config))
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "PASS ALLOW tests/ALLOW/auditors-read-metrics.json" in tested.stdout
     assert tested.stdout.splitlines()[-1] == "1 passed, 0 failed"
     # Without settings: the bundled policies, as before.
-    bundled = cedarberg("policies", "validate", cwd=deployment.home)
+    bundled = run_cedarberg("policies", "validate", cwd=deployment.home)
     assert bundled.returncode == 0, bundled.stderr
     assert f"{REPO_ROOT / 'policies'}: {BUNDLED_SUMMARY}" in bundled.stdout
 
@@ -177,11 +155,11 @@ def test_validate_and_test_use_the_configured_policy_directory(deployment: Deplo
 def test_the_environment_names_the_policy_directory_as_for_serve(
     deployment: Deployment, tmp_path: Path
 ) -> None:
-    env = _environ(CEDARBERG_AUTHZ__POLICY_DIR=str(deployment.policies))
-    validated = cedarberg("policies", "validate", cwd=tmp_path, env=env)
+    env = clean_environ(CEDARBERG_AUTHZ__POLICY_DIR=str(deployment.policies))
+    validated = run_cedarberg("policies", "validate", cwd=tmp_path, env=env)
     assert validated.returncode == 0, validated.stderr
     assert validated.stdout.startswith(f"{deployment.policies}: {DEPLOYED_SUMMARY}")
-    tested = cedarberg("policies", "test", cwd=tmp_path, env=env)
+    tested = run_cedarberg("policies", "test", cwd=tmp_path, env=env)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "auditors-read-metrics.json" in tested.stdout
     # Variables and flags combine as for serve: the policies of the variable, the registry of the flag.
@@ -193,9 +171,9 @@ def test_the_environment_names_the_policy_directory_as_for_serve(
     assert f"policies:  {deployment.policies}" in decided.stdout
     # The variable overrides the file, as for serve.
     elsewhere = bundled_policies(tmp_path / "other")
-    both = cedarberg(
+    both = run_cedarberg(
         "policies", "validate", "--config", str(deployment.config),
-        env=_environ(CEDARBERG_AUTHZ__POLICY_DIR=str(elsewhere)),
+        env=clean_environ(CEDARBERG_AUTHZ__POLICY_DIR=str(elsewhere)),
     )  # fmt: skip
     assert both.returncode == 0, both.stderr
     assert both.stdout.startswith(f"{elsewhere}: {BUNDLED_SUMMARY}")
@@ -203,7 +181,7 @@ def test_the_environment_names_the_policy_directory_as_for_serve(
 
 def test_a_directory_given_on_the_command_line_overrides_the_settings(deployment: Deployment) -> None:
     bundled = REPO_ROOT / "policies"
-    validated = cedarberg("policies", "validate", str(bundled), "--config", str(deployment.config))
+    validated = run_cedarberg("policies", "validate", str(bundled), "--config", str(deployment.config))
     assert validated.returncode == 0, validated.stderr
     assert validated.stdout.startswith(f"{bundled}: {BUNDLED_SUMMARY}")
     decided = explain(*reader("auditors"), "--dir", str(bundled), *deployment.settings())
@@ -212,7 +190,7 @@ def test_a_directory_given_on_the_command_line_overrides_the_settings(deployment
 
 
 def test_the_offline_review_reads_the_configured_policies(deployment: Deployment) -> None:
-    reviewed = cedarberg(
+    reviewed = run_cedarberg(
         "policies", "review", "--offline", "--config", str(deployment.config), "--resource", TABLE,
         "--action", "loadTable", "--subject", "key:audrey=auditors", "--json",
     )  # fmt: skip
@@ -311,30 +289,30 @@ def test_a_registry_that_cannot_be_read_is_an_error_not_a_deny(tmp_path: Path) -
 def test_a_settings_error_is_the_message_serve_prints(tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text("[authz\npolicy_dir = 'x'\n")
-    served = cedarberg("serve", "--config", str(broken), cwd=tmp_path)
+    served = run_cedarberg("serve", "--config", str(broken), cwd=tmp_path)
     assert served.returncode == 2
     assert "is not valid TOML" in served.stderr
     for command in (["validate"], ["test"], ["explain", *reader("bi")], ["review", "--resource", TABLE]):
-        run = cedarberg("policies", *command, "--config", str(broken), cwd=tmp_path)
+        run = run_cedarberg("policies", *command, "--config", str(broken), cwd=tmp_path)
         assert (run.returncode, run.stderr, run.stdout) == (2, served.stderr, ""), command
-    bad_env = _environ(CEDARBERG_AUTHZ__RELOAD_INTERVAL_SECONDS="often")
-    served = cedarberg("serve", cwd=tmp_path, env=bad_env)
+    bad_env = clean_environ(CEDARBERG_AUTHZ__RELOAD_INTERVAL_SECONDS="often")
+    served = run_cedarberg("serve", cwd=tmp_path, env=bad_env)
     assert served.returncode == 2
     assert "invalid setting 'authz.reload_interval_seconds'" in served.stderr
-    run = cedarberg("policies", "validate", cwd=tmp_path, env=bad_env)
+    run = run_cedarberg("policies", "validate", cwd=tmp_path, env=bad_env)
     assert (run.returncode, run.stderr) == (2, served.stderr)
     assert list(tmp_path.iterdir()) == [broken]  # serve refused before creating anything
 
 
 def test_each_command_help_says_where_settings_come_from() -> None:
     for command in ("validate", "test", "explain", "review"):
-        shown = cedarberg("policies", command, "--help")
+        shown = run_cedarberg("policies", command, "--help")
         assert shown.returncode == 0, shown.stderr
         text = " ".join(shown.stdout.split())
         assert "--config" in text, command
         assert "CEDARBERG_AUTHZ__POLICY_DIR" in text, command
         assert "as `cedarberg serve` reads them" in text, command
-    explained = " ".join(cedarberg("policies", "explain", "--help").stdout.split())
+    explained = " ".join(run_cedarberg("policies", "explain", "--help").stdout.split())
     assert "--offline" in explained
     assert "live ones, read from its registry" in explained
     assert "3 the registry cannot be read" in explained

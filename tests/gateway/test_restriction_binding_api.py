@@ -12,10 +12,8 @@ while the finding that the local warehouse lets engines read the files directly 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ import pytest
 import requests
 
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+from tests.support.cli import clean_environ, run_cedarberg
 from tests.support.gateway import GatewayProcess
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
 
@@ -77,12 +76,7 @@ class Finance:
         return self.call("ana", "POST", path, json={"select": ["id", "ssn"]})
 
     def cli(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")}
-        argv = [sys.executable, "-m", "cedarberg.gateway.cli", *args]
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=120, check=False, cwd=self.policy_dir.parent,
-            env={**clean, **(env or {})},
-        )  # fmt: skip
+        return run_cedarberg(*args, cwd=self.policy_dir.parent, env=clean_environ(**(env or {})))
 
     def settings(self) -> list[str]:
         return ["--data-dir", str(self.gateway.data_dir), "--config", str(self.gateway.config_path)]

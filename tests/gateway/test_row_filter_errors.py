@@ -8,9 +8,7 @@ to agree with pyiceberg on filters pyiceberg accepts (it only explains pyiceberg
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,8 @@ from pyiceberg.expressions.parser import parse
 
 from cedarberg.gateway.authz.restrictions import parse_restriction
 from cedarberg.gateway.authz.row_filter_syntax import MAX_MESSAGE_CHARS, syntax_problem
-from tests.support.gateway import REPO_ROOT, bundled_policies
+from tests.support.cli import run_cedarberg
+from tests.support.gateway import bundled_policies
 
 _GRAMMAR_DUMP = ("Expected {", "W:(", "Group:(", "string enclosed in")
 
@@ -34,15 +33,7 @@ def _permit(row_filter: str) -> str:
 
 
 def _validate(directory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cedarberg.gateway.cli", "policies", "validate", str(directory)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")},
-    )
+    return run_cedarberg("policies", "validate", str(directory))
 
 
 def test_policies_validate_names_the_file_line_and_column_of_a_row_filter_typo(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
 from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
+from tests.support.cli import run_cedarberg
 from tests.support.gateway import REPO_ROOT, GatewayProcess
 
 POLICIES = REPO_ROOT / "policies"
@@ -142,15 +142,7 @@ def test_a_killed_supervisor_takes_its_workers_with_it(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cedarberg.gateway.cli", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")},
-    )
+    return run_cedarberg(*args)
 
 
 def _downgrade(connection: Connection, revision: str) -> None:

@@ -7,37 +7,18 @@ exist afterwards (no registry, no KMS key, no signing key) and "serving on" must
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.cli import run_cedarberg
+from tests.support.gateway import GatewayProcess
 
 
 def _serve(data_dir: Path, port: int, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cedarberg.gateway.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-            *extra,
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CEDARBERG_")},
-    )
+    return run_cedarberg("serve", "--port", str(port), "--data-dir", str(data_dir), *extra)
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
