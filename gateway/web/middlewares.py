@@ -42,6 +42,7 @@ from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web import errors, http, outcomes, refusals, replay, resources, verdicts
 from cedarberg.gateway.web.bodies import BODIES
+from cedarberg.gateway.web.console import session_auth
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
@@ -323,7 +324,12 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     decisions' records are durable and is acknowledged only once its outcome's record is;
     otherwise AuditUnavailableError (503)."""
     sec = security(request)
-    principal = await _authenticate(request)
+    route = route_of(request)
+    if route is not None and route.session:
+        # A console route: the session cookie is its credential, and headers are not.
+        principal = await session_auth.authenticate(request, spec.operation)
+    else:
+        principal = await _authenticate(request)
     request[PRINCIPAL] = principal
     who = f"{principal.kind}:{principal.id}"
     # The log's principal is the audit record's: the namespaced id (`key:etl`).
