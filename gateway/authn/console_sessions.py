@@ -192,7 +192,9 @@ class ConsoleSessions:
         settings = self._settings
         pending = console_sessions.c.state == PENDING
         async with self._store.writing() as conn:
-            await conn.execute(delete(console_sessions).where(pending & (console_sessions.c.expires_at <= now)))
+            await conn.execute(
+                delete(console_sessions).where(pending & (console_sessions.c.expires_at <= now))
+            )
             count = (await conn.execute(select(func.count()).where(pending))).scalar_one()
             excess = count - settings.max_pending_signins + 1
             if excess > 0:

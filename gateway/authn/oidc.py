@@ -237,19 +237,22 @@ class OidcAuthenticator:
 
         Raises `AuthenticationError` (`CredentialExpiredError` once expired); the reason is logged."""
         try:
-            header, unverified = _unverified_parts(token, self._settings.max_token_bytes)
-            if unverified.get("iss") != issuer:
-                raise _Rejected(f"id_token issuer {short_repr(unverified.get('iss'))} is not {issuer}")
-            principal, claims = await self._verified(token, header, unverified, no_peer_certificate, [audience])
-            presented = claims.get("nonce")
-            if not isinstance(presented, str) or not hmac.compare_digest(presented, nonce):
-                raise _Rejected("id_token nonce does not match the sign-in's")
-            return principal
+            return await self._id_token_principal(token, issuer, audience, nonce)
         except _Rejected as rejected:
             log.info("OIDC id_token rejected: %s", rejected.reason)
             if rejected.expired:
                 raise CredentialExpiredError from None
             raise AuthenticationError from None
+
+    async def _id_token_principal(self, token: str, issuer: str, audience: str, nonce: str) -> Principal:
+        header, unverified = _unverified_parts(token, self._settings.max_token_bytes)
+        if unverified.get("iss") != issuer:
+            raise _Rejected(f"id_token issuer {short_repr(unverified.get('iss'))} is not {issuer}")
+        principal, claims = await self._verified(token, header, unverified, no_peer_certificate, [audience])
+        presented = claims.get("nonce")
+        if not isinstance(presented, str) or not hmac.compare_digest(presented, nonce):
+            raise _Rejected("id_token nonce does not match the sign-in's")
+        return principal
 
     async def _authenticate(self, token: str, peer: PeerCertificate) -> Principal:
         header, unverified = _unverified_parts(token, self._settings.max_token_bytes)

@@ -2,7 +2,7 @@
 
 Public API::
 
-    flow = CodeFlow(issuer_settings, oidc_settings, client_id=..., client_secret=..., redirect_uri=...)
+    flow = CodeFlow(issuer_settings, oidc_settings, Client(client_id, client_secret, redirect_uri, scopes))
     start = new_signin()                               # state is the session store's; nonce, verifier
     url = await flow.authorization_url(state, start.nonce, start.challenge)
     id_token = await flow.exchange(code, start.verifier)   # raises SignInError
@@ -24,7 +24,7 @@ import base64
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -64,6 +64,17 @@ def pkce_challenge(verifier: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Client:
+    """The gateway as the issuer's client: its id, its secret (None for a public client), where
+    the issuer sends the browser back, and the scopes it asks for."""
+
+    client_id: str
+    secret: str | None = field(repr=False)
+    redirect_uri: str
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Endpoints:
     authorization: str
     token: str
@@ -72,21 +83,9 @@ class _Endpoints:
 class CodeFlow:
     """The authorization code flow at one issuer, for one client. Use within one event loop."""
 
-    def __init__(
-        self,
-        issuer: OidcIssuerSettings,
-        limits: OidcSettings,
-        *,
-        client_id: str,
-        client_secret: str | None,
-        redirect_uri: str,
-        scopes: tuple[str, ...],
-    ) -> None:
+    def __init__(self, issuer: OidcIssuerSettings, limits: OidcSettings, client: Client) -> None:
         self.issuer = issuer
-        self.client_id = client_id
-        self.redirect_uri = redirect_uri
-        self._client_secret = client_secret
-        self._scopes = scopes
+        self.client = client
         self._limits = limits
         self._endpoints: _Endpoints | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -107,7 +106,9 @@ class CodeFlow:
         """The issuer's authorization and token endpoints (discovered once, then kept)."""
         if self._endpoints is not None:
             return self._endpoints
-        url = self.issuer.discovery_url or self.issuer.issuer.rstrip("/") + "/.well-known/openid-configuration"
+        url = (
+            self.issuer.discovery_url or self.issuer.issuer.rstrip("/") + "/.well-known/openid-configuration"
+        )
         try:
             document = await fetch_json(
                 self._http(),
@@ -120,7 +121,8 @@ class CodeFlow:
         if document.get("issuer") != self.issuer.issuer:
             raise SignInError(f"discovery document of {self.issuer.issuer} names another issuer")
         self._endpoints = _Endpoints(
-            self._allowed(document.get("authorization_endpoint")), self._allowed(document.get("token_endpoint"))
+            self._allowed(document.get("authorization_endpoint")),
+            self._allowed(document.get("token_endpoint")),
         )
         return self._endpoints
 
@@ -130,9 +132,9 @@ class CodeFlow:
         query = urlencode(
             {
                 "response_type": "code",
-                "client_id": self.client_id,
-                "redirect_uri": self.redirect_uri,
-                "scope": " ".join(self._scopes),
+                "client_id": self.client.client_id,
+                "redirect_uri": self.client.redirect_uri,
+                "scope": " ".join(self.client.scopes),
                 "state": state,
                 "nonce": nonce,
                 "code_challenge": challenge,
@@ -147,12 +149,12 @@ class CodeFlow:
         form = {
             "grant_type": "authorization_code",
             "code": code,
-            "redirect_uri": self.redirect_uri,
-            "client_id": self.client_id,
+            "redirect_uri": self.client.redirect_uri,
+            "client_id": self.client.client_id,
             "code_verifier": verifier,
         }
-        if self._client_secret is not None:
-            form["client_secret"] = self._client_secret
+        if self.client.secret is not None:
+            form["client_secret"] = self.client.secret
         document = await self._post(endpoint, form)
         token = document.get("id_token")
         if not isinstance(token, str) or not token:

@@ -287,7 +287,9 @@ class Settings(FrozenSettings):
         if console.oidc_issuer is not None and not any(
             issuer.alias == console.oidc_issuer for issuer in self.oidc.issuers
         ):
-            raise ValueError(f"console.oidc_issuer {console.oidc_issuer!r} is not the alias of an oidc issuer")
+            raise ValueError(
+                f"console.oidc_issuer {console.oidc_issuer!r} is not the alias of an oidc issuer"
+            )
         return self
 
     def effective_warehouses(self) -> dict[str, WarehouseSettings]:

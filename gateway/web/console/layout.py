@@ -17,17 +17,15 @@ from cedarberg.gateway.web.keys import PRINCIPAL
 NAVIGATION: Final = (("Catalog", "/console/catalog"),)
 
 
-def page(
-    request: web.Request, template: str, context: Mapping[str, Any], status: int = 200
-) -> web.Response:
+def page(request: web.Request, template: str, context: Mapping[str, Any], status: int = 200) -> web.Response:
     """`template` rendered in the layout for the signed-in principal (none on sign-in pages)."""
     principal = request.get(PRINCIPAL)
     secret = cookie_secret(request)
     signed_in = principal is not None and secret is not None
     full = {
-        "me": principal.id if signed_in else None,
+        "me": principal.id if principal is not None and secret is not None else None,
         "csrf_field": CSRF_FIELD,
-        "csrf": csrf_token(secret) if signed_in and secret is not None else "",
+        "csrf": csrf_token(secret) if principal is not None and secret is not None else "",
         "navigation": NAVIGATION if signed_in else (),
         "section": context.get("section", ""),
         **context,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from cedarberg.gateway.authn.console_sessions import ConsoleSessions
 from cedarberg.gateway.authn.key_store import KeyStore
-from cedarberg.gateway.authn.oidc_signin import CodeFlow
+from cedarberg.gateway.authn.oidc_signin import Client, CodeFlow
 from cedarberg.gateway.config.console import CALLBACK_PATH, ConsoleSettings
 from cedarberg.gateway.config.settings import Settings
 
@@ -28,14 +28,8 @@ class ConsoleServices:
         if console.oidc_issuer is not None and console.client_id is not None:
             issuer = next(i for i in settings.oidc.issuers if i.alias == console.oidc_issuer)
             secret = console.client_secret.get_secret_value() if console.client_secret is not None else None
-            flow = CodeFlow(
-                issuer,
-                settings.oidc,
-                client_id=console.client_id,
-                client_secret=secret,
-                redirect_uri=origin + CALLBACK_PATH,
-                scopes=console.scopes,
-            )
+            client = Client(console.client_id, secret, origin + CALLBACK_PATH, console.scopes)
+            flow = CodeFlow(issuer, settings.oidc, client)
         return cls(console, ConsoleSessions(key_store, console), origin, flow)
 
     async def close(self) -> None:

@@ -66,7 +66,9 @@ def _page(request: web.Request) -> PageRequest:
     """The first page of a listing, as large as the gateway allows (the console lists, it does
     not page: a longer listing says that only the first page is shown)."""
     settings = services(request).settings
-    return PageRequest.parse(None, str(settings.max_page_size), settings.max_page_size, settings.max_page_size, caller_of(request))
+    return PageRequest.parse(
+        None, str(settings.max_page_size), settings.max_page_size, settings.max_page_size, caller_of(request)
+    )
 
 
 def _crumbs(warehouse: str, levels: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -84,7 +86,11 @@ async def warehouses(request: web.Request) -> web.Response:
     svc = services(request)
     listed = [svc.resources.warehouse(name) for name in svc.ctx.warehouses]
     shown = [
-        {"name": r.warehouse, "url": warehouse_url(str(r.warehouse)), "sealed": svc.ctx.warehouses[str(r.warehouse)].seal_files}
+        {
+            "name": r.warehouse,
+            "url": warehouse_url(str(r.warehouse)),
+            "sealed": svc.ctx.warehouses[str(r.warehouse)].seal_files,
+        }
         for r in decisions.visible(request, listed)
     ]
     return page(request, "catalog.html", {"section": "Catalog", "warehouses": shown})
@@ -102,6 +108,13 @@ async def _child_namespaces(
     the listing goes on past the page shown."""
     if not decisions.decide(request, "listNamespaces", parent).allowed:
         return None
+    return await _namespace_rows(request, svc, warehouse, parent, levels)
+
+
+async def _namespace_rows(
+    request: web.Request, svc: Services, warehouse: str, parent: Resource, levels: tuple[str, ...]
+) -> tuple[list[dict[str, str]], bool]:
+    """The visible namespaces in `parent`, listNamespaces decided already."""
     parent_ns = Namespace(levels) if levels else None
     listing = orjson.loads(await svc.namespaces.list_namespaces(warehouse, parent_ns, _page(request)))
     found = [tuple(item) for item in listing["namespaces"]]
@@ -125,8 +138,7 @@ async def warehouse(request: web.Request) -> web.Response:
     name = _warehouse_of(request, svc)
     resource = svc.resources.warehouse(name)
     decisions.require(request, "listNamespaces", resource)
-    listed = await _child_namespaces(request, svc, name, resource, ())
-    rows, more = listed if listed is not None else ([], False)
+    rows, more = await _namespace_rows(request, svc, name, resource, ())
     context = {
         "section": "Catalog",
         "crumbs": _crumbs(name),
@@ -142,11 +154,12 @@ async def warehouse(request: web.Request) -> web.Response:
 
 
 async def _objects(
-    request: web.Request, svc: Services, warehouse: str, namespace: Resource, levels: tuple[str, ...], view: bool
+    request: web.Request, svc: Services, namespace: Resource, view: bool
 ) -> tuple[list[dict[str, str]], bool] | None:
     """The visible tables (or views) of the namespace; None when listing them is denied."""
     if not decisions.decide(request, "listViews" if view else "listTables", namespace).allowed:
         return None
+    warehouse, levels = str(namespace.warehouse), namespace.namespace
     service = svc.views if view else svc.tables
     listing = orjson.loads(await service.list_all(warehouse, Namespace(levels), _page(request)))
     names = [str(item["name"]) for item in listing["identifiers"]]
@@ -180,8 +193,8 @@ async def namespace(request: web.Request) -> web.Response:
         "properties": sorted(properties.items()),
         "guards": resource.grants,
         "children": _section(await _child_namespaces(request, svc, name, resource, ns.levels)),
-        "tables": _section(await _objects(request, svc, name, resource, ns.levels, view=False)),
-        "views": _section(await _objects(request, svc, name, resource, ns.levels, view=True)),
+        "tables": _section(await _objects(request, svc, resource, view=False)),
+        "views": _section(await _objects(request, svc, resource, view=True)),
     }
     return page(request, "namespace.html", context)
 

@@ -35,7 +35,14 @@ from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.ratelimit import OperationClass
 from cedarberg.gateway.web import outcomes
 from cedarberg.gateway.web.console.layout import page
-from cedarberg.gateway.web.console.pages import NO_STORE, SECURITY_HEADERS, html, render_text, see_other, static_file
+from cedarberg.gateway.web.console.pages import (
+    NO_STORE,
+    SECURITY_HEADERS,
+    html,
+    render_text,
+    see_other,
+    static_file,
+)
 from cedarberg.gateway.web.console.services import ConsoleServices
 from cedarberg.gateway.web.console.session_auth import (
     CATALOG_RESOURCE,
@@ -54,7 +61,6 @@ log = logging.getLogger("cedarberg.console")
 
 SIGNIN = "/console/signin"
 HOME = "/console/catalog"
-MAX_KEY_CHARS: Final = 256
 _STATIC_TYPES: Final = {".css": "text/css"}
 
 
@@ -80,8 +86,9 @@ def _with_session(response: web.Response, secret: str) -> web.Response:
     return response
 
 
-async def _open_session(request: web.Request, principal: Principal) -> str:
-    """A new session for `principal`, its sign-in audited (durably). Raises SessionStoreFullError."""
+async def _open_session(request: web.Request, principal: Principal, status: int) -> str:
+    """A new session for `principal`, its sign-in audited (durably) with the `status` the browser
+    is answered. Raises SessionStoreFullError."""
     sec, console = security(request), _console(request)
     retry = await sec.limiter.hit_principal(f"{principal.kind}:{principal.id}", OperationClass.TOKEN)
     if retry is not None:
@@ -90,7 +97,8 @@ async def _open_session(request: web.Request, principal: Principal) -> str:
     request[PRINCIPAL] = principal
     # The record's auth_method says how the session was opened; acknowledge makes it durable
     # before the browser is answered.
-    await outcomes.acknowledge(request, "consoleSignIn", principal, CATALOG_RESOURCE, web.Response(status=303))
+    answer = web.Response(status=status)
+    await outcomes.acknowledge(request, "consoleSignIn", principal, CATALOG_RESOURCE, answer)
     return secret
 
 
@@ -110,15 +118,13 @@ async def signin_with_key(request: web.Request) -> web.Response:
         raise RateLimitedError(retry)
     presented = (await form_of(request)).get("api_key", "").strip()
     try:
-        if len(presented) > MAX_KEY_CHARS:
-            raise MalformedKeyError
-        parse_api_key(presented)
+        parse_api_key(presented)  # the shape first: no lookup, no hash for what is no key
         principal = await sec.api_keys.authenticate(presented, sec.limiter.client(request.remote))
     except (MalformedKeyError, AuthenticationError):
         await _failed(request, "credential refused")
         return _signin_page(request, 401, "That API key was not accepted.")
     try:
-        secret = await _open_session(request, principal)
+        secret = await _open_session(request, principal, 303)
     except SessionStoreFullError:
         return _signin_page(request, 503, "The console has too many open sessions; try again later.")
     return _with_session(see_other(HOME), secret)
@@ -181,23 +187,29 @@ async def signin_callback(request: web.Request) -> web.Response:
     ):
         _log_signin_failure("unknown, used or expired state, or another browser's")
         await _failed(request, "credential refused")
-        return _cleared(_signin_page(request, 400, "This sign-in has expired or was not started here; start again."))
+        return _cleared(
+            _signin_page(request, 400, "This sign-in has expired or was not started here; start again.")
+        )
     if not code or len(code) > 2048:
-        _log_signin_failure(f"the issuer answered without a code ({request.query.get('error', 'no error')[:64]})")
+        _log_signin_failure(
+            f"the issuer answered without a code ({request.query.get('error', 'no error')[:64]})"
+        )
         return _cleared(_signin_page(request, 401, "The identity provider did not sign you in."))
     try:
         id_token = await console.flow.exchange(code, str(pending["verifier"]))
         principal = await sec.oidc.authenticate_id_token(
-            id_token, console.flow.issuer.issuer, console.flow.client_id, str(pending["nonce"])
+            id_token, console.flow.issuer.issuer, console.flow.client.client_id, str(pending["nonce"])
         )
     except (SignInError, AuthenticationError) as err:
         _log_signin_failure(str(err) or type(err).__name__)
         await _failed(request, "credential refused")
         return _cleared(_signin_page(request, 401, "The identity provider's answer was not accepted."))
     try:
-        secret = await _open_session(request, principal)
+        secret = await _open_session(request, principal, 200)
     except SessionStoreFullError:
-        return _cleared(_signin_page(request, 503, "The console has too many open sessions; try again later."))
+        return _cleared(
+            _signin_page(request, 503, "The console has too many open sessions; try again later.")
+        )
     moving_on = html(render_text("signed_in.html", {"home": HOME}))
     return _cleared(_with_session(moving_on, secret))
 
