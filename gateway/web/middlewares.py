@@ -87,10 +87,11 @@ _CLASSES = {
     ActionGroup.MANAGE: OperationClass.WRITE,
     ActionGroup.ADMIN: OperationClass.ADMIN,
     ActionGroup.OPERATE: OperationClass.READ,
+    ActionGroup.CONSOLE: OperationClass.READ,
     ActionGroup.PUBLIC: OperationClass.TOKEN,
 }
 # Reads (and the operator's reads): never audited as mutations.
-_READ_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
+_READ_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE, ActionGroup.CONSOLE})
 
 
 def _spec(request: web.Request) -> OperationSpec | None:
