@@ -58,7 +58,7 @@ class ConsoleSettings(FrozenSettings):
     )
     idle_timeout_seconds: int = Field(
         1800,
-        ge=10,
+        ge=5,
         le=24 * 3600,
         description="A session unused this long ends; the next page sends the browser to sign-in.",
     )

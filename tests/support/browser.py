@@ -25,11 +25,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Page, Playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -64,13 +65,18 @@ def spki_pin(cert_pem: Path) -> str:
 
 
 @contextmanager
-def launch(server_cert: Path) -> Iterator[Browser]:
-    """A headless Chromium that trusts `server_cert`'s key; closed on exit."""
+def launch(server_cert: Path, ca_cert: Path) -> Iterator[Browser]:
+    """A headless Chromium that trusts `server_cert`'s key; closed on exit. Requests made outside
+    the page (a context's `request`, which Playwright's driver sends) trust `ca_cert`."""
     if not CHROMIUM.exists():
         raise BrowserMissingError(f"{CHROMIUM} is missing: make test-deps installs Debian's chromium")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
+    # Read by the driver (Node.js) when it starts, and only then.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NODE_EXTRA_CA_CERTS", str(ca_cert))
+        driver = sync_playwright().start()
+    with _stopping(driver) as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM),
             args=[*FLAGS, f"--ignore-certificate-errors-spki-list={spki_pin(server_cert)}"],
@@ -79,6 +85,14 @@ def launch(server_cert: Path) -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def _stopping(driver: Playwright) -> Iterator[Playwright]:
+    try:
+        yield driver
+    finally:
+        driver.stop()
 
 
 def screenshot(page: Page, name: str) -> Path:
