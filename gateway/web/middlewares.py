@@ -6,7 +6,9 @@ request id and errors → limit by client address → (replay a plan, or:) route
 aiohttp routes the request (`gateway.web.front`); without the front, the middleware runs them.
 Routes are looked up in the one route table; an operation without an entry in the authorization
 table cannot be registered (`gateway.web.app`), so nothing reaches a handler undecided. Errors
-become responses through the one error table (`gateway.web.errors`).
+become responses through the one error table (`gateway.web.errors`). A console route
+(`Route.session`) is authenticated by the browser's console session instead of by its headers
+(`gateway.web.console.session_auth`); every other step is the same.
 
 A read may be recorded as a plan and replayed by the next identical request while everything it
 was derived from is unchanged (`gateway.web.replay`): the replay runs the same steps in the same

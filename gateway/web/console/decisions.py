@@ -28,17 +28,21 @@ def _context(request: web.Request) -> RequestContext:
     return RequestContext.of(request[PRINCIPAL], request.remote or "")
 
 
-def decide(request: web.Request, operation: str, resource: Resource) -> Verdict:
+def decide(request: web.Request, operation: str, resource: Resource, *, refuses: bool = False) -> Verdict:
     """`operation`'s decision on `resource` for the request's principal, audited and counted.
-    Returns the verdict (allowed or not); raises nothing for a denial."""
+    A denial that `refuses` the page is recorded with the status it is answered with (404 where
+    the principal may not know the object exists, else 403); one that only leaves a part of the
+    page out, with none. Returns the verdict (allowed or not); raises nothing for a denial."""
     checks = plan_checks(operation, _context(request), resource)
-    return verdicts.decide(request, operation, checks, hides=True)
+    if refuses:
+        return verdicts.decide(request, operation, checks, hides=True)
+    return verdicts.decide(request, operation, checks, denial_status=None)
 
 
 def require(request: web.Request, operation: str, resource: Resource) -> Verdict:
     """`decide`, raising on a denial as the pipeline does: the kind's not-found error where the
     principal may not know the object exists, else ForbiddenError."""
-    verdict = decide(request, operation, resource)
+    verdict = decide(request, operation, resource, refuses=True)
     if verdict.allowed:
         return verdict
     hidden = verdicts.hidden_error(verdict)
