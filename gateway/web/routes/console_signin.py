@@ -33,7 +33,7 @@ from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
 from cedarberg.gateway.authn.oidc_signin import SignInError, new_signin
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.ratelimit import OperationClass
-from cedarberg.gateway.web import outcomes
+from cedarberg.gateway.web import http, outcomes
 from cedarberg.gateway.web.console.layout import page
 from cedarberg.gateway.web.console.pages import (
     NO_STORE,
@@ -177,7 +177,8 @@ async def signin_callback(request: web.Request) -> web.Response:
     retry = await sec.limiter.auth_failures_exceeded(request.remote)
     if retry is not None:
         raise RateLimitedError(retry)
-    state, code = request.query.get("state", ""), request.query.get("code", "")
+    # One value each: a repeated parameter is a 400, never a choice between two (`query_value`).
+    state, code = http.query_value(request, "state", ""), http.query_value(request, "code", "")
     pending = await console.sessions.finish_signin(state) if 0 < len(state) <= 128 else None
     binding = cookie_secret(request, SIGNIN_COOKIE)
     if (
@@ -192,7 +193,7 @@ async def signin_callback(request: web.Request) -> web.Response:
         )
     if not code or len(code) > 2048:
         _log_signin_failure(
-            f"the issuer answered without a code ({request.query.get('error', 'no error')[:64]})"
+            f"the issuer answered without a code ({http.query_value(request, 'error', 'no error')[:64]})"
         )
         return _cleared(_signin_page(request, 401, "The identity provider did not sign you in."))
     try:
