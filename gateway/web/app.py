@@ -42,6 +42,8 @@ from cedarberg.gateway.web.routes import (
     admin,
     admin_openapi,
     config,
+    console_catalog,
+    console_signin,
     directory,
     namespaces,
     oauth,
@@ -71,6 +73,9 @@ ALL_ROUTES: tuple[Route, ...] = (
     *recovery.ROUTES,
     *ops.ROUTES,
 )
+# The browser console (/console/), registered only when `console.enabled`: its routes are
+# authenticated by the console's session (`Route.session`) and answer pages, not ErrorModels.
+CONSOLE_ROUTES: tuple[Route, ...] = (*console_signin.ROUTES, *console_catalog.ROUTES)
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 
@@ -223,5 +228,5 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(catalog_resources)
     app.cleanup_ctx.append(security_services)
     app.on_startup.append(_freeze_heap)
-    _register(app, ALL_ROUTES)
+    _register(app, ALL_ROUTES + (CONSOLE_ROUTES if settings.console.enabled else ()))
     return app

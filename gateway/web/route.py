@@ -21,6 +21,10 @@ class Route:
     handler: Handler
     operation: str  # the spec's operationId
     advertised: bool = True  # False for routes that answer 501
+    # A console route (/console/): its caller is the browser's console session (the session cookie,
+    # `gateway.web.console.session_auth`), never an Authorization header; an unsafe method must
+    # carry the session's CSRF token and come from the console's origin.
+    session: bool = False
 
     @property
     def endpoint(self) -> str:

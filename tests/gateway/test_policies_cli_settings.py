@@ -37,8 +37,8 @@ permit (
     resource
 );
 """
-BUNDLED_SUMMARY = "8 policies in 5 file(s) valid"
-DEPLOYED_SUMMARY = "9 policies in 6 file(s) valid"
+BUNDLED_SUMMARY = "9 policies in 6 file(s) valid"
+DEPLOYED_SUMMARY = "10 policies in 7 file(s) valid"
 
 
 def _fixture(principal: str, group: str) -> dict[str, object]:
