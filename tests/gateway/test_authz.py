@@ -151,6 +151,7 @@ def test_default_policy_set_loads_with_a_content_version(engine: PolicyEngine) -
         "protected-refs",
         "schema-locked",
         "monitoring-reads-metrics",
+        "auditors-read-audit-log",
     }
     assert engine.active.locations["admins-manage-everything"] == "admins.cedar:3"
 
@@ -678,7 +679,7 @@ def test_a_failing_fixture_fails_the_run(policy_dir: Path) -> None:
 def test_validate_prints_file_and_line(policy_dir: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert validate(policy_dir, out, err) == 0
-    assert "8 policies in 5 file(s) valid" in out.getvalue()
+    assert "9 policies in 6 file(s) valid" in out.getvalue()
     (policy_dir / "zz.cedar").write_text(
         "permit (principal, action, resource);\n\npermit (principal, action, resource)\nwhen { x };\n"
     )

@@ -37,7 +37,7 @@ permit (
     resource
 );
 """
-BUNDLED_SUMMARY = "8 policies in 5 file(s) valid"
+BUNDLED_SUMMARY = "9 policies in 6 file(s) valid"
 DEPLOYED_SUMMARY = "9 policies in 6 file(s) valid"
 
 
