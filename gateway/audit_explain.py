@@ -8,17 +8,19 @@ authenticated), the client address, the action and the resource (the Cedar uid o
 turned back into the explain endpoint's resource description). Grants are then read from the
 catalog as it is now, as the explain endpoint does without `namespace_properties`.
 
-What a record does not carry, the body cannot: the principal's groups and attributes, and a
-change's context (refs, update kinds, property keys). A record that states `groups` (a list of
-names) has them copied; otherwise the body has none, and a decision that rested on a group is
-explained as for a principal without it. Only `decision` records of Cedar actions get a body;
-anything else (a mutation's outcome, aggregated refusals, a record this code cannot read) None.
+Groups: a record that states `groups` (a list of names) has them copied; otherwise the caller
+passes the groups the gateway knows for the principal now (its API keys, the user directory:
+`gateway.web.audit_groups`), and without those the body has none, so a decision that rested on
+a group is explained as for a principal without it. What a record does not carry, the body
+cannot: the principal's attributes and a change's context (refs, update kinds, property keys).
+Only `decision` records of Cedar actions get a body; anything else (a mutation's outcome,
+aggregated refusals, a record this code cannot read) None.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -86,9 +88,12 @@ def _groups(record: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
-def explain_body(record: Mapping[str, Any]) -> dict[str, Any] | None:
+def explain_body(
+    record: Mapping[str, Any], known_groups: Sequence[str] | None = None
+) -> dict[str, Any] | None:
     """The explain request that decides `record`'s request again, or None (see the module
-    docstring). Never raises for any JSON object."""
+    docstring); `known_groups`: the principal's groups when the record has none. Never raises
+    for any JSON object."""
     if record.get("event") != "decision":
         return None
     action, principal = record.get("action"), record.get("principal")
@@ -103,6 +108,8 @@ def explain_body(record: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     body: dict[str, Any] = {"principal": principal, "kind": kind, "auth_method": method}
     groups = _groups(record)
+    if groups is None and known_groups is not None:
+        groups = list(known_groups)
     if groups is not None:
         body["groups"] = groups
     address = record.get("client_address")

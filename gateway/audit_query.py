@@ -59,7 +59,7 @@ MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
 # The action of reading the audit log: whose own allowed reads a follower leaves out.
 READ_ACTION: Final = "readAuditLog"
 # Before every segment: following from here reads the stream from its first line.
-ORIGIN: Final = Position(0, 0, 0, 0)
+ORIGIN: Final = Position(0, 0, "", 0, 0)
 # A file's modification time may trail the clock records are timed with by a few milliseconds
 # (coarse file-system timestamps): segments are skipped by `since` only with this margin.
 _MTIME_SLACK_NS: Final = 1_000_000_000

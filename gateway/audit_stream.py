@@ -32,6 +32,7 @@ block plus one line.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -53,17 +54,21 @@ __all__ = [
 BLOCK_BYTES: Final = 64 * 1024
 MAX_LINE_BYTES: Final = 256 * 1024
 MAX_ROTATED_FILES: Final = 366  # a year of daily rotations
+_HEAD_BYTES: Final = 4096  # a segment is told by its first line (or this much of it)
 _COMPRESSED: Final = (".gz", ".xz", ".zst", ".bz2", ".zip", ".lz4", ".z")
 
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """A place between two lines of the stream: `offset` bytes into the segment `device`/`inode`,
-    whose modification time was `mtime_ns` when the position was taken (to place it if that
-    segment is gone)."""
+    """A place between two lines of the stream: `offset` bytes into the segment `device`/`inode`
+    whose first line hashes to `head` ('' while it had none: a file just created), and whose
+    modification time was `mtime_ns` when the position was taken (to place it if that segment
+    is gone). The head tells a file from a later one that reuses its inode number, and from the
+    same file emptied in place (copy and truncate): either is another segment."""
 
     device: int
     inode: int
+    head: str
     offset: int
     mtime_ns: int
 
@@ -77,12 +82,15 @@ class Segment:
     inode: int
     size: int
     mtime_ns: int
+    head: str
 
     def at(self, offset: int) -> Position:
-        return Position(self.device, self.inode, offset, self.mtime_ns)
+        return Position(self.device, self.inode, self.head, offset, self.mtime_ns)
 
     def holds(self, position: Position) -> bool:
-        return (self.device, self.inode) == (position.device, position.inode)
+        if (self.device, self.inode) != (position.device, position.inode):
+            return False
+        return position.head in ("", self.head)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +125,19 @@ def _is_rotated_name(name: str, current: str) -> bool:
     return not name.lower().endswith(_COMPRESSED)
 
 
-def _segment(path: Path, found: os.stat_result) -> Segment:
-    return Segment(path, found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+def _segment(path: Path, found: os.stat_result) -> Segment | None:
+    """The segment of the file at `path` (None if it is gone or no longer the file found)."""
+    fd = _open_checked(path, found.st_dev, found.st_ino)
+    if fd is None:
+        return None
+    try:
+        start = os.pread(fd, _HEAD_BYTES, 0)
+    finally:
+        os.close(fd)
+    cut = start.find(b"\n")
+    first = start[: cut + 1] if cut >= 0 else start if len(start) == _HEAD_BYTES else b""
+    head = hashlib.blake2b(first, digest_size=8).hexdigest() if first else ""
+    return Segment(path, found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, head)
 
 
 class AuditStream:
@@ -138,7 +157,7 @@ class AuditStream:
                 current = _segment(destination, found)
         except FileNotFoundError:
             pass  # no record yet, or rotated away and not yet recreated
-        rotated: list[Segment] = []
+        rotated: list[tuple[int, str, os.stat_result]] = []  # modified, name, status
         seen = {(current.device, current.inode)} if current else set()
         try:
             entries = list(os.scandir(destination.parent))
@@ -153,9 +172,12 @@ class AuditStream:
                 continue  # removed while we looked
             if stat.S_ISREG(found.st_mode) and (found.st_dev, found.st_ino) not in seen:
                 seen.add((found.st_dev, found.st_ino))
-                rotated.append(_segment(Path(entry.path), found))
-        rotated.sort(key=lambda s: (s.mtime_ns, s.path.name))
-        segments = rotated[-MAX_ROTATED_FILES:]
+                rotated.append((found.st_mtime_ns, entry.name, found))
+        rotated.sort(key=lambda item: (item[0], item[1]))
+        found_segments = [
+            _segment(destination.with_name(name), status) for _, name, status in rotated[-MAX_ROTATED_FILES:]
+        ]
+        segments = [segment for segment in found_segments if segment is not None]
         if current is not None:
             segments.append(current)
         return cls(segments)
@@ -219,14 +241,20 @@ class AuditStream:
 
 def _open(segment: Segment) -> int | None:
     """A descriptor of the segment if the file at its path is still it; None otherwise."""
+    return _open_checked(segment.path, segment.device, segment.inode)
+
+
+def _open_checked(path: Path, device: int, inode: int) -> int | None:
+    """A descriptor of the file at `path` if it is `device`/`inode`; None otherwise. Symbolic
+    links are not followed."""
     try:
-        fd = os.open(segment.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
         if err.errno in (errno.ENOENT, errno.ELOOP):
             return None
         raise
     found = os.fstat(fd)
-    if (found.st_dev, found.st_ino) != (segment.device, segment.inode):
+    if (found.st_dev, found.st_ino) != (device, inode):
         os.close(fd)
         return None
     return fd

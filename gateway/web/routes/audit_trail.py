@@ -58,6 +58,7 @@ from cedarberg.gateway.audit_query import (
 from cedarberg.gateway.audit_stream import Position
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.web import http
+from cedarberg.gateway.web.audit_groups import find_groups
 from cedarberg.gateway.web.caller import caller_of
 from cedarberg.gateway.web.keys import PRINCIPAL, security, services
 from cedarberg.gateway.web.route import Route
@@ -145,7 +146,9 @@ def _listing(request: web.Request, destination: str) -> Listing:
 
 async def _seal(request: web.Request, destination: str, position: Position) -> str:
     key = await services(request).ctx.page_key()
-    place = orjson.dumps([position.device, position.inode, position.offset, position.mtime_ns]).decode()
+    place = orjson.dumps(
+        [position.device, position.inode, position.head, position.offset, position.mtime_ns]
+    ).decode()
     return page_tokens.seal(key, _listing(request, destination), place)
 
 
@@ -164,6 +167,16 @@ async def _open(request: web.Request, destination: str, name: str) -> Position |
 
 
 # -- the handler -------------------------------------------------------------------------------
+
+
+def _answered(record: dict[str, Any], groups: dict[str, tuple[list[str], str]]) -> dict[str, Any]:
+    """`record` as written, with the explain body that decides it again and where that body's
+    groups come from (`record`, `api-key`, `directory`, `anonymous`; `none`: it has none)."""
+    known, source = groups.get(record.get("principal") or "", (None, "none"))
+    if "groups" in record:
+        known, source = None, "record"
+    explain = explain_body(record, known)
+    return {**record, "explain": explain, "explain_groups_from": None if explain is None else source}
 
 
 async def _follow(destination: str, query: AuditFilter, after: Position, size: int, wait: int) -> AuditPage:
@@ -201,8 +214,9 @@ async def read_audit_log(request: web.Request) -> web.Response:
     else:
         page = await _follow(destination, query, after, size, wait)
     older = None if page.older is None else await _seal(request, destination, page.older)
+    groups = await find_groups(request, page.records)
     body: dict[str, Any] = {
-        "records": [{**record, "explain": explain_body(record)} for record in page.records],
+        "records": [_answered(record, groups) for record in page.records],
         "next-page-token": older,
         "follow-token": await _seal(request, destination, page.newer),
     }
