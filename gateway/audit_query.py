@@ -83,8 +83,8 @@ def _json_text(name: str, value: str) -> bytes:
 @dataclass(frozen=True, slots=True)
 class AuditFilter:
     """Which records a query wants; None: any. `since`/`until` are `record_time` strings.
-    `hide_reads_of`: a principal whose own allowed `readAuditLog` decisions are left out (a
-    follower's polling would otherwise answer itself)."""
+    `hide_reads_of`: a principal whose own allowed `readAuditLog` requests (their decision and
+    outcome records) are left out: a follower's polling would otherwise answer itself."""
 
     principal: str | None = None
     action: str | None = None
@@ -148,7 +148,6 @@ class AuditFilter:
             self.hide_reads_of is not None
             and record.get("principal") == self.hide_reads_of
             and record.get("action") == READ_ACTION
-            and record.get("event") == "decision"
             and record.get("decision") == "allow"
         )
 

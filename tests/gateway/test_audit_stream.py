@@ -180,6 +180,20 @@ def test_filters_match_exactly(audit: AuditLog, destination: Path) -> None:
     assert ids(action="readAuditLog") == ["own-read"]
     assert ids(action="readAuditLog", hide_reads_of="key:analyst") == []
     assert ids(action="readAuditLog", hide_reads_of="key:etl") == ["own-read"]
+    audit.record(
+        AuditEvent(
+            EventKind.MUTATION,
+            request_id="own-read",
+            principal=ANALYST,
+            action="readAuditLog",
+            resource='Cedarberg::Catalog::"cedarberg"',
+            outcome="success",
+            status=200,
+        )
+    )
+    assert audit.flush()
+    assert ids(action="readAuditLog") == ["own-read", "own-read"]  # its outcome, as for every admin operation
+    assert ids(action="readAuditLog", hide_reads_of="key:analyst") == []
 
 
 def test_since_and_until_compare_the_time_of_each_record(audit: AuditLog, destination: Path) -> None:

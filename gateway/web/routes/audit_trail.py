@@ -19,9 +19,10 @@ it) or `resource_prefix`, `decision` (allow | deny), `event` (decision | mutatio
 ran out; only a null `next-page-token` means nothing older is left.
 
 Every record is answered as written, plus `explain`: for a decision record, the body of
-`POST /admin/v1/explain` that decides it again (`gateway.audit_explain`), else null. The caller's
-own allowed `readAuditLog` decisions are left out unless `include_own_reads=true`, so a follower
-does not wake itself up.
+`POST /admin/v1/explain` that decides it again (`gateway.audit_explain`), else null, and
+`explain_groups_from`. The records of the caller's own allowed `readAuditLog` requests (each is
+audited like every admin operation: a decision and an outcome) are left out unless
+`include_own_reads=true`, so a follower does not wake itself up.
 
 Tokens are sealed like the catalog's page tokens (`catalog.page_tokens`, the deployment's page
 key): opaque, authenticated, bound to the caller, this host and the audit file's path; any other
