@@ -10,7 +10,7 @@ catalog as it is now, as the explain endpoint does without `namespace_properties
 
 Groups: a record that states `groups` (a list of names) has them copied; otherwise the caller
 passes the groups the gateway knows for the principal now (its API keys, the user directory:
-`gateway.web.audit_groups`), and without those the body has none, so a decision that rested on
+`gateway.web.routes.audit_trail`), and without those the body has none, so a decision that rested on
 a group is explained as for a principal without it. What a record does not carry, the body
 cannot: the principal's attributes and a change's context (refs, update kinds, property keys).
 Only `decision` records of Cedar actions get a body; anything else (a mutation's outcome,

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_ANSWER_BYTES",
     "MAX_PAGE_SIZE",
+    "MAX_WAIT_SECONDS",
     "ORIGIN",
     "READ_ACTION",
     "SCAN_BUDGET_BYTES",
@@ -55,6 +56,7 @@ __all__ = [
 DEFAULT_PAGE_SIZE: Final = 100
 MAX_PAGE_SIZE: Final = 500
 SCAN_BUDGET_BYTES: Final = 32 * 1024 * 1024
+MAX_WAIT_SECONDS: Final = 30  # how long one request may wait for a record to follow
 MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
 # The action of reading the audit log: whose own allowed reads a follower leaves out.
 READ_ACTION: Final = "readAuditLog"

@@ -222,7 +222,7 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("deleteDirectoryUser", Scope.CATALOG, A),
     # the admin API's own OpenAPI document (GET /admin/v1/openapi.json)
     _op("showAdminApi", Scope.CATALOG, A),
-    # the audit log, filtered and followed (GET /admin/v1/audit): admins and auditors by default
+    # the audit log, filtered and followed (GET /admin/v1/audit): admins and audit-readers by default
     _op("readAuditLog", Scope.CATALOG, A),
 )
 

@@ -53,7 +53,13 @@ class Trail:
 
 def _start(root: Path, extra: dict[str, Any] | None = None, workers: int = 1) -> Trail:
     data_dir = root / "gateway"
-    names = {"root": ["admins"], "siem": ["auditors"], "analyst": ["bi"], "nobody": ["x"], "prober": ["x"]}
+    names = {
+        "root": ["admins"],
+        "siem": ["audit-readers"],
+        "analyst": ["bi"],
+        "nobody": ["x"],
+        "prober": ["x"],
+    }
     keys = {name: keys_create(data_dir, name, groups) for name, groups in names.items()}
     config: dict[str, Any] = {
         "rate_limits": dict(GENEROUS_RATE_LIMITS),
@@ -242,7 +248,7 @@ def test_the_followers_own_reads_do_not_wake_it(trail: Trail) -> None:
     assert {(r["principal"], r["action"]) for r in shown["records"]} == {("key:siem", "readAuditLog")}
 
 
-def test_only_auditors_and_admins_read_the_audit_log(trail: Trail) -> None:
+def test_only_audit_readers_and_admins_read_the_audit_log(trail: Trail) -> None:
     assert trail.audit("root").status_code == 200
     for who in ("analyst", "nobody"):
         refused = trail.audit(who)

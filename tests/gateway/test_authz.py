@@ -151,7 +151,7 @@ def test_default_policy_set_loads_with_a_content_version(engine: PolicyEngine) -
         "protected-refs",
         "schema-locked",
         "monitoring-reads-metrics",
-        "auditors-read-audit-log",
+        "audit-readers-read-audit-log",
     }
     assert engine.active.locations["admins-manage-everything"] == "admins.cedar:3"
 

@@ -1,7 +1,7 @@
 """`GET /admin/v1/audit`: the audit log, filtered, a page at a time, and followed as it is written.
 
 Cedar decides the operation `readAuditLog` on the catalog before the handler runs (the bundled
-policies allow it to `admins` and `auditors`). The handler reads this gateway's audit file
+policies allow it to `admins` and `audit-readers`). The handler reads this gateway's audit file
 (`gateway.audit_query`); a gateway writing its audit log to stdout answers 501
 NotImplementedException naming `audit.destination`.
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -48,6 +49,7 @@ from cedarberg.gateway.audit_explain import explain_body
 from cedarberg.gateway.audit_query import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
+    MAX_WAIT_SECONDS,
     AuditFilter,
     AuditPage,
     check_readable,
@@ -57,15 +59,14 @@ from cedarberg.gateway.audit_query import (
     record_time,
 )
 from cedarberg.gateway.audit_stream import Position
-from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authn.principal import DELEGATED_NAMESPACE, KEY_NAMESPACE, Principal
 from cedarberg.gateway.web import http
-from cedarberg.gateway.web.audit_groups import find_groups
 from cedarberg.gateway.web.caller import caller_of
 from cedarberg.gateway.web.keys import PRINCIPAL, security, services
+from cedarberg.gateway.web.review_sources import active_keys
 from cedarberg.gateway.web.route import Route
 
 PATH = "/admin/v1/audit"
-MAX_WAIT_SECONDS: Final = 30
 MAX_FILTER_CHARS: Final = 2048  # audit records cut their strings there: a longer value never matches
 _POLL_SECONDS: Final = 0.2
 _LISTED: Final = "audit"  # what a token lists (`page_tokens.Listing.what`)
@@ -165,6 +166,50 @@ async def _open(request: web.Request, destination: str, name: str) -> Position |
     except InvalidRequestError:
         raise InvalidRequestError(f"invalid {name}") from None
     return Position(*place)  # sealed by us: the layout holds
+
+
+# -- the groups explain bodies name ---------------------------------------------------------------
+#
+# The groups an audited principal has now, where the gateway itself knows them (as the access
+# review finds them, `review_sources`): a `key:` principal's active API keys when they all agree
+# (`api-key`), a `user:` principal's entry in the user directory (`directory`), the configured
+# anonymous principal (`anonymous`). An OIDC subject's groups came with its token and are known
+# nowhere else. At most `MAX_LOOKUPS` principals are looked up per answer (the others get none),
+# so one page costs a bounded number of queries.
+
+MAX_LOOKUPS: Final = 32
+
+_Found = dict[str, tuple[list[str], str]]
+
+
+def _wanted(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Principals of decision records that do not state their groups, in order, once each."""
+    wanted: dict[str, None] = {}
+    for record in records:
+        principal = record.get("principal")
+        if record.get("event") == "decision" and "groups" not in record and isinstance(principal, str):
+            wanted.setdefault(principal)
+    return list(wanted)
+
+
+async def find_groups(request: web.Request, records: Iterable[Mapping[str, Any]]) -> _Found:
+    """Principal id -> (its groups now, where they come from), for the principals of `records`
+    the gateway knows. Raises StorageUnavailableError (the key store or directory)."""
+    guard = security(request)
+    found: _Found = {}
+    for principal in _wanted(records)[:MAX_LOOKUPS]:
+        if principal.startswith(KEY_NAMESPACE):
+            keys, _ = await active_keys(guard.api_keys, principal.removeprefix(KEY_NAMESPACE))
+            shapes = {tuple(sorted(record.groups)) for record in keys}
+            if len(shapes) == 1:
+                found[principal] = (list(shapes.pop()), "api-key")
+        elif principal.startswith(DELEGATED_NAMESPACE):
+            user = await guard.directory.get(principal.removeprefix(DELEGATED_NAMESPACE))
+            if user is not None:
+                found[principal] = (list(user.groups), "directory")
+        elif guard.anonymous is not None and principal == guard.anonymous.id:
+            found[principal] = (sorted(guard.anonymous.groups), "anonymous")
+    return found
 
 
 # -- the handler -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from cedarberg.gateway import audit_query
 from cedarberg.gateway.audit import EventKind, Ruling
 from cedarberg.gateway.authn.principal import AuthMethod
-from cedarberg.gateway.web.routes import admin_requests, audit_trail, directory
+from cedarberg.gateway.web.routes import admin_requests, directory
 from cedarberg.gateway.web.routes.openapi.answers import STRING, Schema
 
 
@@ -325,7 +325,7 @@ OPERATIONS: dict[str, OperationDoc] = {
                 "wait",
                 "query",
                 "with after: seconds to wait for a record when none is there yet",
-                {"type": "integer", "minimum": 0, "maximum": audit_trail.MAX_WAIT_SECONDS},
+                {"type": "integer", "minimum": 0, "maximum": audit_query.MAX_WAIT_SECONDS},
             ),
             Parameter(
                 "include_own_reads",
