@@ -38,7 +38,7 @@ permit (
 );
 """
 BUNDLED_SUMMARY = "9 policies in 6 file(s) valid"
-DEPLOYED_SUMMARY = "9 policies in 6 file(s) valid"
+DEPLOYED_SUMMARY = "10 policies in 7 file(s) valid"
 
 
 def _fixture(principal: str, group: str) -> dict[str, object]:
