@@ -115,7 +115,7 @@ class Budget:
         return self.spent >= self.limit
 
     def take(self, wanted: int) -> int:
-        """How many of `wanted` bytes may be read now (at least one block while any is left)."""
+        """How many of `wanted` bytes may be read now (0 once the budget is spent)."""
         return max(0, min(wanted, self.limit - self.spent))
 
 
