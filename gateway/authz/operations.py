@@ -238,6 +238,8 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("consoleSignInCallback", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("consoleSignOut", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("consoleAsset", Scope.PUBLIC, ActionGroup.PUBLIC),
+    # the audit log, filtered and followed (GET /admin/v1/audit): admins and audit-readers by default
+    _op("readAuditLog", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

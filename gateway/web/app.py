@@ -41,6 +41,7 @@ from cedarberg.gateway.web.route import Route
 from cedarberg.gateway.web.routes import (
     admin,
     admin_openapi,
+    audit_trail,
     config,
     console_catalog,
     console_signin,
@@ -68,6 +69,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *views.ROUTES,
     *admin.ROUTES,
     *admin_openapi.ROUTES,
+    *audit_trail.ROUTES,
     *directory.ROUTES,
     *review.ROUTES,
     *recovery.ROUTES,

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from cedarberg.catalog import errors as catalog_errors
 from cedarberg.gateway.audit import AuditUnavailableError
+from cedarberg.gateway.audit_query import AuditNotReadableError
 from cedarberg.gateway.authn.errors import (
     AuthenticationError,
     CredentialExpiredError,
@@ -107,6 +108,8 @@ ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     RateLimitedError: ErrorMapping(429, "TooManyRequestsException", headers=_retry_after_limited),
     # The audit writer logs why its destination fails (once, not per refused request).
     AuditUnavailableError: ErrorMapping(503, _UNAVAILABLE, log_failure=False),
+    # The audit log goes to stdout: this deployment cannot read it back (the message names the setting).
+    AuditNotReadableError: ErrorMapping(501, "NotImplementedException", log_failure=False),
     # The limiter logs why its storage is unusable.
     RateLimitUnavailableError: ErrorMapping(
         503, _UNAVAILABLE, "rate limiting is unavailable", log_failure=False

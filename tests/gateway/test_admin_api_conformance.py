@@ -138,6 +138,7 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
             "rate_limits": dict(GENEROUS_RATE_LIMITS),
             "authz": {"policy_dir": str(policies)},
             "oidc": {"issuers": [ISSUER]},
+            "audit": {"destination": str(root / "audit" / "audit.jsonl"), "durability": "write"},
         },
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {admin_key}"},
@@ -366,8 +367,35 @@ def _directory(c: Conformance, admin: str) -> None:
     c.call("deleteDirectoryUser", admin, 404, {"name": "bob"})
 
 
+def _audit_log(c: Conformance, admin: str, reader: str, tmp_path: Path) -> None:
+    """Pages, following, bad queries; and a gateway that writes its audit log to stdout (501)."""
+    first = c.call("readAuditLog", admin, 200, params={"pageSize": "2"}).json()
+    assert first["records"], first
+    assert any(record["explain"] is not None for record in first["records"]), first
+    c.call("readAuditLog", admin, 200, params={"pageToken": first["next-page-token"], "event": "decision"})
+    c.call("readAuditLog", admin, 200, params={"after": first["follow-token"], "wait": "0"})
+    c.call("readAuditLog", admin, 400, params={"pageSize": "501"})
+    c.call("readAuditLog", admin, 400, params={"after": first["follow-token"][:-2] + "AA"})
+    c.call("readAuditLog", reader, 403)
+    data_dir = tmp_path / "stdout-gateway"
+    key = keys_create(data_dir, "root", ["admins"])
+    plain = GatewayProcess(
+        data_dir,
+        config={"rate_limits": dict(GENEROUS_RATE_LIMITS)},
+        anonymous=False,
+        probe_headers={"Authorization": f"Bearer {key}"},
+    )
+    plain.start()
+    try:
+        elsewhere = Conformance(plain.url, c.document)
+        elsewhere.call("readAuditLog", key, 501)
+        c.seen |= elsewhere.seen
+    finally:
+        plain.stop()
+
+
 def test_every_admin_operation_answers_as_documented(
-    started: tuple[GatewayProcess, str, Path], conformance: Conformance
+    started: tuple[GatewayProcess, str, Path], conformance: Conformance, tmp_path: Path
 ) -> None:
     gateway, admin, policies = started
     c = conformance
@@ -377,6 +405,7 @@ def test_every_admin_operation_answers_as_documented(
     _dropped(c, admin)
     c.call("showKms", admin, 200)
     _directory(c, admin)
+    _audit_log(c, admin, reader, tmp_path)
     c.call("showAdminApi", admin, 200)
     c.call("showAdminApi", reader, 403)
     c.call("showAdminApi", "cbk_aaaaaaaaaaaaaaaa_" + "A" * 43, 401)

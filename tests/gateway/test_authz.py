@@ -152,6 +152,7 @@ def test_default_policy_set_loads_with_a_content_version(engine: PolicyEngine) -
         "schema-locked",
         "monitoring-reads-metrics",
         "people-use-the-console",
+        "audit-readers-read-audit-log",
     }
     assert engine.active.locations["admins-manage-everything"] == "admins.cedar:3"
 

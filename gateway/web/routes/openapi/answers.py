@@ -76,6 +76,26 @@ _NOT_BINDING: Schema = {
     "description": "where the restrictions of these decisions cannot bind, and what binds instead",
 }
 
+_AUDIT_FIELDS: dict[str, Schema] = {
+    "time": {"type": "string", "description": "UTC with milliseconds: 2026-11-27T09:00:00.123Z"},
+    "stream": {"type": "string", "const": "audit"},
+    "event": {"type": "string", "enum": ["decision", "mutation", "auth_failure", "throttled"]},
+    "request_id": _NULLABLE_STRING,
+    "principal": _NULLABLE_STRING,
+    "principal_kind": _NULLABLE_STRING,
+    "auth_method": _NULLABLE_STRING,
+    "actor": _NULLABLE_STRING,
+    "client_address": _NULLABLE_STRING,
+    "action": STRING,
+    "resource": STRING,
+    "decision": {"type": "string", "enum": ["allow", "deny"]},
+    "policy_ids": _STRINGS,
+    "policy_version": _NULLABLE_STRING,
+    "outcome": {"type": ["string", "null"], "enum": ["success", "failure", "unknown", None]},
+    "status": {"type": ["integer", "null"]},
+    "detail": {"description": "free-form, scrubbed of secrets"},
+}
+
 SCHEMAS: dict[str, Schema] = {
     "ApiKey": _object(_API_KEY_FIELDS, "An API key's record: never its secret or the secret's hash."),
     "ApiKeyWithSecret": _object(
@@ -257,6 +277,36 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "DirectoryUser": _object({"name": STRING, "groups": _STRINGS, "created_at": _TIME, "updated_at": _TIME}),
     "DirectoryUserPage": _object({"users": _list_of(_ref("DirectoryUser")), "next-page-token": _PAGE_TOKEN}),
+    "AuditRecord": {
+        "type": "object",
+        "required": [*_AUDIT_FIELDS, "explain", "explain_groups_from"],
+        "properties": {
+            **_AUDIT_FIELDS,
+            "explain": {
+                "oneOf": [{"type": "null"}, _ref("ExplainRequest")],
+                "description": "a decision's explainDecision body, which decides it again (else null)",
+            },
+            "explain_groups_from": {
+                "type": ["string", "null"],
+                "enum": ["record", "api-key", "directory", "anonymous", "none", None],
+                "description": "where the explain body's groups come from (none: it has none)",
+            },
+        },
+        # Records are answered as written: a later gateway version may write more fields.
+        "additionalProperties": True,
+        "description": "An audit record as written (docs/operations.md: What a record says) + explain.",
+    },
+    "AuditPage": _object(
+        {
+            "records": _list_of(_ref("AuditRecord")),
+            "next-page-token": {
+                "type": ["string", "null"],
+                "description": "pageToken of the older records; null: none are left",
+            },
+            "follow-token": {"type": "string", "description": "after: the records written after this answer"},
+        },
+        "Audit records: newest first, or (with after) oldest first.",
+    ),
     "OpenApiDocument": {
         "type": "object",
         "required": ["openapi", "info", "paths"],
