@@ -222,6 +222,8 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("deleteDirectoryUser", Scope.CATALOG, A),
     # the admin API's own OpenAPI document (GET /admin/v1/openapi.json)
     _op("showAdminApi", Scope.CATALOG, A),
+    # the change preview of a candidate policy set (POST /admin/v1/policies/preview)
+    _op("previewPolicies", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

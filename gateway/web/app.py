@@ -47,6 +47,7 @@ from cedarberg.gateway.web.routes import (
     oauth,
     ops,
     planning,
+    policy_preview,
     recovery,
     review,
     tables,
@@ -68,6 +69,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *admin_openapi.ROUTES,
     *directory.ROUTES,
     *review.ROUTES,
+    *policy_preview.ROUTES,
     *recovery.ROUTES,
     *ops.ROUTES,
 )
