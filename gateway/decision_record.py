@@ -108,13 +108,17 @@ def decided_request(
     """The `cedar_request` of a decision, ready for the audit line: `principal_entities` and
     `resource_entities` are JSON arrays of Cedar entities (as the engine was given them),
     `context` the Cedar context. Raises nothing for JSON the engine could decide on."""
+    context_json = orjson.dumps(context)
+    # Bounded before anything is scrubbed: a large resource costs neither the scrubbing nor a line.
+    if len(principal_entities) + len(resource_entities) + len(context_json) > MAX_REQUEST_BYTES:
+        return _OMITTED
     parts = (
         b'{"principal":',
         _scrubbed_json(orjson.dumps(principal.to_json())),
         b',"resource":',
         _scrubbed_json(orjson.dumps(resource.to_json())),
         b',"context":',
-        _scrubbed_json(orjson.dumps(context)),
+        _scrubbed_json(context_json),
         b',"entities":[',
         _scrubbed_json(principal_entities),
         b",",
