@@ -130,7 +130,9 @@ def recorder(current: PolicyEngine, tmp_path: Path) -> Iterator[Recorder]:
     made.audit.close()
 
 
-def test_a_removed_grant_flips_exactly_the_decisions_it_made(current: PolicyEngine, recorder: Recorder) -> None:
+def test_a_removed_grant_flips_exactly_the_decisions_it_made(
+    current: PolicyEngine, recorder: Recorder
+) -> None:
     assert recorder.decide(ANALYST, "loadTable")  # readers-read-granted
     assert recorder.decide(WRITER, "loadTable")  # writers-read-granted
     assert recorder.decide(WRITER, "updateTable")
@@ -197,7 +199,9 @@ def test_records_that_cannot_be_decided_exactly_are_counted_never_guessed(
     # Written before records carried their Cedar request.
     _append(recorder.path, {**complete, "cedar_request": None, "request_id": "old"})
     # A value the scrubber took away: a secret-named attribute of the principal.
-    recorder.decide(_principal("analyst", "bi", session_token="s3cr3t-value"), "loadTable", request_id="scrubbed")
+    recorder.decide(
+        _principal("analyst", "bi", session_token="s3cr3t-value"), "loadTable", request_id="scrubbed"
+    )
     # Too large to record: a namespace with many properties.
     notes = {f"note-{n}": "x" * 1000 for n in range(MAX_REQUEST_BYTES // 1000)}
     big = table_resource("default", ["sales"], "orders", [{**SALES, **notes}])
@@ -208,7 +212,9 @@ def test_records_that_cannot_be_decided_exactly_are_counted_never_guessed(
     records = recorder.records()
     by_id = {r["request_id"]: r for r in records}
     assert "s3cr3t-value" not in orjson.dumps(by_id["scrubbed"]).decode()
-    assert by_id["large"]["cedar_request"] == {"omitted": f"the request is larger than {MAX_REQUEST_BYTES} bytes"}
+    assert by_id["large"]["cedar_request"] == {
+        "omitted": f"the request is larger than {MAX_REQUEST_BYTES} bytes"
+    }
     outcome = redecide(current, candidate, DecisionWindow(records, limit=10))
 
     assert [flip.request_id for flip in outcome.flips] == ["key:analyst-loadTable"]
@@ -235,7 +241,9 @@ def test_the_key_id_that_proved_a_principal_is_recorded_and_decided_on(
 
     outcome = redecide(current, _candidate(current, **{"retired.cedar": forbid}), DecisionWindow(records, 10))
 
-    assert [(f.principal, f.candidate.policy_ids) for f in outcome.flips] == [("key:analyst", ("retired-key",))]
+    assert [(f.principal, f.candidate.policy_ids) for f in outcome.flips] == [
+        ("key:analyst", ("retired-key",))
+    ]
 
 
 def test_only_the_newest_decisions_count_towards_the_limit(current: PolicyEngine, recorder: Recorder) -> None:
@@ -373,4 +381,5 @@ def test_fixtures_run_under_the_candidate_and_supplied_ones_replace_the_director
     }
     assert failed["tests/ALLOW/reader-lists-granted-namespace.json"].startswith("expected ALLOW, got DENY")
     assert failed["tests/DENY/new-and-malformed.json"].startswith("bad fixture: missing keys")
-    assert result.redecision is not None and result.redecision.tally.examined == 0
+    assert result.redecision is not None
+    assert result.redecision.tally.examined == 0
