@@ -19,9 +19,10 @@ The action is the record's `action`.
 
 Cost: the entity lists are rendered once per principal object and per resource object by the
 decision itself (`PolicyEngine.principal_json`, `Resource.entities_json`); here each distinct text
-is scrubbed once and kept (bounded, `ByteBoundedLru`), so a decision adds a cache lookup, the
-context's serialisation and a few concatenations. A replayed read writes its plan's line as it
-was rendered, at no cost at all.
+is scrubbed once and each distinct request rendered once and kept (bounded, `ByteBoundedLru`), so
+a repeated request adds the context's serialisation and one cache lookup (a few microseconds)
+and about 1.5 KB to its line. A replayed read writes its plan's line as it was rendered, at no
+cost at all.
 
 Invariants:
 - **No secret reaches the log**: every string is scrubbed as the record's structured fields are
@@ -62,6 +63,10 @@ _CACHE_BYTES: Final = 16 * 1024**2
 _CACHE_ENTRY_BYTES: Final = MAX_REQUEST_BYTES
 _scrubbed: ByteBoundedLru[str | bytes, bytes] = ByteBoundedLru(
     _CACHE_ENTRIES, _CACHE_BYTES, _CACHE_ENTRY_BYTES
+)
+# Whole renderings by everything they are made of: a principal's repeated request is one lookup.
+_requests: ByteBoundedLru[tuple[EntityUid, str, EntityUid, str, bytes], bytes] = ByteBoundedLru(
+    _CACHE_ENTRIES, _CACHE_BYTES, 2 * _CACHE_ENTRY_BYTES
 )
 _lock = threading.Lock()
 
@@ -112,6 +117,25 @@ def decided_request(
     # Bounded before anything is scrubbed: a large resource costs neither the scrubbing nor a line.
     if len(principal_entities) + len(resource_entities) + len(context_json) > MAX_REQUEST_BYTES:
         return _OMITTED
+    key = (principal, principal_entities, resource, resource_entities, context_json)
+    with _lock:
+        found = _requests.get(key)
+    if found is None:
+        found = _render(principal, principal_entities, resource, resource_entities, context_json)
+        size = len(found) + len(principal_entities) + len(resource_entities) + len(context_json)
+        with _lock:
+            _requests.put(key, found, 2 * size)
+    return orjson.Fragment(found) if found else _OMITTED
+
+
+def _render(
+    principal: EntityUid,
+    principal_entities: str,
+    resource: EntityUid,
+    resource_entities: str,
+    context_json: bytes,
+) -> bytes:
+    """The request as scrubbed JSON; empty when that is over `MAX_REQUEST_BYTES`."""
     parts = (
         b'{"principal":',
         _scrubbed_json(orjson.dumps(principal.to_json())),
@@ -125,6 +149,5 @@ def decided_request(
         _scrubbed_json(resource_entities),
         b"]}",
     )
-    if sum(map(len, parts)) > MAX_REQUEST_BYTES:
-        return _OMITTED
-    return orjson.Fragment(b"".join(parts))
+    rendered = b"".join(parts)
+    return b"" if len(rendered) > MAX_REQUEST_BYTES else rendered
