@@ -28,8 +28,8 @@ Invariants:
 - **No secret reaches the log**: every string is scrubbed as the record's structured fields are
   (`audit.scrub_text`, free_form=False) and every value under a key that names a secret is
   ``[REDACTED]``, except `PUBLIC_KEYS` (the gateway's own names for public values: the id of the
-  API key that proved a principal). A request that lost anything to the scrubber is never
-  re-decided (`redecide` reports it as not re-decidable).
+  API key that proved a principal, a delegation's subject token type). A request that lost
+  anything to the scrubber is never re-decided (`redecide` reports it as not re-decidable).
 - **Bounded**: a request whose rendering exceeds `MAX_REQUEST_BYTES` is recorded as
   ``{"omitted": "..."}`` (not re-decidable), so one large resource cannot make every line large.
 """
@@ -49,8 +49,10 @@ from cedarberg.gateway.byte_lru import ByteBoundedLru
 __all__ = ["MAX_REQUEST_BYTES", "PUBLIC_KEYS", "decided_request"]
 
 MAX_REQUEST_BYTES: Final = 64 * 1024
-# Attribute names the gateway sets itself whose values are public identifiers, not secrets.
-PUBLIC_KEYS: Final = frozenset({"api_key_id"})
+# Names the gateway sets itself whose values are public, though the names look secret: the id of
+# the API key that proved a principal (a tag), and the type URN of a delegation's subject token
+# (`actAs` context: `urn:ietf:params:oauth:token-type:jwt`, never the token).
+PUBLIC_KEYS: Final = frozenset({"api_key_id", "subject_token_type"})
 _MAX_DEPTH: Final = 8
 _OMITTED: Final = orjson.Fragment(
     orjson.dumps({"omitted": f"the request is larger than {MAX_REQUEST_BYTES} bytes"})

@@ -20,6 +20,7 @@ import pytest
 from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Outcome, Ruling
 from cedarberg.gateway.audit_tail import TailState, lines_from_end, records_from_end
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.subject_token import JWT_TOKEN_TYPE, UNSIGNED_ISSUER, DelegationFacts
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import Resource, principal_uid, table_resource
@@ -37,6 +38,7 @@ from cedarberg.gateway.authz.redecide import (
 from cedarberg.gateway.config.audit import AuditSettings
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 from cedarberg.gateway.decision_record import MAX_REQUEST_BYTES, decided_request
+from cedarberg.gateway.web.delegation_judge import CedarDelegationJudge
 
 GRANTS = "grants.cedar"
 READERS_PERMIT = """@id("readers-read-granted")
@@ -383,3 +385,34 @@ def test_fixtures_run_under_the_candidate_and_supplied_ones_replace_the_director
     assert failed["tests/DENY/new-and-malformed.json"].startswith("bad fixture: missing keys")
     assert result.redecision is not None
     assert result.redecision.tally.examined == 0
+
+
+def test_a_delegation_decision_is_decided_again_from_its_record(
+    current: PolicyEngine, tmp_path: Path
+) -> None:
+    """`actAs` (an engine acting for a user) is recorded with the actor's and the user's entities
+    and its own context: a candidate that lets the engine act for the user flips it."""
+    audit = AuditLog.open(AuditSettings(destination=str(tmp_path / "audit.jsonl")))
+    try:
+        judge = CedarDelegationJudge(current, audit)
+        engine = _principal("trino", "engines")
+        user = Principal("user:dana", PrincipalKind.USER, frozenset({"bi"}), AuthMethod.GATEWAY_TOKEN)
+        facts = DelegationFacts(JWT_TOKEN_TYPE, UNSIGNED_ISSUER, source="trino-cli")
+        assert not judge.decide(engine, user, facts, "10.0.0.7", refresh=False)
+        assert audit.flush()
+        records = list(records_from_end(tmp_path / "audit.jsonl", 1024**2))
+    finally:
+        audit.close()
+    [record] = records
+    assert record["cedar_request"]["context"]["source"] == "trino-cli"
+    trusted = (
+        '@id("trino-acts-for-bi")\npermit (principal == Cedarberg::Service::"key:trino", '
+        'action == Cedarberg::Action::"actAs", resource in Cedarberg::Group::"bi")\n'
+        'when { context has source && context.source == "trino-cli" };\n'
+    )
+
+    outcome = redecide(current, _candidate(current, **{"trino.cedar": trusted}), DecisionWindow(records, 1))
+
+    assert [(f.principal, f.action, f.resource, f.candidate.policy_ids) for f in outcome.flips] == [
+        ("key:trino", "actAs", 'Cedarberg::User::"user:dana"', ("trino-acts-for-bi",))
+    ]
