@@ -240,6 +240,8 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("consoleAsset", Scope.PUBLIC, ActionGroup.PUBLIC),
     # the audit log, filtered and followed (GET /admin/v1/audit): admins and audit-readers by default
     _op("readAuditLog", Scope.CATALOG, A),
+    # the change preview of a candidate policy set (POST /admin/v1/policies/preview)
+    _op("previewPolicies", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

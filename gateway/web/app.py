@@ -50,6 +50,7 @@ from cedarberg.gateway.web.routes import (
     oauth,
     ops,
     planning,
+    policy_preview,
     recovery,
     review,
     tables,
@@ -72,6 +73,7 @@ ALL_ROUTES: tuple[Route, ...] = (
     *audit_trail.ROUTES,
     *directory.ROUTES,
     *review.ROUTES,
+    *policy_preview.ROUTES,
     *recovery.ROUTES,
     *ops.ROUTES,
 )

@@ -28,6 +28,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from cedarberg.gateway.web.app import ALL_ROUTES
 from cedarberg.gateway.web.routes.openapi.document import build
+from cedarberg.gateway.web.routes.policy_preview import NO_AUDIT_FILE
 from tests.support.gateway import GatewayProcess, bundled_policies
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
 
@@ -300,6 +301,36 @@ def _policies(c: Conformance, admin: str, gateway: GatewayProcess, policies: Pat
     c.call("explainDecision", admin, 413, data=big, headers={"Content-Type": "application/json"})
 
 
+def _preview(c: Conformance, admin: str, reader: str) -> None:
+    """The change preview: a valid candidate (its answer, with the audit log on stdout here, says
+    there is no file to read decisions from), a broken one, and the bounds."""
+    opened = '@id("bi-loads-scratch")\npermit (principal in Cedarberg::Group::"bi", action, resource);\n'
+    fixture = {
+        "principal": 'Cedarberg::User::"key:x"',
+        "action": "loadTable",
+        "resource": 'Cedarberg::Catalog::"cedarberg"',
+    }
+    previewed = c.call(
+        "previewPolicies",
+        admin,
+        200,
+        json={
+            "files": {"opened.cedar": opened},
+            "fixtures": [{"expected": "DENY", "name": "bad.json", "fixture": fixture}],
+            "decisions": 10,
+        },
+    ).json()
+    assert previewed["valid"], previewed
+    assert previewed["decisions"]["audit"]["unavailable"] == NO_AUDIT_FILE
+    broken = c.call("previewPolicies", admin, 200, json={"files": {"broken.cedar": "permit ("}}).json()
+    assert broken["problems"]
+    assert broken["decisions"] is None
+    c.call("previewPolicies", admin, 400, json={"removed": ["schema.cedarschema"]})
+    big = b'{"files": {"big.cedar": "' + b"x" * (3 * 1024 * 1024) + b'"}}'
+    c.call("previewPolicies", admin, 413, data=big, headers={"Content-Type": "application/json"})
+    c.call("previewPolicies", reader, 403, json={})
+
+
 def _review(c: Conformance, admin: str) -> None:
     table = c.call("reviewAccess", admin, 200, params={"resource": "default/sales/orders"}).json()
     assert table["not_enumerated"], table
@@ -401,6 +432,7 @@ def test_every_admin_operation_answers_as_documented(
     c = conformance
     reader = _api_keys(c, admin)
     _policies(c, admin, gateway, policies)
+    _preview(c, admin, reader)
     _review(c, admin)
     _dropped(c, admin)
     c.call("showKms", admin, 200)

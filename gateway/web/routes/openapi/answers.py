@@ -164,6 +164,98 @@ SCHEMAS: dict[str, Schema] = {
         },
         "A decision of the active policies and why.",
     ),
+    "PolicyPreview": _object(
+        {
+            "valid": {"type": "boolean", "description": "the candidate set would load"},
+            "current_version": STRING,
+            "candidate_version": {**STRING, "description": "content hash of the candidate set"},
+            "unchanged": {"type": "boolean", "description": "the candidate is the active set"},
+            "files": _object({"changed": _STRINGS, "added": _STRINGS, "removed": _STRINGS}),
+            "problems": {**_STRINGS, "description": "why the candidate would be refused: FILE:LINE: message"},
+            "fixtures": {
+                "oneOf": [{"type": "null"}, _ref("PreviewFixtures")],
+                "description": "null: the candidate is refused",
+            },
+            "decisions": {
+                "oneOf": [{"type": "null"}, _ref("PreviewDecisions")],
+                "description": "null: the candidate is refused",
+            },
+        },
+        "What a candidate policy set would do; nothing was written or activated.",
+    ),
+    "PreviewFixtures": _object(
+        {
+            "passed": {"type": "integer", "minimum": 0},
+            "failed": {"type": "integer", "minimum": 0},
+            "results": _list_of(
+                _object(
+                    {
+                        "path": {**STRING, "description": "tests/ALLOW/NAME or tests/DENY/NAME"},
+                        "expected": {"type": "string", "enum": ["ALLOW", "DENY"]},
+                        "passed": {"type": "boolean"},
+                        "message": STRING,
+                        "decision": {"type": ["string", "null"], "enum": ["allow", "deny", None]},
+                        "policy_ids": _STRINGS,
+                    }
+                )
+            ),
+        },
+        "The fixtures run under the candidate set.",
+    ),
+    "PreviewDecisions": _object(
+        {
+            "requested": {"type": "integer", "minimum": 0},
+            "complete": {"type": "boolean", "description": "false: stopped early, see stopped"},
+            "stopped": _NULLABLE_STRING,
+            "audit": _object(
+                {
+                    "source": {**_NULLABLE_STRING, "description": "the audit file read (null: stdout)"},
+                    "unavailable": {**_NULLABLE_STRING, "description": "why no decisions could be read"},
+                    "bytes_bound_reached": {"type": "boolean"},
+                    "unreadable_lines": {"type": "integer", "minimum": 0},
+                }
+            ),
+            "examined": {"type": "integer", "minimum": 0},
+            "re_decided": {"type": "integer", "minimum": 0},
+            "unchanged": {"type": "integer", "minimum": 0},
+            "policies_changed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "unchanged rulings made by other determining policies",
+            },
+            "allow_to_deny": {"type": "integer", "minimum": 0},
+            "deny_to_allow": {"type": "integer", "minimum": 0},
+            "current_differs_from_recorded": {"type": "integer", "minimum": 0},
+            "not_re_decidable": {"type": "integer", "minimum": 0},
+            "not_re_decidable_reasons": {
+                "type": "object",
+                "additionalProperties": {"type": "integer"},
+                "description": "reason: count",
+            },
+            "flips": _list_of(_ref("DecisionFlip")),
+        },
+        "The newest audited decisions decided again under the current and the candidate set.",
+    ),
+    "DecisionFlip": _object(
+        {
+            "time": _NULLABLE_STRING,
+            "request_id": _NULLABLE_STRING,
+            "principal": _NULLABLE_STRING,
+            "action": STRING,
+            "resource": _NULLABLE_STRING,
+            "recorded": {**_NULLABLE_STRING, "description": "the ruling the audit record holds"},
+            "current": _ref("Ruling"),
+            "candidate": _ref("Ruling"),
+        },
+        "An audited decision the candidate set would rule otherwise.",
+    ),
+    "Ruling": _object(
+        {
+            "decision": {"type": "string", "enum": ["allow", "deny"]},
+            "policy_ids": {**_STRINGS, "description": "the determining policies"},
+            "errors": _STRINGS,
+        }
+    ),
     "PolicyLocation": _object({"id": STRING, "location": {**_NULLABLE_STRING, "description": "FILE:LINE"}}),
     "ReviewContext": _CONTEXT,
     "AllowedPrincipal": _object(

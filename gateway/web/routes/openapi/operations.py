@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from cedarberg.gateway import audit_query
 from cedarberg.gateway.audit import EventKind, Ruling
 from cedarberg.gateway.authn.principal import AuthMethod
+from cedarberg.gateway.config.preview import PolicyPreviewSettings
 from cedarberg.gateway.web.routes import admin_requests, directory
 from cedarberg.gateway.web.routes.openapi.answers import STRING, Schema
 
@@ -166,6 +167,27 @@ OPERATIONS: dict[str, OperationDoc] = {
         },
         body=admin_requests.ExplainRequest,
         body_limit=admin_requests.MAX_BODY_BYTES,
+    ),
+    "previewPolicies": OperationDoc(
+        "Policies",
+        "Preview a policy change",
+        "Builds a candidate set: the active set with `files` replaced or added and `removed` left "
+        "out. Validates it as a reload would (its problems as FILE:LINE: message), runs the active "
+        "directory's fixtures and the supplied ones under it, and decides the newest `decisions` "
+        "audited decisions again under the current and the candidate set, from the Cedar request "
+        "each record carries, listing every decision that would flip (allow to deny, deny to "
+        "allow) with both rulings. Nothing is written and the candidate is never activated. "
+        "Bounded by `[authz.preview]`: the body (`max_body_bytes`, default 2 MiB), `decisions` "
+        "(`max_decisions`), the audit bytes read (`max_audit_bytes`) and the time "
+        "(`timeout_seconds`; then `complete` is false).",
+        Answer(200, "the validation, the fixture results and the decisions that would flip", "PolicyPreview"),
+        {
+            400: "not a valid preview request: a bad body, a file name that is not a policy file's, "
+            "removing the schema or a file the set does not have, decisions over the bound",
+            413: "a body over authz.preview.max_body_bytes",
+        },
+        body=admin_requests.PreviewRequest,
+        body_limit=PolicyPreviewSettings.model_fields["max_body_bytes"].default,
     ),
     "reviewAccess": OperationDoc(
         "Policies",
