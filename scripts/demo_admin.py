@@ -30,9 +30,9 @@ NAMESPACES = {
     "raw": {"cedarberg.writers": WRITERS, "owner": "data-platform", "contains-pii": "true"},
     "analytics": {"cedarberg.writers": WRITERS, "cedarberg.readers": READERS, "owner": "data-platform"},
 }
-KEYS = (
-    ("PIPELINE_SERVICE_KEY", "pipeline-svc", WRITERS),
-    ("PIPELINE_ANALYST_KEY", "ana", READERS),
+KEYS = (  # (variable, principal, kind: a service account's key or a person's, group)
+    ("PIPELINE_SERVICE_KEY", "pipeline-svc", "service", WRITERS),
+    ("PIPELINE_ANALYST_KEY", "ana", "user", READERS),
 )
 
 
@@ -108,13 +108,13 @@ def setup(gateway: Gateway) -> None:
             f"==> namespace {namespace}: writers = group {grants['cedarberg.writers']}, readers = {readers}",
             file=sys.stderr,
         )
-    for variable, principal, group in KEYS:
+    for variable, principal, kind, group in KEYS:
         status, body = gateway.call(
-            "POST", "/admin/v1/api-keys", {"principal": principal, "kind": "service", "groups": [group]}
+            "POST", "/admin/v1/api-keys", {"principal": principal, "kind": kind, "groups": [group]}
         )
         if status not in (200, 201) or not isinstance(body, dict) or "key" not in body:
             sys.exit(f"creating an API key for {principal}: {status} {body}")
-        print(f"==> API key for {principal} (group {group}) created: id {body['key'][4:20]}", file=sys.stderr)
+        print(f"==> {body['summary']} (group {group}) created: id {body['key'][4:20]}", file=sys.stderr)
         print(f"{variable}={body['key']}")
 
 
