@@ -25,24 +25,14 @@ import pytest
 import requests
 
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
+from tests.gateway.test_restriction_binding import FINANCE_PERMIT, GRANT, RESTRICTED
 from tests.support.cli import clean_environ, run_cedarberg
 from tests.support.gateway import GatewayProcess
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
 
 TIMEOUT = 30
-RESTRICTED = "analysts-finance-no-ssn"
-GRANT = "readers-read-granted"
 TABLE = "default/finance/accounts"
 TABLE_UID = f'Cedarberg::Table::"{TABLE}"'
-FINANCE_PERMIT = f"""
-@id("{RESTRICTED}")
-@columns("id, name, amount")
-permit (
-  principal in Cedarberg::Group::"analysts",
-  action in [Cedarberg::Action::"loadTable", Cedarberg::Action::"planTableScan"],
-  resource in Cedarberg::Namespace::"default/finance"
-);
-"""
 SCHEMA = {
     "type": "struct",
     "fields": [
