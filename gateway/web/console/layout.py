@@ -8,13 +8,21 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from cedarberg.gateway.authz.entities import catalog_resource
+from cedarberg.gateway.web.console.decisions import would_allow
 from cedarberg.gateway.web.console.pages import html, render_text
 from cedarberg.gateway.web.console.session_auth import CSRF_FIELD, cookie_secret, csrf_token
 from cedarberg.gateway.web.keys import PRINCIPAL
 
-# The console's sections, in navigation order: only pages that exist are listed (Who can access,
-# Explain, Audit, Policies and Keys join here as they are built).
-NAVIGATION: Final = (("Catalog", "/console/catalog"),)
+# The console's sections, in navigation order: (label, address, the action on the catalog that the
+# section's page needs). A signed-in principal sees the sections its policies allow it to open: a
+# link it may not follow is left out (following one anyway is decided, and refused, as usual).
+NAVIGATION: Final = (("Catalog", "/console/catalog", "useConsole"),)
+
+
+def _sections(request: web.Request) -> tuple[tuple[str, str], ...]:
+    catalog = catalog_resource()
+    return tuple((label, url) for label, url, action in NAVIGATION if would_allow(request, action, catalog))
 
 
 def page(request: web.Request, template: str, context: Mapping[str, Any], status: int = 200) -> web.Response:
@@ -26,7 +34,7 @@ def page(request: web.Request, template: str, context: Mapping[str, Any], status
         "me": principal.id if principal is not None and secret is not None else None,
         "csrf_field": CSRF_FIELD,
         "csrf": csrf_token(secret) if principal is not None and secret is not None else "",
-        "navigation": NAVIGATION if signed_in else (),
+        "navigation": _sections(request) if signed_in else (),
         "section": context.get("section", ""),
         **context,
     }
