@@ -11,8 +11,8 @@ active directory's (`fixtures`) and how many of the newest audited decisions to 
 - `fixtures`: each fixture's result under the candidate set (null when the set is refused);
 - `decisions`: the newest audited decisions decided again under the current and the candidate
   set (`gateway.authz.redecide`), read backwards from the audit file and the files rotated
-  beside it (`gateway.audit_query.records_from_end`): the counts, and every decision that would flip with both rulings and their determining policies
-  (null when the set is refused).
+  beside it (`gateway.audit_query.records_from_end`): the counts, and every decision that would
+  flip with both rulings and their determining policies (null when the set is refused).
 
 Nothing is written and the candidate is never activated: it is compiled into an engine of its own
 that the preview alone uses. Costs are bounded by `[authz.preview]`: the body (413 past
