@@ -86,14 +86,17 @@ def test_a_filter_finds_a_denial_just_made_and_answers_what_the_api_does(
     status, denied = _rita(lake, "namespaces/secret/tables/payroll")
     assert status == 404  # a table rita may not see is absent
     assert _rita(lake, "namespaces/sales/tables/orders")[0] == 200
-    page = _admin_page(context, lake)
+    page = _admin_page(context, lake, "?pageSize=12")
     assert "Audit trail" in page.locator("nav[aria-label=Sections] a").all_inner_texts()
+    screenshot(page, "audit")
     page.fill("#f-principal", "key:rita")
     page.fill("#f-since", (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S"))
     page.get_by_role("button", name="Filter").click()
     page.wait_for_load_state()
     assert {line[2] for line in _lines(page)} >= {"loadTable"}
-    screenshot(page, "audit")
+    assert {row for row in page.locator("#audit-lines tbody td:nth-child(3)").all_inner_texts()} == {
+        "key:rita"
+    }
     page.select_option("#f-decision", "deny")
     page.get_by_role("button", name="Filter").click()
     page.wait_for_load_state()

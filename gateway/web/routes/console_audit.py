@@ -137,7 +137,8 @@ def _text(record: dict[str, Any], name: str) -> str:
 
 
 def _row(record: dict[str, Any], may_explain: bool) -> dict[str, Any]:
-    ruling = record.get("decision") or record.get("outcome")
+    # A mutation's record carries its decision too: what it shows is how the change ended.
+    ruling = record.get("outcome") or record.get("decision")
     return {
         "time": _text(record, "time"),
         "event": _text(record, "event"),
