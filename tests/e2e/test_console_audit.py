@@ -5,8 +5,9 @@ written, with each decision's way into Explain.
 Attacks: a reader opening the page or its follow route by address (403, audited), the follow
 route asked without the session (a bearer key, no cookie: 401) or with a token it was not given.
 Controls: an admin's filter finds a denial just made and answers what the API answers, a new line
-appears at the top without a reload, the Explain link carries the record's fields, Older pages
-back as the API's page token does, a filter the endpoint refuses is shown with the form.
+appears at the top without a reload (and, without script, behind "Newer lines"), the Explain
+link carries the record's fields, Older pages back as the API's page token does, a filter the
+endpoint refuses is shown with the form.
 """
 
 from __future__ import annotations
@@ -132,6 +133,24 @@ def test_a_new_line_appears_at_the_top_without_a_reload(lake: Lake, context: Bro
     newer = str(page.locator("#audit-newer").get_attribute("href"))
     assert dict(parse_qsl(urlsplit(newer).query))["principal"] == "key:rita"
     assert not [v for v in violations if "Content Security Policy" in v], violations
+
+
+def test_without_script_newer_lines_shows_what_was_written_since(lake: Lake, browser: Browser) -> None:
+    plain = browser.new_context(viewport={"width": 1280, "height": 800}, java_script_enabled=False)
+    try:
+        page = _admin_page(plain, lake, "?principal=key:rita")
+        status, made = _rita(lake, "namespaces/sales/tables/orders")
+        assert status == 200
+        assert made not in [line[1] for line in _lines(page)]  # nothing followed it in
+        page.get_by_role("link", name="Newer lines").click()
+        page.wait_for_load_state()
+        assert [(line[1], line[2]) for line in _lines(page)] == [(made, "loadTable")]
+        page.get_by_role("link", name="Newer lines").click()
+        page.wait_for_load_state()
+        assert _lines(page) == []
+        assert "No line matches yet." in page.inner_text("main")
+    finally:
+        plain.close()
 
 
 def test_the_explain_link_carries_the_records_fields(lake: Lake, context: BrowserContext) -> None:

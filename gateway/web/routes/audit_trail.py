@@ -28,6 +28,9 @@ Tokens are sealed like the catalog's page tokens (`catalog.page_tokens`, the dep
 key): opaque, authenticated, bound to the caller, this host and the audit file's path; any other
 token is a 400. Before reading, the records this worker has queued are written, so a request the
 caller just made is found; other workers write theirs within milliseconds.
+
+The console's Audit trail page (`routes.console_audit`) reads the log with this endpoint's own
+functions: `audit_ask` (a query, parsed and bounded) and `audit_answer` (the body answered).
 """
 
 from __future__ import annotations
