@@ -7,6 +7,13 @@ Public API (used by the admin endpoint `GET /admin/v1/audit`, `gateway.web.route
     page = following(destination, query, after=page.newer, page_size=100)  # written after, oldest first
     AuditNotReadableError                     # the destination is stdout: nothing to read back
 
+    counts = ReadCounts()                     # the change preview (`gateway.authz.preview`):
+    for record in records_from_end(destination, max_bytes=64 * 1024**2, counts=counts):
+        ...                                   # every audit record, newest first, lazily
+
+This module is the one reader of the audit file: both the audit API and the change preview read
+it through `gateway.audit_stream` (whole lines only, rotation-safe, bounded by a byte budget).
+
 Promises:
 
 - **Records as written.** A record is the JSON object of its line, parsed and nothing else; the
@@ -17,6 +24,10 @@ Promises:
   budget runs out first the page is shorter and its cursor continues where the reading stopped.
   Memory is a block, a line and the page. Lines that are not audit records (a fragment a full
   disk cut short, a line too long) are passed over.
+- **Records from the end** (`records_from_end`): every audit record of the stream, newest first,
+  across rotated files, read lazily (a caller that stops early reads no further) within
+  `max_bytes`; lines that are not audit records are counted in `ReadCounts.unreadable_lines`,
+  and `ReadCounts.bound_reached` says whether the bound, not the stream's start, ended them.
 - **Exact filters.** Every filter compares a record field with the value given exactly
   (`resource_prefix`: the start of `resource`); `since`/`until` compare `time` at millisecond
   precision, both ends included. A line is only parsed if it contains every exact value as its
@@ -25,6 +36,7 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,11 +58,13 @@ __all__ = [
     "AuditFilter",
     "AuditNotReadableError",
     "AuditPage",
+    "ReadCounts",
     "check_readable",
     "destination_state",
     "following",
     "newest",
     "record_time",
+    "records_from_end",
 ]
 
 DEFAULT_PAGE_SIZE: Final = 100
@@ -158,13 +172,8 @@ class AuditFilter:
         for needle in self._needles:
             if needle not in text:
                 return None
-        try:
-            record = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(record, dict) or record.get("stream") != "audit":
-            return None
-        return record if self.matches(record) else None
+        record = _audit_record(text)
+        return record if record is not None and self.matches(record) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +253,56 @@ def following(
     stream = _stream(destination)
     found = _collect(stream.forward(after, Budget(budget), query.since_ns()), query, page_size)
     return AuditPage(found.records, None, after if found.last is None else found.last.after)
+
+
+@dataclass(slots=True)
+class ReadCounts:
+    """What reading from the end met: lines that were not audit records (a fragment a full disk
+    cut short, a line too long, something else's line), and whether reading stopped at its byte
+    bound before the stream's first line."""
+
+    unreadable_lines: int = 0
+    bound_reached: bool = False
+
+
+def records_from_end(
+    destination: str | Path, max_bytes: int, counts: ReadCounts | None = None
+) -> Iterator[dict[str, Any]]:
+    """The audit records of the stream at `destination` (the file and those rotated beside it),
+    newest first, as written; at most `max_bytes` are read. A line still being written and the
+    line the bound cuts are never yielded. `counts` (if given) counts the lines passed over and,
+    once the records are read to their end, whether the bound ended them.
+
+    Raises AuditNotReadableError (stdout), FileNotFoundError (no audit file yet, nor a rotated
+    one), OSError (the directory or a file cannot be read)."""
+    stream = _stream(str(destination))
+    if not stream.segments:
+        raise FileNotFoundError(errno.ENOENT, "no audit file yet", str(destination))
+    budget = Budget(max_bytes)
+    last: Line | None = None
+    for line in stream.backward(None, budget):
+        last = line
+        if line.text == b"":
+            continue  # an empty line holds nothing to count
+        record = None if line.text is None else _audit_record(line.text)
+        if record is not None:
+            yield record
+        elif counts is not None:
+            counts.unreadable_lines += 1
+    if counts is not None:
+        start = stream.segments[0].at(0)
+        counts.bound_reached = budget.exhausted and (last is None or last.before != start)
+
+
+def _audit_record(text: bytes) -> dict[str, Any] | None:
+    """The audit record of line `text`; None if it is none (not JSON, not an audit line)."""
+    try:
+        record = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or record.get("stream") != "audit":
+        return None
+    return record
 
 
 def destination_state(destination: str) -> tuple[int, int, int] | None:

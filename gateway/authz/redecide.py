@@ -5,8 +5,9 @@
     outcome.flips            # allow -> deny and deny -> allow, newest first, with both decisions
     outcome.tally            # re-decided, unchanged, flipped each way, not re-decidable (and why)
 
-The window's `records` are decoded audit lines, newest first (`gateway.audit_tail`); only policy decisions
-(`event` "decision") count towards `limit`, other lines are skipped. Each is decided again from
+The window's `records` are decoded audit records, newest first (`audit_query.records_from_end`);
+only policy decisions (`event` "decision") count towards `limit`, other lines are skipped. Each is
+decided again from
 its `cedar_request` (`gateway.decision_record`): the principal, the resource, the context and the
 entities exactly as the gateway decided on them, so the only difference between the two decisions
 is the policy set. A record that cannot be decided exactly as the gateway did is counted as not

@@ -1,6 +1,7 @@
 """Reading the audit file back (gateway/audit_stream.py, gateway/audit_query.py): real files
 written by the real audit log, rotated by renaming as logrotate does, read from the end with a
-bounded budget, filtered exactly, and followed across a rotation.
+bounded budget, filtered exactly, and followed across a rotation; and the change preview's
+reading of the newest records (`records_from_end`), the same reader.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from typing import Any
 import orjson
 import pytest
 
+from cedarberg.gateway import audit_stream
 from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Ruling
 from cedarberg.gateway.audit_query import (
     ORIGIN,
     AuditFilter,
     AuditNotReadableError,
     AuditPage,
+    ReadCounts,
     following,
     newest,
+    records_from_end,
 )
 from cedarberg.gateway.audit_stream import BLOCK_BYTES, MAX_LINE_BYTES, AuditStream, Budget
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
@@ -275,3 +279,62 @@ def test_a_copied_and_truncated_file_is_read_from_its_start(audit: AuditLog, des
 def test_stdout_cannot_be_read_back() -> None:
     with pytest.raises(AuditNotReadableError, match=r"audit\.destination"):
         newest("stdout", AUDIT, None, 10)
+
+
+# -- the newest records, for the change preview (`records_from_end`) ---------------------------------
+
+
+def test_records_from_the_end_are_whole_newest_first_and_within_the_byte_bound(
+    destination: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    destination.parent.mkdir(parents=True)
+    lines = [orjson.dumps({"stream": "audit", "n": n, "pad": "y" * (n * 7 % 50)}) for n in range(40)]
+    being_written = b'{"stream": "audit", "n": "being written'
+    destination.write_bytes(b"\n".join(lines) + b"\n\n" + being_written)  # an unfinished last line
+    for block in (1, 7, 64, 4096):
+        monkeypatch.setattr(audit_stream, "BLOCK_BYTES", block)
+        counts = ReadCounts()
+        assert [r["n"] for r in records_from_end(destination, 10**6, counts)] == list(range(39, -1, -1))
+        assert counts == ReadCounts(unreadable_lines=0, bound_reached=False)
+
+    monkeypatch.setattr(audit_stream, "BLOCK_BYTES", 16)
+    wanted = lines[-3:]
+    bound = 1 + sum(len(line) + 1 for line in wanted) + 5  # the empty line, three lines, into the one before
+    counts = ReadCounts()
+    assert [r["n"] for r in records_from_end(destination, bound, counts)] == [39, 38, 37]
+    assert counts.bound_reached
+    assert destination.stat().st_size > bound
+    # Read to the first line exactly: the bound did not cut anything off.
+    everything = destination.stat().st_size - len(being_written)
+    counts = ReadCounts()
+    assert len(list(records_from_end(destination, everything, counts))) == 40
+    assert not counts.bound_reached
+
+    with destination.open("ab") as file:
+        file.write(b"\nnot json\n")  # ends the unfinished line (not JSON: cut short) and adds text
+        file.write(b'{"stream": "log", "n": "a process log line"}\n')
+        file.write(b'{"stream": "audit", "n": "' + b"y" * MAX_LINE_BYTES + b'"}\n')  # too long to keep
+    counts = ReadCounts()
+    records = list(records_from_end(destination, 10**7, counts))
+    assert [r["n"] for r in records] == list(range(39, -1, -1))
+    assert counts == ReadCounts(unreadable_lines=4, bound_reached=False)
+
+
+def test_records_from_the_end_go_on_into_rotated_files(audit: AuditLog, destination: Path) -> None:
+    older = _write(audit, 3, "old")
+    _rotate(destination, "audit.jsonl.1")
+    time.sleep(0.02)
+    newer = _write(audit, 2, "new")
+    counts = ReadCounts()
+    assert [r["request_id"] for r in records_from_end(destination, 10**6, counts)] == (older + newer)[::-1]
+    assert counts == ReadCounts()
+    # The current file rotated away and not yet recreated: the rotated ones are still read.
+    _rotate(destination, "audit.jsonl.2")
+    assert len(list(records_from_end(destination, 10**6))) == 5
+
+
+def test_records_from_the_end_of_no_file_or_of_stdout_are_an_error(destination: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        list(records_from_end(destination, 10**6))
+    with pytest.raises(AuditNotReadableError):
+        list(records_from_end("stdout", 10**6))

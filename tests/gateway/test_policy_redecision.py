@@ -1,6 +1,6 @@
 """Deciding audited decisions again under a candidate policy set (gateway/authz/redecide.py,
 preview.py), from the Cedar request each decision record carries (gateway/decision_record.py),
-read backwards from the audit file (gateway/audit_tail.py).
+read backwards from the audit file (gateway/audit_query.py `records_from_end`).
 
 The records here are written by the real audit log from real decisions of the bundled policies,
 built as the pipeline builds them (`verdicts.decide`); tests/gateway/test_policy_preview.py does
@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Outcome, Ruling
-from cedarberg.gateway.audit_tail import TailState, lines_from_end, records_from_end
+from cedarberg.gateway.audit_query import records_from_end
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authn.subject_token import JWT_TOKEN_TYPE, UNSIGNED_ISSUER, DelegationFacts
 from cedarberg.gateway.authz.context import RequestContext
@@ -286,31 +286,6 @@ def test_the_time_bound_stops_the_work_and_says_so(current: PolicyEngine, record
     assert not outcome.complete
     assert outcome.stopped == DEADLINE
     assert [flip.request_id for flip in outcome.flips] == ["r3", "r2"]
-
-
-def test_lines_come_newest_first_whole_and_within_the_byte_bound(tmp_path: Path) -> None:
-    path = tmp_path / "audit.jsonl"
-    lines = [orjson.dumps({"n": n, "pad": "y" * (n * 7 % 50)}) for n in range(40)]
-    path.write_bytes(b"\n".join(lines) + b'\n\n{"n": "being written')  # an unfinished last line
-    for block in (1, 7, 64, 4096):
-        assert list(lines_from_end(path, 10**6, block)) == lines[::-1]
-
-    state = TailState()
-    size = path.stat().st_size
-    tail_bytes = len(b'\n\n{"n": "being written')
-    wanted = lines[-3:]
-    bound = tail_bytes + sum(len(line) + 1 for line in wanted) + 5  # into the line before them
-    assert list(lines_from_end(path, bound, 16, state)) == wanted[::-1]
-    assert state.bound_reached
-    assert size > bound
-
-    with path.open("ab") as file:
-        file.write(b"\nnot json\n")
-    state = TailState()
-    records = list(records_from_end(path, 10**6, state))
-    assert [r["n"] for r in records] == list(range(39, -1, -1))
-    assert state.unreadable_lines == 2  # the fragment (finished now, not JSON) and the text line
-    assert not state.bound_reached
 
 
 def test_a_candidate_is_the_active_set_with_files_replaced_added_or_removed() -> None:

@@ -28,6 +28,9 @@ Tokens are sealed like the catalog's page tokens (`catalog.page_tokens`, the dep
 key): opaque, authenticated, bound to the caller, this host and the audit file's path; any other
 token is a 400. Before reading, the records this worker has queued are written, so a request the
 caller just made is found; other workers write theirs within milliseconds.
+
+The console's Audit trail page (`routes.console_audit`) reads the log with this endpoint's own
+functions: `audit_ask` (a query, parsed and bounded) and `audit_answer` (the body answered).
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 
 from cedarberg.catalog import page_tokens
 from cedarberg.catalog.errors import InvalidRequestError
@@ -72,22 +77,22 @@ _POLL_SECONDS: Final = 0.2
 _LISTED: Final = "audit"  # what a token lists (`page_tokens.Listing.what`)
 
 
-def _text(request: web.Request, name: str) -> str | None:
-    value = http.query_value(request, name)
+def _text(query: MultiMapping[str], name: str) -> str | None:
+    value = http.one_value(query, name)
     if value is not None and not 1 <= len(value) <= MAX_FILTER_CHARS:
         raise InvalidRequestError(f"{name} must be 1-{MAX_FILTER_CHARS} characters")
     return value
 
 
-def _choice(request: web.Request, name: str, allowed: list[str]) -> str | None:
-    value = http.query_value(request, name)
+def _choice(query: MultiMapping[str], name: str, allowed: list[str]) -> str | None:
+    value = http.one_value(query, name)
     if value is not None and value not in allowed:
         raise InvalidRequestError(f"{name} must be one of {', '.join(allowed)}")
     return value
 
 
-def _moment(request: web.Request, name: str) -> str | None:
-    value = http.query_value(request, name)
+def _moment(query: MultiMapping[str], name: str) -> str | None:
+    value = http.one_value(query, name)
     if value is None:
         return None
     try:
@@ -101,8 +106,8 @@ def _moment(request: web.Request, name: str) -> str | None:
     return record_time(moment)
 
 
-def _bounded_int(request: web.Request, name: str, default: int, lowest: int, highest: int) -> int:
-    raw = http.query_value(request, name)
+def _bounded_int(query: MultiMapping[str], name: str, default: int, lowest: int, highest: int) -> int:
+    raw = http.one_value(query, name)
     if raw is None:
         return default
     if not raw.isdigit() or not lowest <= int(raw) <= highest:
@@ -110,31 +115,56 @@ def _bounded_int(request: web.Request, name: str, default: int, lowest: int, hig
     return int(raw)
 
 
-def _query(request: web.Request) -> AuditFilter:
-    """The filter the query string asks for. Raises InvalidRequestError."""
-    resource, prefix = _text(request, "resource"), _text(request, "resource_prefix")
+def _filter(query: MultiMapping[str], caller: Principal | None) -> AuditFilter:
+    """The filter `query` asks for. Raises InvalidRequestError."""
+    resource, prefix = _text(query, "resource"), _text(query, "resource_prefix")
     if resource is not None and prefix is not None:
         raise InvalidRequestError("give resource or resource_prefix, not both")
-    since, until = _moment(request, "since"), _moment(request, "until")
+    since, until = _moment(query, "since"), _moment(query, "until")
     if since is not None and until is not None and since > until:
         raise InvalidRequestError("since is after until")
-    principal = request[PRINCIPAL]
-    own = (
-        principal.id
-        if isinstance(principal, Principal) and not http.flag(request, "include_own_reads")
-        else None
-    )
+    own = caller.id if caller is not None and not http.one_flag(query, "include_own_reads") else None
     return AuditFilter(
-        principal=_text(request, "principal"),
-        action=_text(request, "action"),
+        principal=_text(query, "principal"),
+        action=_text(query, "action"),
         resource=resource,
         resource_prefix=prefix,
-        decision=_choice(request, "decision", [ruling.value for ruling in Ruling]),
-        event=_choice(request, "event", [kind.value for kind in EventKind]),
+        decision=_choice(query, "decision", [ruling.value for ruling in Ruling]),
+        event=_choice(query, "event", [kind.value for kind in EventKind]),
         since=since,
         until=until,
         hide_reads_of=own,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class AuditAsk:
+    """One read of the audit log, as its query parameters ask it (see the module docstring):
+    the filter, the page size, the sealed `pageToken` or `after` token (at most one), and how long
+    to wait for a record to follow (`after` only)."""
+
+    query: AuditFilter
+    page_size: int
+    page_token: str | None
+    after: str | None
+    wait: int
+
+
+def audit_ask(request: web.Request, query: MultiMapping[str]) -> AuditAsk:
+    """The read `query` asks for, by the request's principal (whose own reads it leaves out).
+    Raises InvalidRequestError for any parameter out of its bounds or repeated."""
+    ask = AuditAsk(
+        query=_filter(query, request.get(PRINCIPAL)),
+        page_size=_bounded_int(query, "pageSize", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE),
+        page_token=http.one_value(query, "pageToken"),
+        after=http.one_value(query, "after"),
+        wait=_bounded_int(query, "wait", 0, 0, MAX_WAIT_SECONDS),
+    )
+    if ask.page_token is not None and ask.after is not None:
+        raise InvalidRequestError("give pageToken or after, not both")
+    if http.one_value(query, "wait") is not None and ask.after is None:
+        raise InvalidRequestError("wait needs after (a follow-token)")
+    return ask
 
 
 # -- tokens ------------------------------------------------------------------------------------
@@ -154,10 +184,9 @@ async def _seal(request: web.Request, destination: str, position: Position) -> s
     return page_tokens.seal(key, _listing(request, destination), place)
 
 
-async def _open(request: web.Request, destination: str, name: str) -> Position | None:
-    """The position the token in query parameter `name` names (None: not given). Raises
+async def _open(request: web.Request, destination: str, token: str | None, name: str) -> Position | None:
+    """The position `token` (query parameter `name`) names (None: not given). Raises
     InvalidRequestError for a token this caller was not given for this audit file."""
-    token = http.query_value(request, name)
     if token is None:
         return None
     key = await services(request).ctx.page_key()
@@ -241,31 +270,32 @@ async def _follow(destination: str, query: AuditFilter, after: Position, size: i
     return page
 
 
-async def read_audit_log(request: web.Request) -> web.Response:
+async def audit_answer(request: web.Request, ask: AuditAsk) -> dict[str, Any]:
+    """The body `GET /admin/v1/audit` answers `ask` with: `records` (as written, with `explain`
+    and `explain_groups_from`), `next-page-token` and `follow-token`. Waits up to `ask.wait`
+    seconds for a record to follow. Raises AuditNotReadableError (stdout), InvalidRequestError
+    (a token not given to this caller for this file), OSError, StorageUnavailableError."""
     destination = services(request).settings.audit.destination
     check_readable(destination)
-    query = _query(request)
-    size = _bounded_int(request, "pageSize", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
-    wait_given = http.query_value(request, "wait") is not None
-    wait = _bounded_int(request, "wait", 0, 0, MAX_WAIT_SECONDS)
-    before = await _open(request, destination, "pageToken")
-    after = await _open(request, destination, "after")
-    if before is not None and after is not None:
-        raise InvalidRequestError("give pageToken or after, not both")
-    if wait_given and after is None:
-        raise InvalidRequestError("wait needs after (a follow-token)")
+    before = await _open(request, destination, ask.page_token, "pageToken")
+    after = await _open(request, destination, ask.after, "after")
     await security(request).audit.aflush()  # this worker's queued records are in the file
     if after is None:
-        page = await asyncio.to_thread(newest, destination, query, before, size)
+        page = await asyncio.to_thread(newest, destination, ask.query, before, ask.page_size)
     else:
-        page = await _follow(destination, query, after, size, wait)
+        page = await _follow(destination, ask.query, after, ask.page_size, ask.wait)
     older = None if page.older is None else await _seal(request, destination, page.older)
     groups = await find_groups(request, page.records)
-    body: dict[str, Any] = {
+    return {
         "records": [_answered(record, groups) for record in page.records],
         "next-page-token": older,
         "follow-token": await _seal(request, destination, page.newer),
     }
+
+
+async def read_audit_log(request: web.Request) -> web.Response:
+    check_readable(services(request).settings.audit.destination)
+    body = await audit_answer(request, audit_ask(request, request.query))
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 

@@ -6,7 +6,7 @@ authenticates itself).
     GET  /console/signin/oidc       start the authorization code flow (PKCE S256, state, nonce)
     GET  /console/signin/callback   the issuer's answer: the id_token, verified as a bearer token
     POST /console/signout           end the session server-side (CSRF-checked)
-    GET  /console/static/{name}     the shipped style sheet
+    GET  /console/static/{name}     the shipped style sheet and scripts
 
 A sign-in opens a server-side session (`gateway.authn.console_sessions`) and sets the session
 cookie; it is audited as the principal's `consoleSignIn` (and sign-out as `consoleSignOut`), made
@@ -61,7 +61,7 @@ log = logging.getLogger("cedarberg.console")
 
 SIGNIN = "/console/signin"
 HOME = "/console/catalog"
-_STATIC_TYPES: Final = {".css": "text/css"}
+_STATIC_TYPES: Final = {".css": "text/css", ".js": "text/javascript"}
 
 
 def _console(request: web.Request) -> ConsoleServices:

@@ -10,9 +10,9 @@ active directory's (`fixtures`) and how many of the newest audited decisions to 
   versions and which files changed;
 - `fixtures`: each fixture's result under the candidate set (null when the set is refused);
 - `decisions`: the newest audited decisions decided again under the current and the candidate
-  set (`gateway.authz.redecide`), read backwards from the audit file (`gateway.audit_tail`): the
-  counts, and every decision that would flip with both rulings and their determining policies
-  (null when the set is refused).
+  set (`gateway.authz.redecide`), read backwards from the audit file and the files rotated
+  beside it (`gateway.audit_query.records_from_end`): the counts, and every decision that would
+  flip with both rulings and their determining policies (null when the set is refused).
 
 Nothing is written and the candidate is never activated: it is compiled into an engine of its own
 that the preview alone uses. Costs are bounded by `[authz.preview]`: the body (413 past
@@ -37,7 +37,7 @@ import orjson
 from aiohttp import web
 
 from cedarberg.catalog.errors import InvalidRequestError
-from cedarberg.gateway.audit_tail import TailState, records_from_end
+from cedarberg.gateway.audit_query import ReadCounts, records_from_end
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.authz.fixtures import FixtureResult
@@ -59,7 +59,7 @@ class _AuditSource:
     """Where the audited decisions came from, and what stopped reading them."""
 
     path: Path | None
-    tail: TailState = field(default_factory=TailState)
+    tail: ReadCounts = field(default_factory=ReadCounts)
     unavailable: str | None = None
 
     def records(self, max_bytes: int) -> Iterator[dict[str, Any]]:
