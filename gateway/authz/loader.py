@@ -58,7 +58,7 @@ class CompiledPolicySet:
     # The restricted permits as Cedar JSON: their scopes say whom and what they restrict (binding.py).
     restricted_policies: Mapping[str, Mapping[str, Any]]
     sight: PolicySight  # what the policies read of a resource: the decision cache's key (sight.py)
-    effects: Mapping[str, str] = MappingProxyType({})  # policy id -> "permit" or "forbid"
+    effects: Mapping[str, str]  # policy id -> "permit" or "forbid"
 
 
 def split_statements(text: str) -> list[Statement]:

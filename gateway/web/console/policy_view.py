@@ -77,7 +77,10 @@ class SourceLine:
 
 def source_lines(text: str, starts: Mapping[int, str]) -> list[SourceLine]:
     """A file's lines, numbered from 1, marking where each policy starts (`starts`: line -> id)."""
-    return [SourceLine(i, line, starts.get(i)) for i, line in enumerate(text.split("\n"), start=1)]
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()  # the final newline ends the last line; it starts none
+    return [SourceLine(i, line, starts.get(i)) for i, line in enumerate(lines, start=1)]
 
 
 def policy_starts(status: Mapping[str, Any], name: str) -> dict[int, str]:
