@@ -364,6 +364,10 @@ def test_the_preview_form_without_its_csrf_token_or_past_its_bound_is_refused(
     assert too_large.status == 413
     assert "too large" in too_large.text()
     assert too_large.headers["content-type"].startswith("text/html")
+    # The preview's bound is its own: every other console form keeps the console's 16 KiB.
+    undrop = f"{lake.url}/console/catalog/default/dropped/any/undrop"
+    short_form = {"csrf_token": token, "padding": "x" * (17 * 1024)}
+    assert context.request.post(undrop, form=short_form, headers={"Origin": lake.url}).status == 413
     # The control: the same form with its token.
     done = context.request.post(
         f"{lake.url}{PREVIEW}", multipart={**fields, "csrf_token": token}, headers={"Origin": lake.url}
