@@ -45,6 +45,7 @@ from cedarberg.gateway.web.routes import (
     config,
     console_audit,
     console_catalog,
+    console_policies,
     console_signin,
     directory,
     namespaces,
@@ -80,7 +81,12 @@ ALL_ROUTES: tuple[Route, ...] = (
 )
 # The browser console (/console/), registered only when `console.enabled`: its routes are
 # authenticated by the console's session (`Route.session`) and answer pages, not ErrorModels.
-CONSOLE_ROUTES: tuple[Route, ...] = (*console_signin.ROUTES, *console_catalog.ROUTES, *console_audit.ROUTES)
+CONSOLE_ROUTES: tuple[Route, ...] = (
+    *console_signin.ROUTES,
+    *console_catalog.ROUTES,
+    *console_audit.ROUTES,
+    *console_policies.ROUTES,
+)
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 

@@ -330,7 +330,8 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     route = route_of(request)
     if route is not None and route.session:
         # A console route: the session cookie is its credential, and headers are not.
-        principal = await session_auth.authenticate(request, spec.operation)
+        bound = session_auth.MAX_FORM_BYTES if route.form_bytes is None else route.form_bytes(sec.settings)
+        principal = await session_auth.authenticate(request, spec.operation, bound)
     else:
         principal = await _authenticate(request)
     request[PRINCIPAL] = principal

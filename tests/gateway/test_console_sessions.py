@@ -301,4 +301,6 @@ def test_console_routes_are_session_routes_and_never_replayed(tmp_path: Path) ->
         "useConsole",
         "undropObject",
         "readAuditLog",
+        "showPolicies",
+        "previewPolicies",
     }

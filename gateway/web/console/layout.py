@@ -20,6 +20,7 @@ from cedarberg.gateway.web.keys import PRINCIPAL
 NAVIGATION: Final = (
     ("Catalog", "/console/catalog", "useConsole"),
     ("Audit trail", "/console/audit", "readAuditLog"),
+    ("Policies", "/console/policies", "showPolicies"),
 )
 
 

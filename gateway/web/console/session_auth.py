@@ -74,12 +74,12 @@ def same_origin(request: web.Request, origin: str) -> bool:
     return referer is not None and (referer == origin or referer.startswith(origin + "/"))
 
 
-async def form_of(request: web.Request) -> dict[str, str]:
-    """The request's form fields (text only). Raises HTTPRequestEntityTooLarge past
-    `MAX_FORM_BYTES` (or a body of unknown length), before reading it."""
+async def form_of(request: web.Request, max_bytes: int = MAX_FORM_BYTES) -> dict[str, str]:
+    """The request's form fields (text only; an upload's files stay in `request.post()`). Raises
+    HTTPRequestEntityTooLarge past `max_bytes` (or a body of unknown length), before reading it."""
     length = request.content_length
-    if length is None or length > MAX_FORM_BYTES:
-        raise web.HTTPRequestEntityTooLarge(MAX_FORM_BYTES, length or 0)
+    if length is None or length > max_bytes:
+        raise web.HTTPRequestEntityTooLarge(max_bytes, length or 0)
     form = await request.post()
     return {key: value for key, value in form.items() if isinstance(value, str)}
 
@@ -91,23 +91,26 @@ def refuse_form(request: web.Request, action: str, reason: str) -> ForbiddenErro
     return ForbiddenError(f"Not allowed: {reason}")
 
 
-async def check_form(request: web.Request, secret: str, action: str) -> dict[str, str]:
+async def check_form(
+    request: web.Request, secret: str, action: str, max_bytes: int = MAX_FORM_BYTES
+) -> dict[str, str]:
     """The form of a state-changing request of the session `secret`, once it proved it comes from
     the console: the console's origin and the session's CSRF token. Raises ForbiddenError (audited
-    as a denial of `action`), HTTPRequestEntityTooLarge."""
+    as a denial of `action`), HTTPRequestEntityTooLarge (a form past `max_bytes`)."""
     console = security(request).console
     if console is None or not same_origin(request, console.origin):
         raise refuse_form(request, action, "the form was not sent from the console's origin")
-    form = await form_of(request)
+    form = await form_of(request, max_bytes)
     token = form.get(CSRF_FIELD, "")
     if not hmac.compare_digest(token.encode("utf-8", "replace"), csrf_token(secret).encode("ascii")):
         raise refuse_form(request, action, "the form does not carry the session's CSRF token")
     return form
 
 
-async def authenticate(request: web.Request, action: str) -> Principal:
+async def authenticate(request: web.Request, action: str, max_form_bytes: int = MAX_FORM_BYTES) -> Principal:
     """The principal of the request's console session; for a state-changing request, also its
-    origin and CSRF token checked (`check_form`; the form is then in `request.post()`).
+    origin and CSRF token checked (`check_form`, the form at most `max_form_bytes`; the form is
+    then in `request.post()`).
 
     Raises SessionEndedError (no session, or one that ended: idle, too old, signed out, its key
     rotated or revoked), ForbiddenError (a form without its proof), StorageUnavailableError."""
@@ -130,5 +133,5 @@ async def authenticate(request: web.Request, action: str) -> Principal:
         raise SessionEndedError from None
     request[PRINCIPAL] = principal
     if request.method not in SAFE_METHODS:
-        await check_form(request, secret, action)
+        await check_form(request, secret, action, max_form_bytes)
     return principal

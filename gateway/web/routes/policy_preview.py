@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,14 +150,21 @@ def _run(job: _Job) -> dict[str, Any]:
         return _answer(result, job.limit, job.audit)
 
 
-async def preview_policies(request: web.Request) -> web.Response:
-    """Validate a candidate policy set, run its fixtures, and decide recent audited decisions
-    again under it; see the module docstring. Raises InvalidRequestError (400) and
-    HTTPRequestEntityTooLarge (413)."""
+async def run_preview(
+    request: web.Request,
+    files: Mapping[str, str],
+    removed: Sequence[str],
+    supplied: Sequence[SuppliedFixture],
+    decisions: int | None,
+) -> dict[str, Any]:
+    """The preview of the active set with `files` replaced or added and `removed` taken out, as
+    the endpoint answers it (see the module docstring): the one function behind the endpoint and
+    the console's change preview, so the two cannot disagree. `decisions` None: the default.
+    Raises InvalidRequestError (400) for more decisions than the bound, a file name that is not a
+    policy file's, removing the schema or a file the set does not have."""
     settings = services(request).settings
     bounds = settings.authz.preview
-    body = http.validate(PreviewRequest, await http.json_object(request, bounds.max_body_bytes))
-    limit = min(DEFAULT_DECISIONS, bounds.max_decisions) if body.decisions is None else body.decisions
+    limit = min(DEFAULT_DECISIONS, bounds.max_decisions) if decisions is None else decisions
     if limit > bounds.max_decisions:
         raise InvalidRequestError(
             f"decisions must be at most {bounds.max_decisions} (authz.preview.max_decisions)"
@@ -165,15 +172,24 @@ async def preview_policies(request: web.Request) -> web.Response:
     sec = security(request)
     active = sec.policies.active
     try:
-        sources = candidate_sources(active.sources if active is not None else {}, body.files, body.removed)
+        sources = candidate_sources(active.sources if active is not None else {}, files, removed)
     except ResourceError as err:
         raise InvalidRequestError(str(err)) from None
-    supplied = [SuppliedFixture(f.expected, f.name, f.fixture) for f in body.fixtures]
     destination = settings.audit.destination
     audit = _AuditSource(None if destination == "stdout" else Path(destination))
     if limit > 0 and audit.path is not None:
         await sec.audit.aflush()  # the decisions recorded so far (this request's too) are in the file
-    answer = await asyncio.to_thread(_run, _Job(sec.policies, sources, supplied, audit, limit, bounds))
+    return await asyncio.to_thread(_run, _Job(sec.policies, sources, supplied, audit, limit, bounds))
+
+
+async def preview_policies(request: web.Request) -> web.Response:
+    """Validate a candidate policy set, run its fixtures, and decide recent audited decisions
+    again under it; see the module docstring. Raises InvalidRequestError (400) and
+    HTTPRequestEntityTooLarge (413)."""
+    bounds = services(request).settings.authz.preview
+    body = http.validate(PreviewRequest, await http.json_object(request, bounds.max_body_bytes))
+    supplied = [SuppliedFixture(f.expected, f.name, f.fixture) for f in body.fixtures]
+    answer = await run_preview(request, body.files, body.removed, supplied, body.decisions)
     return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
 
