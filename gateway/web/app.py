@@ -43,6 +43,7 @@ from cedarberg.gateway.web.routes import (
     admin_openapi,
     audit_trail,
     config,
+    console_access,
     console_catalog,
     console_signin,
     directory,
@@ -79,7 +80,7 @@ ALL_ROUTES: tuple[Route, ...] = (
 )
 # The browser console (/console/), registered only when `console.enabled`: its routes are
 # authenticated by the console's session (`Route.session`) and answer pages, not ErrorModels.
-CONSOLE_ROUTES: tuple[Route, ...] = (*console_signin.ROUTES, *console_catalog.ROUTES)
+CONSOLE_ROUTES: tuple[Route, ...] = (*console_signin.ROUTES, *console_catalog.ROUTES, *console_access.ROUTES)
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 

@@ -37,7 +37,16 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / ".artifacts" / "console"
 DOCS_SHOTS = ROOT / "docs" / "console"
 # The pages docs/console.md shows (artefact name -> what it shows).
-DOC_SCREENSHOTS = ("signin", "catalog", "namespace", "table", "dropped", "reader-namespace")
+DOC_SCREENSHOTS = (
+    "signin",
+    "catalog",
+    "namespace",
+    "table",
+    "dropped",
+    "reader-namespace",
+    "access",
+    "access-warning",
+)
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -110,7 +119,7 @@ def update_docs() -> list[Path]:
     for name in DOC_SCREENSHOTS:
         source = ARTIFACTS / f"{name}.png"
         if not source.exists():
-            raise FileNotFoundError(f"{source}: run tests/e2e/test_console.py first")
+            raise FileNotFoundError(f"{source}: run tests/e2e/test_console*.py first")
         copied.append(Path(shutil.copy2(source, DOCS_SHOTS / f"{name}.png")))
     return copied
 

@@ -80,11 +80,12 @@ class Lake:
 
 
 @contextmanager
-def open_lake(home: Path) -> Iterator[Lake]:
+def open_lake(home: Path, *, policy_dir: Path | None = None) -> Iterator[Lake]:
     """A TLS gateway with the console on and the OIDC mock issuer as its sign-in issuer, holding
     namespaces `sales` (readable by group `bi`; table `orders` with rows, view `eu_orders`, dropped
     table `old_orders`) and `secret` (table `payroll`, admins only); a person key `rita` in `bi`
-    and a service key `etl-bot`; the OIDC user `dana` in `bi`."""
+    and a service key `etl-bot`; the OIDC user `dana` in `bi`. `policy_dir`: the gateway's policies
+    instead of the bundled ones."""
     idp = OidcProviderMock()
     idp.start()
     audit = home / "audit.jsonl"
@@ -108,6 +109,8 @@ def open_lake(home: Path) -> Iterator[Lake]:
             "client_secret": "console-secret",
         },
     }
+    if policy_dir is not None:
+        config["authz"] = {"policy_dir": str(policy_dir)}
     gw = SecureGateway(home / "lake", config=config)
     ambient = pytest.MonkeyPatch()  # pyiceberg's requests would trust the system CAs instead of ours
     for name in AMBIENT_CA_VARIABLES:
