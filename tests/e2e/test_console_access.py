@@ -208,7 +208,9 @@ def test_a_restriction_that_cannot_bind_is_shown_with_both_policies(
     section.screenshot(path=str(ARTIFACTS / "access-warning.png"))
 
 
-def test_the_view_and_namespace_pages_link_to_their_review(lake: Lake, context: BrowserContext) -> None:
+def test_the_view_namespace_and_warehouse_pages_link_to_their_review(
+    lake: Lake, context: BrowserContext
+) -> None:
     page = sign_in_with_key(context, lake.url, lake.gw.admin_key)
     page.goto(namespace_url(lake.url, "sales") + "/views/eu_orders")
     page.get_by_role("link", name="Who can access this").click()
@@ -219,6 +221,11 @@ def test_the_view_and_namespace_pages_link_to_their_review(lake: Lake, context: 
     page.get_by_role("link", name="Who can access this").click()
     page.wait_for_load_state()
     _assert_page_is_the_review(page, _api_review(lake, resource="default/sales"))
+
+    page.goto(f"{lake.url}/console/catalog/default")
+    page.get_by_role("link", name="Who can access this").click()
+    page.wait_for_load_state()
+    _assert_page_is_the_review(page, _api_review(lake, resource="default"))
 
 
 def test_the_form_picks_an_object_with_the_keyboard(lake: Lake, context: BrowserContext) -> None:
