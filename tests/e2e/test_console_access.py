@@ -268,6 +268,17 @@ def test_an_object_the_api_refuses_is_refused_with_its_status(
     assert api.status_code == status, api.text
 
 
+def test_a_slash_in_the_namespace_field_is_refused_not_read_as_a_table(
+    lake: Lake, context: BrowserContext
+) -> None:
+    page = sign_in_with_key(context, lake.url, lake.gw.admin_key)
+    answer = page.goto(f"{lake.url}/console/access?warehouse=default&namespace=sales%2Forders")
+    assert answer is not None
+    assert answer.status == 400
+    assert "levels joined by '.'" in page.locator("p.problem[role=alert]").inner_text()
+    assert page.locator("table.access").count() == 0
+
+
 # -- attacks ----------------------------------------------------------------------------------------
 
 

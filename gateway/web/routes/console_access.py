@@ -56,9 +56,13 @@ def _form(request: web.Request) -> dict[str, str]:
 
 def resource_path(form: dict[str, str]) -> str:
     """The API's `resource` (`WAREHOUSE[/NS.NS[/NAME]]`) for the form's warehouse, namespace and
-    name. Raises InvalidRequestError for a name without its namespace."""
+    name. Raises InvalidRequestError for a name without its namespace, or a slash in the
+    namespace field (each field names one part of the path)."""
     if form["name"] and not form["namespace"]:
         raise InvalidRequestError("a table or view is named in its namespace: give the namespace")
+    if "/" in form["namespace"]:
+        # Else "sales/orders" in the namespace field would name a table where a namespace was asked.
+        raise InvalidRequestError("a namespace is its levels joined by '.' (%2F for a slash inside a level)")
     name = encode_name(form["name"]) if form["name"] else ""
     return "/".join(part for part in (encode_name(form["warehouse"]), form["namespace"], name) if part)
 
