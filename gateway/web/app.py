@@ -43,6 +43,7 @@ from cedarberg.gateway.web.routes import (
     admin_openapi,
     audit_trail,
     config,
+    console_access,
     console_audit,
     console_catalog,
     console_policies,
@@ -84,6 +85,7 @@ ALL_ROUTES: tuple[Route, ...] = (
 CONSOLE_ROUTES: tuple[Route, ...] = (
     *console_signin.ROUTES,
     *console_catalog.ROUTES,
+    *console_access.ROUTES,
     *console_audit.ROUTES,
     *console_policies.ROUTES,
 )

@@ -303,4 +303,5 @@ def test_console_routes_are_session_routes_and_never_replayed(tmp_path: Path) ->
         "readAuditLog",
         "showPolicies",
         "previewPolicies",
+        "reviewAccess",
     }

@@ -48,6 +48,8 @@ DOC_SCREENSHOTS = (
     "policies",
     "policy-file",
     "preview",
+    "access",
+    "access-warning",
 )
 FLAGS = (
     "--headless",
@@ -121,7 +123,7 @@ def update_docs() -> list[Path]:
     for name in DOC_SCREENSHOTS:
         source = ARTIFACTS / f"{name}.png"
         if not source.exists():
-            raise FileNotFoundError(f"{source}: run tests/e2e/test_console.py first")
+            raise FileNotFoundError(f"{source}: run tests/e2e/test_console*.py first")
         copied.append(Path(shutil.copy2(source, DOCS_SHOTS / f"{name}.png")))
     return copied
 

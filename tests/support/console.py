@@ -80,12 +80,12 @@ class Lake:
 
 
 @contextmanager
-def open_lake(home: Path, policy_dir: Path | None = None) -> Iterator[Lake]:
+def open_lake(home: Path, *, policy_dir: Path | None = None) -> Iterator[Lake]:
     """A TLS gateway with the console on and the OIDC mock issuer as its sign-in issuer, holding
     namespaces `sales` (readable by group `bi`; table `orders` with rows, view `eu_orders`, dropped
     table `old_orders`) and `secret` (table `payroll`, admins only); a person key `rita` in `bi`
-    and a service key `etl-bot`; the OIDC user `dana` in `bi`. Its policies are the bundled ones,
-    or those of `policy_dir` (`[authz] policy_dir`, watched for changes as usual)."""
+    and a service key `etl-bot`; the OIDC user `dana` in `bi`. `policy_dir`: the gateway's policies
+    instead of the bundled ones."""
     idp = OidcProviderMock()
     idp.start()
     audit = home / "audit.jsonl"

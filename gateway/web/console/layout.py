@@ -21,6 +21,7 @@ NAVIGATION: Final = (
     ("Catalog", "/console/catalog", "useConsole"),
     ("Audit trail", "/console/audit", "readAuditLog"),
     ("Policies", "/console/policies", "showPolicies"),
+    ("Access", "/console/access", "reviewAccess"),
 )
 
 

@@ -35,6 +35,7 @@ from cedarberg.gateway.authz.scan_grants import read_view
 from cedarberg.gateway.web import resources
 from cedarberg.gateway.web.caller import caller_of
 from cedarberg.gateway.web.console import decisions
+from cedarberg.gateway.web.console.access_link import access_link
 from cedarberg.gateway.web.console.layout import page
 from cedarberg.gateway.web.console.metadata_view import table_summary, view_summary, when
 from cedarberg.gateway.web.console.pages import see_other
@@ -146,6 +147,7 @@ async def warehouse(request: web.Request) -> web.Response:
         "sealed": svc.ctx.warehouses[name].seal_files,
         "namespaces": rows,
         "more": more,
+        "access_url": access_link(request, name),
         "dropped_url": f"{warehouse_url(name)}/dropped"
         if decisions.would_allow(request, "listDroppedObjects", catalog_resource())
         else None,
@@ -192,6 +194,7 @@ async def namespace(request: web.Request) -> web.Response:
         "namespace": str(ns),
         "properties": sorted(properties.items()),
         "guards": resource.grants,
+        "access_url": access_link(request, name, ns.levels),
         "children": _section(await _child_namespaces(request, svc, name, resource, ns.levels)),
         "tables": _section(await _objects(request, svc, resource, view=False)),
         "views": _section(await _objects(request, svc, resource, view=True)),
@@ -214,6 +217,7 @@ async def table(request: web.Request) -> web.Response:
         "table": identifier.name,
         "sealed": svc.ctx.warehouses[name].seal_files,
         "guards": resource.grants,
+        "access_url": access_link(request, name, identifier.namespace.levels, identifier.name),
         **table_summary(orjson.loads(body)),
     }
     return page(request, "table.html", context)
@@ -232,6 +236,7 @@ async def view(request: web.Request) -> web.Response:
         "view": identifier.name,
         "sealed": svc.ctx.warehouses[name].seal_files,
         "guards": resource.grants,
+        "access_url": access_link(request, name, identifier.namespace.levels, identifier.name, view=True),
         **view_summary(orjson.loads(body)),
     }
     return page(request, "view.html", context)
