@@ -44,6 +44,7 @@ from cedarberg.gateway.web.routes import (
     audit_trail,
     config,
     console_catalog,
+    console_explain,
     console_signin,
     directory,
     namespaces,
@@ -79,7 +80,11 @@ ALL_ROUTES: tuple[Route, ...] = (
 )
 # The browser console (/console/), registered only when `console.enabled`: its routes are
 # authenticated by the console's session (`Route.session`) and answer pages, not ErrorModels.
-CONSOLE_ROUTES: tuple[Route, ...] = (*console_signin.ROUTES, *console_catalog.ROUTES)
+CONSOLE_ROUTES: tuple[Route, ...] = (
+    *console_signin.ROUTES,
+    *console_catalog.ROUTES,
+    *console_explain.ROUTES,
+)
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 
