@@ -3,7 +3,7 @@ console on (`open_lake`), and what a test does in the browser (`sign_in_with_key
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, StructType
 
 from tests.support.audit import flushed_audit_log
+from tests.support.gateway import bundled_policies
 from tests.support.idp import OidcProviderMock
 from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
 
@@ -80,11 +81,13 @@ class Lake:
 
 
 @contextmanager
-def open_lake(home: Path) -> Iterator[Lake]:
+def open_lake(home: Path, *, policies: Mapping[str, str] | None = None) -> Iterator[Lake]:
     """A TLS gateway with the console on and the OIDC mock issuer as its sign-in issuer, holding
     namespaces `sales` (readable by group `bi`; table `orders` with rows, view `eu_orders`, dropped
     table `old_orders`) and `secret` (table `payroll`, admins only); a person key `rita` in `bi`
-    and a service key `etl-bot`; the OIDC user `dana` in `bi`."""
+    and a service key `etl-bot`; the OIDC user `dana` in `bi`. `policies`: policy files (name ->
+    Cedar text) added to a copy of the bundled ones, which the gateway then loads from
+    `home/policies`; without them it loads the bundled policies."""
     idp = OidcProviderMock()
     idp.start()
     audit = home / "audit.jsonl"
@@ -108,6 +111,8 @@ def open_lake(home: Path) -> Iterator[Lake]:
             "client_secret": "console-secret",
         },
     }
+    if policies is not None:
+        config["authz"] = {"policy_dir": str(bundled_policies(home / "policies", policies))}
     gw = SecureGateway(home / "lake", config=config)
     ambient = pytest.MonkeyPatch()  # pyiceberg's requests would trust the system CAs instead of ours
     for name in AMBIENT_CA_VARIABLES:

@@ -43,9 +43,9 @@ EXPLAIN: Final = "/console/explain"
 REQUEST_FIELDS: Final = ("principal", "kind", "auth_method", "client_address", "groups", "action", "resource")
 # The resource described by its parts instead of its uid.
 PART_FIELDS: Final = ("type", "warehouse", "namespace", "name")
-# Longer than any valid value (names are at most 256 characters, 64 groups of them): a bound on
-# what is read before the explain request's own validation says what is wrong.
-MAX_FIELD_CHARS: Final = 64 * 257
+# A bound on what is read of one field before the explain request's own validation says what is
+# wrong with it (names are at most 256 characters; a request line is at most 8 KiB anyway).
+MAX_FIELD_CHARS: Final = 4096
 CEDAR_ACTIONS: Final = tuple(sorted(op for op, spec in OPERATIONS.items() if spec.action is not None))
 RESOURCE_TYPES: Final = ("catalog", "warehouse", "namespace", "table", "view", "api-key")
 UID_EXAMPLE: Final = 'Cedarberg::Table::"default/sales/orders"'
@@ -63,6 +63,17 @@ def _fields(request: web.Request) -> dict[str, str]:
             raise InvalidRequestError(f"{name}: expected at most {MAX_FIELD_CHARS} characters")
         given[name] = value.strip()
     return given
+
+
+def _refill(request: web.Request) -> dict[str, str]:
+    """The fields to fill the form in with again after a problem: each given once and within
+    bounds (never raises)."""
+    shown: dict[str, str] = {}
+    for name in (*REQUEST_FIELDS, *PART_FIELDS):
+        values = request.query.getall(name, ())
+        if len(values) == 1 and len(values[0]) <= MAX_FIELD_CHARS:
+            shown[name] = values[0].strip()
+    return shown
 
 
 def _resource(given: dict[str, str]) -> dict[str, Any]:
@@ -154,6 +165,7 @@ async def explain(request: web.Request) -> web.Response:
         if given:
             context["answer"] = _shown(await explanation(request, explain_request(given)), request)
     except (InvalidRequestError, NotFoundError) as err:
+        context["form"] = _refill(request)
         mapping = errors.lookup(err)
         status = mapping.status if mapping is not None else 400
         context["problem"] = (mapping.message if mapping is not None else None) or str(err)
