@@ -24,7 +24,7 @@ import pytest
 
 from cedarberg.gateway.authz.entities import EntityUid
 from tests.support.browser import launch, screenshot
-from tests.support.console import Lake, open_lake, sign_in_with_key
+from tests.support.console import CSP, Lake, open_lake, sign_in_with_key
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
@@ -377,6 +377,32 @@ def test_an_admin_finds_explain_in_the_navigation_and_its_use_is_audited(
     ]
     assert allowed
     assert allowed[-1]["decision"] == "allow"
+
+
+def test_the_page_carries_the_consoles_headers_and_every_field_has_a_label(
+    lake: Lake, context: BrowserContext
+) -> None:
+    violations: list[str] = []
+    page = sign_in_with_key(context, lake.url, lake.gw.admin_key)
+    page.on("console", lambda message: violations.append(message.text))
+    fields = {"principal": "key:ana", "groups": "analysts", "action": "loadTable", "resource": ORDERS}
+    answer = page.goto(f"{lake.url}{EXPLAIN}?{urlencode(fields)}")
+    assert answer is not None
+    assert answer.status == 200
+    assert answer.headers["content-security-policy"] == CSP
+    assert answer.headers["cache-control"] == "no-store"
+    assert page.locator("section.policy pre.source .line.marked").count() > 0  # the page rendered
+    assert violations == []
+    assert page.locator("script, [style]").count() == 0
+    unlabelled = page.evaluate(
+        "[...document.querySelectorAll('main input, main select')]"
+        ".filter(e => e.type !== 'hidden' && e.labels.length === 0).map(e => e.name)"
+    )
+    assert unlabelled == []
+    # The form is usable with the keyboard: Tab goes from the principal to the kind.
+    page.focus("#principal")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "kind"
 
 
 # -- bad input ------------------------------------------------------------------------------------------
