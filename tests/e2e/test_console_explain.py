@@ -428,7 +428,7 @@ def test_the_page_carries_the_consoles_headers_and_every_field_has_a_label(
         (
             {"principal": "k" * 300, "action": "loadTable", "resource": ORDERS},
             400,
-            "principal",
+            "invalid request: principal: must be at most 256 characters long",
         ),
         (
             {"principal": "key:rita", "action": "loadTable", "groups": "analysts," * 460, "type": "catalog"},
