@@ -46,6 +46,7 @@ from cedarberg.gateway.web.routes import (
     console_access,
     console_audit,
     console_catalog,
+    console_explain,
     console_policies,
     console_signin,
     directory,
@@ -86,6 +87,7 @@ CONSOLE_ROUTES: tuple[Route, ...] = (
     *console_signin.ROUTES,
     *console_catalog.ROUTES,
     *console_access.ROUTES,
+    *console_explain.ROUTES,
     *console_audit.ROUTES,
     *console_policies.ROUTES,
 )

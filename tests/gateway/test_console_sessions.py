@@ -304,4 +304,5 @@ def test_console_routes_are_session_routes_and_never_replayed(tmp_path: Path) ->
         "showPolicies",
         "previewPolicies",
         "reviewAccess",
+        "explainDecision",
     }

@@ -51,6 +51,7 @@ DOC_SCREENSHOTS = (
     "access",
     "access-warning",
 )
+DOC_SCREENSHOTS = ("signin", "catalog", "namespace", "table", "dropped", "reader-namespace", "explain")
 FLAGS = (
     "--headless",
     "--no-sandbox",

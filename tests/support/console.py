@@ -3,7 +3,7 @@ console on (`open_lake`), and what a test does in the browser (`sign_in_with_key
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, StructType
 
 from tests.support.audit import flushed_audit_log
+from tests.support.gateway import bundled_policies
 from tests.support.idp import OidcProviderMock
 from tests.support.secure import AMBIENT_CA_VARIABLES, HTTP_TIMEOUT, SecureGateway
 
@@ -80,12 +81,17 @@ class Lake:
 
 
 @contextmanager
-def open_lake(home: Path, *, policy_dir: Path | None = None) -> Iterator[Lake]:
+def open_lake(
+    home: Path, *, policy_dir: Path | None = None, policies: Mapping[str, str] | None = None
+) -> Iterator[Lake]:
     """A TLS gateway with the console on and the OIDC mock issuer as its sign-in issuer, holding
     namespaces `sales` (readable by group `bi`; table `orders` with rows, view `eu_orders`, dropped
     table `old_orders`) and `secret` (table `payroll`, admins only); a person key `rita` in `bi`
-    and a service key `etl-bot`; the OIDC user `dana` in `bi`. `policy_dir`: the gateway's policies
-    instead of the bundled ones."""
+    and a service key `etl-bot`; the OIDC user `dana` in `bi`. Its policies are the bundled ones;
+    or those of `policy_dir`; or, with `policies` (policy files, name -> Cedar text), a copy of the
+    bundled ones in `home/policies` with those files added."""
+    if policy_dir is not None and policies is not None:
+        raise ValueError("give open_lake a policy_dir or policies, not both")
     idp = OidcProviderMock()
     idp.start()
     audit = home / "audit.jsonl"
@@ -109,6 +115,8 @@ def open_lake(home: Path, *, policy_dir: Path | None = None) -> Iterator[Lake]:
             "client_secret": "console-secret",
         },
     }
+    if policies is not None:
+        policy_dir = bundled_policies(home / "policies", policies)
     if policy_dir is not None:
         config["authz"] = {"policy_dir": str(policy_dir)}
     gw = SecureGateway(home / "lake", config=config)

@@ -22,6 +22,7 @@ NAVIGATION: Final = (
     ("Audit trail", "/console/audit", "readAuditLog"),
     ("Policies", "/console/policies", "showPolicies"),
     ("Access", "/console/access", "reviewAccess"),
+    ("Explain", "/console/explain", "explainDecision"),
 )
 
 

@@ -57,6 +57,7 @@ from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKi
 from cedarberg.gateway.authz import binding, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.entities import EntityType, Resource
+from cedarberg.gateway.authz.grant_chain import grant_chain
 from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
@@ -266,12 +267,21 @@ async def _explain_name(request: web.Request, action: str, spec: ExplainResource
 
 
 async def explain_decision(request: web.Request) -> web.Response:
-    """Decide a hypothetical request with the active policies and say why.
+    """Decide a hypothetical request with the active policies and say why (`explanation`)."""
+    body = http.validate(ExplainRequest, await http.json_object(request, MAX_BODY_BYTES))
+    return _json(await explanation(request, body))
+
+
+async def explanation(request: web.Request, body: ExplainRequest) -> dict[str, Any]:
+    """The answer of `POST /admin/v1/explain` to `body`: the decision of the active policies, the
+    determining policies, the restrictions and where they cannot bind, and the grants read. The
+    console's Explain page shows the same answer (`routes.console_explain`).
 
     Grants come from `resource.namespace_properties` if given, else from the catalog's namespaces
-    (missing ones count as having no properties), as the gateway itself would decide.
+    (missing ones count as having no properties), as the gateway itself would decide. Raises
+    InvalidRequestError (not a Cedar action, a bad auth_method, a resource of the wrong kind),
+    NotFoundError (an unknown API key) and NoSuchWarehouseError.
     """
-    body = http.validate(ExplainRequest, await http.json_object(request, MAX_BODY_BYTES))
     spec = OPERATIONS.get(body.action)
     if spec is None or spec.action is None:
         raise InvalidRequestError(f"not a Cedar action: {body.action!r}")
@@ -300,24 +310,24 @@ async def explain_decision(request: web.Request) -> web.Response:
     findings = binding.Judge(engine, context, warehouses).decision(decision, who, resource)
     active = engine.active
     locations = active.locations if active is not None else {}
-    return _json(
-        {
-            "decision": "allow" if decision.allowed else "deny",
-            "allowed": decision.allowed,
-            "principal": decision.principal,
-            "action": decision.action,
-            "resource": decision.resource,
-            "policy_ids": list(decision.policy_ids),
-            "policies": [{"id": p, "location": locations.get(p)} for p in decision.policy_ids],
-            "errors": list(decision.errors),
-            "version": decision.version,
-            "grants_from": source,
-            # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
-            "restrictions": describe(engine.scan_rules(decision)),
-            # Where those restrictions do not bind, and what does instead (binding.py).
-            "restrictions_not_binding": binding.as_json(findings),
-        }
-    )
+    return {
+        "decision": "allow" if decision.allowed else "deny",
+        "allowed": decision.allowed,
+        "principal": decision.principal,
+        "action": decision.action,
+        "resource": decision.resource,
+        "policy_ids": list(decision.policy_ids),
+        "policies": [{"id": p, "location": locations.get(p)} for p in decision.policy_ids],
+        "errors": list(decision.errors),
+        "version": decision.version,
+        "grants_from": source,
+        # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
+        "restrictions": describe(engine.scan_rules(decision)),
+        # Where those restrictions do not bind, and what does instead (binding.py).
+        "restrictions_not_binding": binding.as_json(findings),
+        # The grants the decision read: the warehouse's and each namespace's (grant_chain.py).
+        "grants": grant_chain(resource),
+    }
 
 
 ROUTES = [

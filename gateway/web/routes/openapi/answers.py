@@ -161,8 +161,26 @@ SCHEMAS: dict[str, Schema] = {
             "grants_from": {"type": "string", "enum": ["request", "catalog"]},
             "restrictions": _list_of(_ref("Restriction")),
             "restrictions_not_binding": _NOT_BINDING,
+            "grants": {
+                **_list_of(_ref("GrantNode")),
+                "description": "the grants the decision read: the warehouse's, then each namespace's "
+                "down to the resource (none for the catalog and API keys)",
+            },
         },
         "A decision of the active policies and why.",
+    ),
+    "GrantNode": _object(
+        {
+            "resource": {**STRING, "description": "the warehouse or namespace, as a Cedar uid"},
+            "readers": {**_STRINGS, "description": "groups that may read here (cedarberg.readers)"},
+            "writers": {**_STRINGS, "description": "groups that may read and write here (cedarberg.writers)"},
+            "protected_refs": {
+                **_STRINGS,
+                "description": "refs only admins may move (cedarberg.protected-refs)",
+            },
+            "schema_locked": {"type": "boolean", "description": "cedarberg.schema-locked"},
+        },
+        "The grants in force at one node: its own properties joined with its ancestors' (a union).",
     ),
     "PolicyPreview": _object(
         {

@@ -158,7 +158,7 @@ OPERATIONS: dict[str, OperationDoc] = {
         "Explain a decision",
         "Decides a hypothetical request with the active policies and names the determining "
         "policies. Grants come from `resource.namespace_properties` if given, else from the "
-        "catalog's namespaces, as the gateway would decide.",
+        "catalog's namespaces, as the gateway would decide; `grants` lists those it read.",
         Answer(200, "the decision", "Explanation"),
         {
             400: "not a valid explain request: a bad body, an unknown action, a resource of the wrong kind",
