@@ -44,7 +44,9 @@ from cedarberg.gateway.web.routes import (
     audit_trail,
     config,
     console_catalog,
+    console_keys,
     console_signin,
+    console_users,
     directory,
     namespaces,
     oauth,
@@ -79,7 +81,12 @@ ALL_ROUTES: tuple[Route, ...] = (
 )
 # The browser console (/console/), registered only when `console.enabled`: its routes are
 # authenticated by the console's session (`Route.session`) and answer pages, not ErrorModels.
-CONSOLE_ROUTES: tuple[Route, ...] = (*console_signin.ROUTES, *console_catalog.ROUTES)
+CONSOLE_ROUTES: tuple[Route, ...] = (
+    *console_signin.ROUTES,
+    *console_catalog.ROUTES,
+    *console_keys.ROUTES,
+    *console_users.ROUTES,
+)
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
 

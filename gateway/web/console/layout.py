@@ -17,7 +17,10 @@ from cedarberg.gateway.web.keys import PRINCIPAL
 # The console's sections, in navigation order: (label, address, the action on the catalog that the
 # section's page needs). A signed-in principal sees the sections its policies allow it to open: a
 # link it may not follow is left out (following one anyway is decided, and refused, as usual).
-NAVIGATION: Final = (("Catalog", "/console/catalog", "useConsole"),)
+NAVIGATION: Final = (
+    ("Catalog", "/console/catalog", "useConsole"),
+    ("Keys", "/console/keys", "listApiKeys"),
+)
 
 
 def _sections(request: web.Request) -> tuple[tuple[str, str], ...]:
