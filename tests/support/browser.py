@@ -37,7 +37,17 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / ".artifacts" / "console"
 DOCS_SHOTS = ROOT / "docs" / "console"
 # The pages docs/console.md shows (artefact name -> what it shows).
-DOC_SCREENSHOTS = ("signin", "catalog", "namespace", "table", "dropped", "reader-namespace")
+DOC_SCREENSHOTS = (
+    "signin",
+    "catalog",
+    "namespace",
+    "table",
+    "dropped",
+    "reader-namespace",
+    "keys",
+    "key-created",
+    "users",
+)
 FLAGS = (
     "--headless",
     "--no-sandbox",
