@@ -147,6 +147,15 @@ def test_an_admin_creates_a_key_that_works_is_listed_and_stops_when_revoked(
     assert _status_with(lake, key) == 401
     (record,) = _keys_of(lake, "carla")
     assert record["revoked_at"] is not None
+    # A revoked key offers no rotation, and a rotation posted anyway is refused with the reason.
+    assert page.get_by_role("button", name="Rotate the key").count() == 0
+    token = str(page.locator("form.signout input[name=csrf_token]").get_attribute("value"))
+    rotated = context.request.post(
+        f"{lake.url}/console/keys/{key_id}/rotate", form={"csrf_token": token}, headers={"Origin": lake.url}
+    )
+    assert rotated.status == 409
+    assert "a revoked key cannot be rotated" in rotated.text()
+    assert _status_with(lake, key) == 401
     # Both changes are the admin's, audited; the mutation record names the key, never its secret.
     records = lake.records()
     made = [
@@ -237,7 +246,11 @@ def test_rotating_shows_a_new_secret_once_and_the_old_one_works_only_for_the_ove
     assert (_status_with(lake, third), _status_with(lake, second)) == (200, 401)
     assert second[21:] not in _logs(lake)
     assert third[21:] not in _logs(lake)
-    rotations = [r for r in lake.records() if r["action"] == "rotateApiKey" and r["event"] == "mutation"]
+    rotations = [
+        r
+        for r in lake.records()
+        if r["action"] == "rotateApiKey" and r["event"] == "mutation" and key_id in r["resource"]
+    ]
     assert [r["status"] for r in rotations] == [200, 400, 400, 200]
 
 
