@@ -43,6 +43,7 @@ from cedarberg.gateway.authz.entities import api_key_resource, catalog_resource
 from cedarberg.gateway.web import http
 from cedarberg.gateway.web.console import decisions
 from cedarberg.gateway.web.console.engine_forms import engine_forms
+from cedarberg.gateway.web.console.form_values import groups_of, sentence, utc_text
 from cedarberg.gateway.web.console.layout import page
 from cedarberg.gateway.web.console.pages import see_other
 from cedarberg.gateway.web.console.session_auth import form_of
@@ -64,10 +65,6 @@ class FormProblem(ValueError):
 
 def key_url(key_id: str) -> str:
     return f"{KEYS}/{quote(key_id, safe='')}"
-
-
-def utc_text(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _state(record: ApiKeyRecord, now: datetime) -> str:
@@ -149,11 +146,6 @@ async def new_key(request: web.Request) -> web.Response:
     return _new_form(request, {"kind": "user"}, None, 200)
 
 
-def groups_of(text: str) -> list[str]:
-    """Group names separated by commas or new lines (blank entries dropped)."""
-    return [g.strip() for g in text.replace("\n", ",").split(",") if g.strip()]
-
-
 def _expiry(text: str, now: datetime) -> datetime | None:
     days = text.strip()
     if not days:
@@ -208,11 +200,6 @@ def _key_request(values: dict[str, str], now: datetime) -> CreateKeyRequest:
         "description": values["description"],
     }
     return http.validate(CreateKeyRequest, document)
-
-
-def sentence(problem: Exception) -> str:
-    text = str(problem)
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 async def _record(request: web.Request) -> ApiKeyRecord:

@@ -24,14 +24,16 @@ from cedarberg.gateway.authn.subject_token import MAX_NAME_LENGTH, valid_user_na
 from cedarberg.gateway.authz.entities import catalog_resource
 from cedarberg.gateway.web import http
 from cedarberg.gateway.web.console import decisions
+from cedarberg.gateway.web.console.form_values import groups_of, sentence, utc_text
 from cedarberg.gateway.web.console.layout import page
 from cedarberg.gateway.web.console.pages import see_other
 from cedarberg.gateway.web.console.session_auth import form_of
 from cedarberg.gateway.web.keys import security
 from cedarberg.gateway.web.route import Route
-from cedarberg.gateway.web.routes.console_keys import KEYS, USERS, groups_of, sentence, utc_text
 from cedarberg.gateway.web.routes.directory import user_page
 
+KEYS: Final = "/console/keys"
+USERS: Final = "/console/users"
 PAGE_SIZE: Final = 50
 _CRUMBS: Final = (("Keys", KEYS), ("Users", USERS))
 
