@@ -394,6 +394,31 @@ def test_bad_input_in_the_browser_keeps_what_was_typed(lake: Lake, context: Brow
     assert (record["kind"], record["groups"], record["id"]) == ("service", ["etl"], key[4:20])
 
 
+def test_the_keys_pages_carry_the_strict_policy_and_no_inline_code(
+    lake: Lake, context: BrowserContext
+) -> None:
+    page = sign_in_with_key(context, lake.url, lake.gw.admin_key)
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text))
+    for path in (
+        "/console/keys",
+        "/console/keys/new",
+        "/console/users",
+        f"/console/keys/{lake.reader_key[4:20]}",
+    ):
+        answer = context.request.get(lake.url + path)
+        assert answer.status == 200, path
+        headers = answer.headers
+        assert headers["content-security-policy"] == CSP, path
+        assert headers["cache-control"] == "no-store", path
+        assert headers["x-frame-options"] == "DENY", path
+        body = answer.text()
+        for inline in ("<script", "<style", " style="):
+            assert inline not in body, path
+        page.goto(lake.url + path)
+    assert not [v for v in violations if "Content Security Policy" in v], violations
+
+
 # -- the user directory ---------------------------------------------------------------------------
 
 
