@@ -138,6 +138,7 @@ def test_an_admin_creates_a_key_that_works_is_listed_and_stops_when_revoked(
         page.get_by_role("button", name="Revoke the key").click()
     assert unconfirmed.value.status == 400
     assert "Tick the box to confirm" in page.inner_text("main")
+    screenshot(page, "key")
     assert _status_with(lake, key) == 200
     page.get_by_label("I understand").check()
     page.get_by_role("button", name="Revoke the key").click()
