@@ -48,7 +48,9 @@ from cedarberg.gateway.web.routes import (
     console_catalog,
     console_explain,
     console_policies,
+    console_keys,
     console_signin,
+    console_users,
     directory,
     namespaces,
     oauth,
@@ -90,6 +92,8 @@ CONSOLE_ROUTES: tuple[Route, ...] = (
     *console_explain.ROUTES,
     *console_audit.ROUTES,
     *console_policies.ROUTES,
+    *console_keys.ROUTES,
+    *console_users.ROUTES,
 )
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 

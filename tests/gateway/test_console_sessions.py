@@ -305,4 +305,13 @@ def test_console_routes_are_session_routes_and_never_replayed(tmp_path: Path) ->
         "previewPolicies",
         "reviewAccess",
         "explainDecision",
+        # Keys and the user directory: the admin API's own actions.
+        "listApiKeys",
+        "createApiKey",
+        "getApiKey",
+        "rotateApiKey",
+        "revokeApiKey",
+        "listDirectoryUsers",
+        "putDirectoryUser",
+        "deleteDirectoryUser",
     }

@@ -52,6 +52,10 @@ DOC_SCREENSHOTS = (
     "access-warning",
 )
 DOC_SCREENSHOTS = ("signin", "catalog", "namespace", "table", "dropped", "reader-namespace", "explain")
+    "keys",
+    "key-created",
+    "users",
+)
 FLAGS = (
     "--headless",
     "--no-sandbox",

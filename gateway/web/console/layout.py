@@ -23,6 +23,7 @@ NAVIGATION: Final = (
     ("Policies", "/console/policies", "showPolicies"),
     ("Access", "/console/access", "reviewAccess"),
     ("Explain", "/console/explain", "explainDecision"),
+    ("Keys", "/console/keys", "listApiKeys"),
 )
 
 

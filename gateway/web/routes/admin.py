@@ -124,8 +124,11 @@ def _expiry(value: str | None) -> datetime | None:
     return expires_at
 
 
-async def create_api_key(request: web.Request) -> web.Response:
-    body = http.validate(CreateKeyRequest, await http.json_object(request, MAX_BODY_BYTES))
+async def create_key(request: web.Request, body: CreateKeyRequest) -> tuple[ApiKeyRecord, str]:
+    """Create the key `body` describes (createApiKey, decided already) and name it in the
+    mutation's audit record; returns its record and the plaintext key, to be shown once. Raises
+    InvalidRequestError (a bad owner, group, expiry or description), StorageUnavailableError.
+    (The admin API and the console's Keys page both create keys here.)"""
     with _key_errors():
         record, plaintext = await security(request).api_keys.create_key(
             body.principal,
@@ -136,6 +139,12 @@ async def create_api_key(request: web.Request) -> web.Response:
         )
     # The decision was on the catalog (the key did not exist yet): the outcome names the key.
     request[AUDIT_DETAIL] = {"key_id": record.key_id, "key_principal": record.principal_id}
+    return record, plaintext
+
+
+async def create_api_key(request: web.Request) -> web.Response:
+    body = http.validate(CreateKeyRequest, await http.json_object(request, MAX_BODY_BYTES))
+    record, plaintext = await create_key(request, body)
     headers = {**_NO_STORE, "Location": f"{API_KEYS}/{record.key_id}"}
     return _json(_with_key(record, plaintext), status=201, headers=headers)
 
@@ -156,12 +165,20 @@ async def list_api_keys(request: web.Request) -> web.Response:
     after = http.query_value(request, "pageToken") or None
     if after is not None and not is_key_id(after):
         raise InvalidRequestError("invalid pageToken")
-    size = _page_size(request)
+    page, next_token = await key_page(request, principal, after, _page_size(request))
+    return _json({"api-keys": [r.to_json() for r in page], "next-page-token": next_token})
+
+
+async def key_page(
+    request: web.Request, principal: str | None, after: str | None, size: int
+) -> tuple[list[ApiKeyRecord], str | None]:
+    """One page of key records (listApiKeys, decided already) in id order after the key id
+    `after`, of `principal` only if given, and the token of the next page (None on the last).
+    Raises StorageUnavailableError. (The admin API and the console's Keys page list keys here.)"""
     # One more than a page tells whether another page follows.
     records = await security(request).api_keys.list_keys(principal=principal, after=after, limit=size + 1)
     page = records[:size]
-    next_token = page[-1].key_id if len(records) > size else None
-    return _json({"api-keys": [r.to_json() for r in page], "next-page-token": next_token})
+    return page, page[-1].key_id if len(records) > size else None
 
 
 async def get_api_key(request: web.Request) -> web.Response:
