@@ -3,7 +3,7 @@ console on (`open_lake`), and what a test does in the browser (`sign_in_with_key
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,11 +80,12 @@ class Lake:
 
 
 @contextmanager
-def open_lake(home: Path) -> Iterator[Lake]:
+def open_lake(home: Path, config_overrides: Mapping[str, Any] | None = None) -> Iterator[Lake]:
     """A TLS gateway with the console on and the OIDC mock issuer as its sign-in issuer, holding
     namespaces `sales` (readable by group `bi`; table `orders` with rows, view `eu_orders`, dropped
     table `old_orders`) and `secret` (table `payroll`, admins only); a person key `rita` in `bi`
-    and a service key `etl-bot`; the OIDC user `dana` in `bi`."""
+    and a service key `etl-bot`; the OIDC user `dana` in `bi`. `config_overrides`: top-level
+    settings set beside these (e.g. a small `max_page_size`)."""
     idp = OidcProviderMock()
     idp.start()
     audit = home / "audit.jsonl"
@@ -107,6 +108,7 @@ def open_lake(home: Path) -> Iterator[Lake]:
             "client_id": CLIENT_ID,
             "client_secret": "console-secret",
         },
+        **(config_overrides or {}),
     }
     gw = SecureGateway(home / "lake", config=config)
     ambient = pytest.MonkeyPatch()  # pyiceberg's requests would trust the system CAs instead of ours
