@@ -37,7 +37,7 @@ from tests.support.console import (
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import Browser, BrowserContext, Page, Response
 
 PAGE_SIZE = 2
 VISIBLE = {"pg_a", "pg_b", "paged"}  # besides `sales`, readable by group bi
@@ -49,7 +49,8 @@ DROPPED = {"d1", "d2"}  # besides sales.old_orders
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    with open_lake(tmp_path_factory.mktemp("console-paging"), config_overrides={"max_page_size": PAGE_SIZE}) as lake:
+    home = tmp_path_factory.mktemp("console-paging")
+    with open_lake(home, config_overrides={"max_page_size": PAGE_SIZE}) as lake:
         gw = lake.gw
         for name in sorted(VISIBLE):
             gw.create_namespace(name, readers=["bi"])
@@ -87,6 +88,11 @@ def _next(page: Page, label: str) -> str | None:
     return link.get_attribute("href") if link.count() else None
 
 
+def _status(response: Response | None) -> int:
+    assert response is not None  # a navigation, not an in-page jump
+    return response.status
+
+
 def _follow(page: Page, label: str) -> bool:
     """Click the "Next <label>" link if the page has one (False if not); the next page is a 200."""
     link = page.get_by_role("link", name=f"Next {label}", exact=True)
@@ -94,7 +100,7 @@ def _follow(page: Page, label: str) -> bool:
         return False
     with page.expect_navigation() as navigation:
         link.click()
-    assert navigation.value is not None and navigation.value.status == 200, page.url
+    assert _status(navigation.value) == 200, page.url
     return True
 
 
@@ -141,7 +147,8 @@ def test_tables_and_views_each_page_on_their_own_to_the_end(lake: Lake, context:
         table_pages.append(listed(page, "Tables"))
         assert listed(page, "Views") == first_views  # the views stay on their page
     assert len(table_pages) == 3
-    assert set().union(*table_pages) == TABLES == _rest_names(lake, lake.reader_key, "namespaces/paged/tables")
+    rest_tables = _rest_names(lake, lake.reader_key, "namespaces/paged/tables")
+    assert set().union(*table_pages) == TABLES == rest_tables
     # On the tables' last page, the views page on from their first, and the tables stay put.
     last_tables = table_pages[-1]
     view_pages = [first_views]
@@ -178,19 +185,17 @@ def test_a_page_token_opens_only_for_its_caller_and_its_listing(lake: Lake, cont
 
     reader = sign_in_with_key(context, lake.url, lake.reader_key)
     # The admin's token, in the reader's session: sealed for another caller, it does not open.
-    refused = reader.goto(f"{lake.url}{admins_next}")
-    assert refused is not None and refused.status == 400
+    assert _status(reader.goto(f"{lake.url}{admins_next}")) == 400
     assert listed(reader, "Namespaces") == set()
     # A token of the tables listing in the namespaces' parameter: bound to another listing.
     token = _token(tables_next, "tables")
-    refused = reader.goto(f"{lake.url}/console/catalog/default?namespaces={token}")
-    assert refused is not None and refused.status == 400
+    assert _status(reader.goto(f"{lake.url}/console/catalog/default?namespaces={token}")) == 400
+    assert listed(reader, "Namespaces") == set()
     # The reader's own token opens (the same address shape, its own token).
     reader.goto(f"{lake.url}/console/catalog/default")
     own = _next(reader, "namespaces")
     assert own is not None
-    opened = reader.goto(f"{lake.url}{own}")
-    assert opened is not None and opened.status == 200
+    assert _status(reader.goto(f"{lake.url}{own}")) == 200
     assert listed(reader, "Namespaces") <= VISIBLE | {"sales"}
 
 

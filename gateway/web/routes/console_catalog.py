@@ -274,6 +274,7 @@ async def dropped(request: web.Request) -> web.Response:
     name = _warehouse_of(request, svc)
     decisions.require(request, "listDroppedObjects", catalog_resource())
     listing = orjson.loads(await list_dropped(svc.ctx, name, _page(request, "dropped")))
+    here = f"{warehouse_url(name)}/dropped"
     rows = [
         {
             "kind": item["kind"],
@@ -286,10 +287,10 @@ async def dropped(request: web.Request) -> web.Response:
     ]
     context = {
         "section": "Catalog",
-        "crumbs": [*_crumbs(name), ("Dropped", f"{warehouse_url(name)}/dropped")],
+        "crumbs": [*_crumbs(name), ("Dropped", here)],
         "warehouse": name,
         "dropped": rows,
-        "next_url": _next_url(request, f"{warehouse_url(name)}/dropped", "dropped", listing.get("next-page-token")),
+        "next_url": _next_url(request, here, "dropped", listing.get("next-page-token")),
         "may_undrop": decisions.would_allow(request, "undropObject", catalog_resource()),
     }
     return page(request, "dropped.html", context)

@@ -7,11 +7,14 @@ from __future__ import annotations
 from tests.gateway.web.conftest import InProcessGateway
 
 
-async def test_console_without_the_console_enabled_is_not_found_and_not_redirected(gw: InProcessGateway) -> None:
+async def test_console_without_the_console_enabled_is_not_found_and_not_redirected(
+    gw: InProcessGateway,
+) -> None:
     assert gw.settings.console.enabled is False
     answer = await gw.client.get("/console", allow_redirects=False, headers=gw.as_("root"))
     assert answer.status == 404
     assert "Location" not in answer.headers
-    assert await answer.json() == {"error": {"message": "Not Found", "type": "NotFoundException", "code": 404}}
+    not_found = {"message": "Not Found", "type": "NotFoundException", "code": 404}
+    assert await answer.json() == {"error": not_found}
     home = await gw.client.get("/console/", allow_redirects=False, headers=gw.as_("root"))
     assert (home.status, "Location" in home.headers) == (404, False)
