@@ -238,6 +238,8 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("consoleSignInCallback", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("consoleSignOut", Scope.PUBLIC, ActionGroup.PUBLIC),
     _op("consoleAsset", Scope.PUBLIC, ActionGroup.PUBLIC),
+    # `/console` without its slash: a redirect to `/console/`, which then needs a session
+    _op("consoleRoot", Scope.PUBLIC, ActionGroup.PUBLIC),
     # the audit log, filtered and followed (GET /admin/v1/audit): admins and audit-readers by default
     _op("readAuditLog", Scope.CATALOG, A),
     # the change preview of a candidate policy set (POST /admin/v1/policies/preview)

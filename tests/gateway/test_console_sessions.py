@@ -291,7 +291,7 @@ def test_console_routes_are_session_routes_and_never_replayed(tmp_path: Path) ->
         }
     )
     table = create_app(settings)[ROUTE_TABLE]
-    console = [route for route in table.values() if route.path.startswith("/console/")]
+    console = [route for route in table.values() if route.path.startswith("/console")]
     assert {(route.method, route.path) for route in console} == {(r.method, r.path) for r in CONSOLE_ROUTES}
     for route in console:
         spec = OPERATIONS[route.operation]

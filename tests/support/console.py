@@ -82,14 +82,19 @@ class Lake:
 
 @contextmanager
 def open_lake(
-    home: Path, *, policy_dir: Path | None = None, policies: Mapping[str, str] | None = None
+    home: Path,
+    *,
+    policy_dir: Path | None = None,
+    policies: Mapping[str, str] | None = None,
+    config_overrides: Mapping[str, Any] | None = None,
 ) -> Iterator[Lake]:
     """A TLS gateway with the console on and the OIDC mock issuer as its sign-in issuer, holding
     namespaces `sales` (readable by group `bi`; table `orders` with rows, view `eu_orders`, dropped
     table `old_orders`) and `secret` (table `payroll`, admins only); a person key `rita` in `bi`
     and a service key `etl-bot`; the OIDC user `dana` in `bi`. Its policies are the bundled ones;
     or those of `policy_dir`; or, with `policies` (policy files, name -> Cedar text), a copy of the
-    bundled ones in `home/policies` with those files added."""
+    bundled ones in `home/policies` with those files added. `config_overrides`: top-level settings
+    set beside these (e.g. a small `max_page_size`)."""
     if policy_dir is not None and policies is not None:
         raise ValueError("give open_lake a policy_dir or policies, not both")
     idp = OidcProviderMock()
@@ -114,6 +119,7 @@ def open_lake(
             "client_id": CLIENT_ID,
             "client_secret": "console-secret",
         },
+        **(config_overrides or {}),
     }
     if policies is not None:
         policy_dir = bundled_policies(home / "policies", policies)

@@ -11,6 +11,12 @@ principal may see them, and (for those allowed) the soft-deleted objects with un
     GET  /console/catalog/{warehouse}/dropped                           soft-deleted (listDroppedObjects)
     POST /console/catalog/{warehouse}/dropped/{drop_id}/undrop          undrop       (undropObject, CSRF)
 
+A long listing is paged as the REST API pages it: each listing's page token (the catalog's sealed
+token, bound to the caller and the listing, `catalog.pagination`) travels in its own query
+parameter (`namespaces`, `tables`, `views`, `dropped`), and a "Next" link carries the next one
+while keeping the other listings of the page where they are. A token that does not open for this
+listing and caller is a 400, as in the REST API.
+
 Every GET is the operation `useConsole` for the pipeline, then each object shown is decided here
 with the REST API's action for the same read (`gateway.web.console.decisions`): listings are
 filtered by visibility, and an object the principal may not see answers 404 as if absent. The
@@ -21,7 +27,7 @@ namespace in a path is its levels joined by 0x1F and percent-encoded, as in the 
 from __future__ import annotations
 
 from typing import Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import orjson
 from aiohttp import web
@@ -63,13 +69,29 @@ def object_url(warehouse: str, levels: tuple[str, ...], name: str, view: bool) -
     return f"{namespace_url(warehouse, levels)}/{'views' if view else 'tables'}/{_quoted(name)}"
 
 
-def _page(request: web.Request) -> PageRequest:
-    """The first page of a listing, as large as the gateway allows (the console lists, it does
-    not page: a longer listing says that only the first page is shown)."""
+# The query parameters that carry each listing's page token: one per listing, so each is paged on
+# its own.
+_PAGED: Final = ("namespaces", "tables", "views", "dropped")
+
+
+def _page(request: web.Request, listing: str) -> PageRequest:
+    """The page of `listing` that the request's query names (its first without a token), as large
+    as the gateway allows, bound to the caller exactly as the REST API binds its tokens."""
     settings = services(request).settings
+    token = request.query.get(listing) or None
     return PageRequest.parse(
-        None, str(settings.max_page_size), settings.max_page_size, settings.max_page_size, caller_of(request)
+        token, str(settings.max_page_size), settings.max_page_size, settings.max_page_size, caller_of(request)
     )
+
+
+def _next_url(request: web.Request, base: str, listing: str, token: str | None) -> str | None:
+    """The address of `listing`'s next page at `base` (None on its last page): the next token in
+    `listing`'s parameter, the other listings' tokens as they are."""
+    if token is None:
+        return None
+    query = {name: request.query[name] for name in _PAGED if request.query.get(name)}
+    query[listing] = token
+    return f"{base}?{urlencode(query)}"
 
 
 def _crumbs(warehouse: str, levels: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -104,9 +126,9 @@ def _warehouse_of(request: web.Request, svc: Services) -> str:
 
 async def _child_namespaces(
     request: web.Request, svc: Services, warehouse: str, parent: Resource, levels: tuple[str, ...]
-) -> tuple[list[dict[str, str]], bool] | None:
-    """The visible namespaces in `parent` (None when listNamespaces is denied there), and whether
-    the listing goes on past the page shown."""
+) -> tuple[list[dict[str, str]], str | None] | None:
+    """The visible namespaces of the requested page in `parent` (None when listNamespaces is
+    denied there), and the next page's token (None on the last page)."""
     if not decisions.decide(request, "listNamespaces", parent).allowed:
         return None
     return await _namespace_rows(request, svc, warehouse, parent, levels)
@@ -114,10 +136,12 @@ async def _child_namespaces(
 
 async def _namespace_rows(
     request: web.Request, svc: Services, warehouse: str, parent: Resource, levels: tuple[str, ...]
-) -> tuple[list[dict[str, str]], bool]:
-    """The visible namespaces in `parent`, listNamespaces decided already."""
+) -> tuple[list[dict[str, str]], str | None]:
+    """The visible namespaces of the requested page in `parent`, listNamespaces decided already,
+    and the next page's token. Entries the principal may not see are left out of the page."""
     parent_ns = Namespace(levels) if levels else None
-    listing = orjson.loads(await svc.namespaces.list_namespaces(warehouse, parent_ns, _page(request)))
+    page_request = _page(request, "namespaces")
+    listing = orjson.loads(await svc.namespaces.list_namespaces(warehouse, parent_ns, page_request))
     found = [tuple(item) for item in listing["namespaces"]]
     keys = [SEPARATOR.join(item) for item in found]
     own = await read_many(svc.ctx.store, warehouse, keys)
@@ -131,7 +155,7 @@ async def _namespace_rows(
         for item, child in zip(found, children, strict=True)
         if id(child) in kept
     ]
-    return rows, listing.get("next-page-token") is not None
+    return rows, listing.get("next-page-token")
 
 
 async def warehouse(request: web.Request) -> web.Response:
@@ -139,14 +163,14 @@ async def warehouse(request: web.Request) -> web.Response:
     name = _warehouse_of(request, svc)
     resource = svc.resources.warehouse(name)
     decisions.require(request, "listNamespaces", resource)
-    rows, more = await _namespace_rows(request, svc, name, resource, ())
+    rows, next_token = await _namespace_rows(request, svc, name, resource, ())
     context = {
         "section": "Catalog",
         "crumbs": _crumbs(name),
         "warehouse": name,
         "sealed": svc.ctx.warehouses[name].seal_files,
         "namespaces": rows,
-        "more": more,
+        "next_url": _next_url(request, warehouse_url(name), "namespaces", next_token),
         "access_url": access_link(request, name),
         "dropped_url": f"{warehouse_url(name)}/dropped"
         if decisions.would_allow(request, "listDroppedObjects", catalog_resource())
@@ -157,13 +181,15 @@ async def warehouse(request: web.Request) -> web.Response:
 
 async def _objects(
     request: web.Request, svc: Services, namespace: Resource, view: bool
-) -> tuple[list[dict[str, str]], bool] | None:
-    """The visible tables (or views) of the namespace; None when listing them is denied."""
+) -> tuple[list[dict[str, str]], str | None] | None:
+    """The visible tables (or views) of the requested page of the namespace, and the next page's
+    token; None when listing them is denied."""
     if not decisions.decide(request, "listViews" if view else "listTables", namespace).allowed:
         return None
     warehouse, levels = str(namespace.warehouse), namespace.namespace
     service = svc.views if view else svc.tables
-    listing = orjson.loads(await service.list_all(warehouse, Namespace(levels), _page(request)))
+    page_request = _page(request, "views" if view else "tables")
+    listing = orjson.loads(await service.list_all(warehouse, Namespace(levels), page_request))
     names = [str(item["name"]) for item in listing["identifiers"]]
     children = [svc.resources.child(namespace, name, view) for name in names]
     kept = {id(r) for r in decisions.visible(request, children)}
@@ -172,13 +198,15 @@ async def _objects(
         for name, child in zip(names, children, strict=True)
         if id(child) in kept
     ]
-    return rows, listing.get("next-page-token") is not None
+    return rows, listing.get("next-page-token")
 
 
-def _section(listed: tuple[list[dict[str, str]], bool] | None) -> dict[str, Any]:
+def _section(
+    request: web.Request, base: str, listing: str, listed: tuple[list[dict[str, str]], str | None] | None
+) -> dict[str, Any]:
     if listed is None:
-        return {"allowed": False, "rows": [], "more": False}
-    return {"allowed": True, "rows": listed[0], "more": listed[1]}
+        return {"allowed": False, "rows": [], "next_url": None}
+    return {"allowed": True, "rows": listed[0], "next_url": _next_url(request, base, listing, listed[1])}
 
 
 async def namespace(request: web.Request) -> web.Response:
@@ -188,6 +216,7 @@ async def namespace(request: web.Request) -> web.Response:
     resource = await resources.namespace_of(svc, name, ns)
     decisions.require(request, "loadNamespaceMetadata", resource)
     properties = orjson.loads(await svc.namespaces.load(name, ns))["properties"]
+    here = namespace_url(name, ns.levels)
     context = {
         "section": "Catalog",
         "crumbs": _crumbs(name, ns.levels),
@@ -195,9 +224,11 @@ async def namespace(request: web.Request) -> web.Response:
         "properties": sorted(properties.items()),
         "guards": resource.grants,
         "access_url": access_link(request, name, ns.levels),
-        "children": _section(await _child_namespaces(request, svc, name, resource, ns.levels)),
-        "tables": _section(await _objects(request, svc, resource, view=False)),
-        "views": _section(await _objects(request, svc, resource, view=True)),
+        "children": _section(
+            request, here, "namespaces", await _child_namespaces(request, svc, name, resource, ns.levels)
+        ),
+        "tables": _section(request, here, "tables", await _objects(request, svc, resource, view=False)),
+        "views": _section(request, here, "views", await _objects(request, svc, resource, view=True)),
     }
     return page(request, "namespace.html", context)
 
@@ -247,7 +278,8 @@ async def dropped(request: web.Request) -> web.Response:
     svc = services(request)
     name = _warehouse_of(request, svc)
     decisions.require(request, "listDroppedObjects", catalog_resource())
-    listing = orjson.loads(await list_dropped(svc.ctx, name, _page(request)))
+    listing = orjson.loads(await list_dropped(svc.ctx, name, _page(request, "dropped")))
+    here = f"{warehouse_url(name)}/dropped"
     rows = [
         {
             "kind": item["kind"],
@@ -260,10 +292,10 @@ async def dropped(request: web.Request) -> web.Response:
     ]
     context = {
         "section": "Catalog",
-        "crumbs": [*_crumbs(name), ("Dropped", f"{warehouse_url(name)}/dropped")],
+        "crumbs": [*_crumbs(name), ("Dropped", here)],
         "warehouse": name,
         "dropped": rows,
-        "more": listing.get("next-page-token") is not None,
+        "next_url": _next_url(request, here, "dropped", listing.get("next-page-token")),
         "may_undrop": decisions.would_allow(request, "undropObject", catalog_resource()),
     }
     return page(request, "dropped.html", context)

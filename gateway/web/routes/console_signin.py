@@ -7,6 +7,7 @@ authenticates itself).
     GET  /console/signin/callback   the issuer's answer: the id_token, verified as a bearer token
     POST /console/signout           end the session server-side (CSRF-checked)
     GET  /console/static/{name}     the shipped style sheet and scripts
+    GET  /console                   a permanent redirect (308) to /console/, the console's home
 
 A sign-in opens a server-side session (`gateway.authn.console_sessions`) and sets the session
 cookie; it is audited as the principal's `consoleSignIn` (and sign-out as `consoleSignOut`), made
@@ -251,7 +252,16 @@ async def static(request: web.Request) -> web.Response:
     return response
 
 
+async def console_root(request: web.Request) -> web.Response:
+    """`/console` as typed without its slash: the console's home is `/console/` (a redirect reveals
+    nothing, so it needs no session; the home then asks for one)."""
+    response = web.Response(status=308, headers={"Location": "/console/"})
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 ROUTES = [
+    Route("GET", "/console", console_root, "consoleRoot", advertised=False),
     Route("GET", SIGNIN, signin_page, "consoleSignInPage", advertised=False),
     Route("POST", SIGNIN + "/key", signin_with_key, "consoleSignInWithKey", advertised=False),
     Route("GET", SIGNIN + "/oidc", signin_with_issuer, "consoleSignInWithIssuer", advertised=False),
