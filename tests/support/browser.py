@@ -44,14 +44,13 @@ DOC_SCREENSHOTS = (
     "table",
     "dropped",
     "reader-namespace",
+    "access",
+    "access-warning",
+    "explain",
     "audit",
     "policies",
     "policy-file",
     "preview",
-    "access",
-    "access-warning",
-)
-DOC_SCREENSHOTS = ("signin", "catalog", "namespace", "table", "dropped", "reader-namespace", "explain")
     "keys",
     "key-created",
     "users",

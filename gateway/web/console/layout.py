@@ -19,10 +19,10 @@ from cedarberg.gateway.web.keys import PRINCIPAL
 # link it may not follow is left out (following one anyway is decided, and refused, as usual).
 NAVIGATION: Final = (
     ("Catalog", "/console/catalog", "useConsole"),
-    ("Audit trail", "/console/audit", "readAuditLog"),
-    ("Policies", "/console/policies", "showPolicies"),
     ("Access", "/console/access", "reviewAccess"),
     ("Explain", "/console/explain", "explainDecision"),
+    ("Audit trail", "/console/audit", "readAuditLog"),
+    ("Policies", "/console/policies", "showPolicies"),
     ("Keys", "/console/keys", "listApiKeys"),
 )
 
