@@ -182,6 +182,30 @@ def test_a_service_key_may_not_use_the_console(lake: Lake, context: BrowserConte
     assert "default" not in listed(page, "Namespaces")
 
 
+def test_a_service_key_allowed_an_admin_action_gains_no_console_page_by_signing_in(lake: Lake) -> None:
+    bot = lake.gw.create_key("audit-bot", ["audit-readers"], kind="service")
+    person = lake.gw.create_key("aude", ["audit-readers"], kind="user")
+    # Through the API the service may read the audit log (audit-readers)...
+    api = lake.gw.session(bot).get(f"{lake.url}/admin/v1/audit?pageSize=1", timeout=HTTP_TIMEOUT)
+    assert api.status_code == 200, api.text
+    # ...but the console is for people: its session opens no page of the same action. The control:
+    # a person in the same group opens it.
+    statuses = {}
+    for name, key in (("audit-bot", bot), ("aude", person)):
+        cookie = _key_session(lake.gw, key)
+        answer = lake.gw.session().get(
+            f"{lake.url}/console/audit",
+            headers={"Cookie": f"{SESSION_COOKIE}={cookie}"},
+            timeout=HTTP_TIMEOUT,
+        )
+        statuses[name] = answer.status_code
+        if name == "audit-bot":
+            assert "Not allowed: useConsole" in answer.text
+    assert statuses == {"audit-bot": 403, "aude": 200}
+    refused = [r for r in lake.records() if r["principal"] == "key:audit-bot" and r["decision"] == "deny"]
+    assert [(r["action"], r["status"]) for r in refused] == [("useConsole", 403)]
+
+
 # -- headers and forms ----------------------------------------------------------------------------
 
 
@@ -315,10 +339,11 @@ def busy(lake: Lake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secur
         yield gw
 
 
-def _key_session(gw: SecureGateway) -> str:
+def _key_session(gw: SecureGateway, key: str | None = None) -> str:
+    """The session cookie of a sign-in with `key` (the admin's by default), made without a browser."""
     answer = gw.session().post(
         f"{gw.url}/console/signin/key",
-        data={"api_key": gw.admin_key},
+        data={"api_key": key or gw.admin_key},
         headers={"Origin": gw.url},
         allow_redirects=False,
         timeout=HTTP_TIMEOUT,

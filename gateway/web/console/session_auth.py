@@ -8,6 +8,10 @@ session cookie is a credential on those routes only, and an Authorization header
   path `/` only, never by a sibling domain), `SameSite=Strict` (no cross-site request carries it).
 - A session whose API key was rotated or revoked since sign-in ends at that key's cut-off, as the
   key's gateway tokens do (`ApiKeyAuthenticator.check_token`); an ended session is removed.
+- A session whose principal its policies no longer let use the console (`useConsole`) opens no
+  route: every console route of another action (an admin page, a form) is refused first, as the
+  sign-in page would be, so an engine's service key allowed an admin action through the API does
+  not gain the console by signing in with it.
 - A state-changing request (anything but GET and HEAD) must come from the console's own origin
   and carry the session's CSRF token in its form (`csrf_token`, compared in constant time); else
   it is refused with 403 and audited as a denial.
@@ -30,6 +34,9 @@ from aiohttp import web
 
 from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.principal import Principal
+from cedarberg.gateway.authz.authorizer import plan_checks
+from cedarberg.gateway.authz.context import RequestContext
+from cedarberg.gateway.authz.entities import catalog_resource
 from cedarberg.gateway.web import verdicts
 from cedarberg.gateway.web.errors import ForbiddenError
 from cedarberg.gateway.web.keys import PRINCIPAL, REFUSAL, security
@@ -43,6 +50,7 @@ MAX_FORM_BYTES: Final = 16 * 1024
 _SECRET_SHAPE: Final = re.compile(r"^[A-Za-z0-9_-]{43,64}$")
 _CSRF_PURPOSE: Final = b"cedarberg console csrf v1"
 CATALOG_RESOURCE: Final = 'Cedarberg::Catalog::"cedarberg"'
+USE_CONSOLE: Final = "useConsole"
 
 
 class SessionEndedError(AuthenticationError):
@@ -132,6 +140,21 @@ async def authenticate(request: web.Request, action: str, max_form_bytes: int = 
         request[REFUSAL] = "credential refused"
         raise SessionEndedError from None
     request[PRINCIPAL] = principal
+    if action != USE_CONSOLE:
+        require_console_use(request, principal)
     if request.method not in SAFE_METHODS:
         await check_form(request, secret, action, max_form_bytes)
     return principal
+
+
+def require_console_use(request: web.Request, principal: Principal) -> None:
+    """Refuse (ForbiddenError, the denial audited) a principal its policies do not let use the
+    console. Decided on every console route whose own action is another; an allowed use is not
+    audited a second time (the route's own decision is, and a follower polling the audit trail
+    would otherwise wake itself up)."""
+    catalog = catalog_resource()
+    context = RequestContext.of(principal, request.remote or "")
+    if security(request).policies.decide(principal, USE_CONSOLE, catalog, context).allowed:
+        return
+    verdicts.decide(request, USE_CONSOLE, plan_checks(USE_CONSOLE, context, catalog))
+    raise ForbiddenError(f"Not allowed: {USE_CONSOLE}")
