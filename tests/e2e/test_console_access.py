@@ -168,7 +168,7 @@ def test_the_page_of_a_table_lists_what_the_review_endpoint_answers(
         policy_id = str(item.get_attribute("data-policy"))
         assert item.locator(".where").inner_text() == locations[policy_id]
     assert locations[RESTRICTED] == "sales-columns.cedar:2"
-    screenshot(page, "access")
+    screenshot(page, "access", full_page=False)
 
     # The page is the admin's reviewAccess request, audited as the admin's.
     opened = [

@@ -112,11 +112,13 @@ def _stopping(driver: Playwright) -> Iterator[Playwright]:
         driver.stop()
 
 
-def screenshot(page: Page, name: str) -> Path:
-    """Save the whole page as ``tests/.artifacts/console/NAME.png``; returns the path."""
+def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
+    """Save the page as ``tests/.artifacts/console/NAME.png`` (the whole page, or what the window
+    shows when not `full_page`: for a long page, its top is what a reader sees first); returns
+    the path."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path
 
 
