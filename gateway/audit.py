@@ -22,8 +22,11 @@ have no such key), ``event`` (`EventKind`: ``decision`` | ``mutation`` | ``auth_
 ``client_address``, ``action``, ``resource``, ``decision`` (``allow`` | ``deny``), ``policy_ids``
 (determining policies), ``policy_version``, ``outcome`` (mutations: ``success`` | ``failure`` |
 ``unknown``), ``status`` (the HTTP status the client got: a mutation's, a denial's, a refusal's),
-``detail``. ``time``, ``request_id`` and ``principal`` are the process log's fields of the same
-names, in the same form (`gateway.logs`), so a request's log lines and audit records join on them.
+``detail``, ``cedar_request`` (a policy decision's Cedar request: principal, resource, context
+and entities as the engine decided on them, so that a change preview can decide it again;
+`gateway.decision_record`). ``time``, ``request_id`` and ``principal`` are the process log's
+fields of the same names, in the same form (`gateway.logs`), so a request's log lines and audit
+records join on them.
 
 What ``detail`` holds, by record: a denial's ``reason``; an allowed load or scan plan that column,
 row or mask restrictions narrowed, its ``restrictions`` (policy id, columns kept, row filter,
@@ -142,6 +145,8 @@ class AuditEvent:
     status: int | None = None
     client_address: str | None = None
     detail: Mapping[str, Any] | str | None = None
+    # A policy decision's Cedar request, rendered and scrubbed by `gateway.decision_record`.
+    cedar_request: orjson.Fragment | None = None
 
 
 # Placeholders of a template's open fields: no scrubbing rule touches them, and orjson writes them
@@ -190,6 +195,12 @@ _RANDOM_RUN: Final = re.compile(rf"[{_B64}]{{32,}}")
 _SECRET_KEY: Final = re.compile(
     r"(?i)(secret|passw|pwd|token|authorization|api[_\-]?key|credential|private[_\-]?key|cookie|signature)"
 )
+
+
+def names_secret(key: str) -> bool:
+    """Whether a mapping key names a secret (``password``, ``token``, ``api_key``, ...): its value
+    is written as ``[REDACTED]``."""
+    return _SECRET_KEY.search(key) is not None
 
 
 def _looks_random(match: re.Match[str]) -> str:
@@ -366,6 +377,7 @@ class AuditLog:
             "outcome": None if event.outcome is None else Outcome(event.outcome).value,
             "status": event.status,
             "detail": scrub(event.detail),
+            "cedar_request": event.cedar_request,
         }
         line = orjson.dumps(record) + b"\n"
         head, _, rest = line.partition(b'"' + _TIME_SLOT.encode() + b'"')

@@ -6,17 +6,24 @@
 #   3. start `cedarberg serve` with TLS, the audit log going to .demo/audit.jsonl;
 #   4. as the admin, through the admin API (scripts/demo_admin.py): namespaces `raw` (PII, writers
 #      group etl, no readers) and `analytics` (writers etl, readers analysts), an API key for the
-#      pipeline's service account (etl) and one for an analyst (analysts);
+#      pipeline's service account (etl), one for an analyst (analysts) and one for a security
+#      admin (a person in group admins) to sign in to the console with;
 #   5. run `cedarberg-pipeline` (pipelines/): raw events -> bronze -> MERGE into silver (with a
 #      schema change) -> gold + a view -> compaction and snapshot expiry; then the analyst reads
 #      gold, is refused writes and the PII namespace, and DuckDB reads gold as the analyst;
 #   6. stop the gateway, show the denied decisions from the audit log, and check that every
-#      metadata file in the warehouse is sealed. Exits non-zero if anything fails.
+#      metadata file in the warehouse is sealed. Exits non-zero if anything fails;
+#   7. start the gateway again on the same state and print the security console's address
+#      (https://127.0.0.1:PORT/console/), the security admin's sign-in key and the demo CA to trust;
+#      when run from a terminal it keeps serving until Ctrl-C, otherwise it stops and prints the
+#      command that serves it again.
 #
 #   DEMO_PORT   port to listen on (default 8181, or a free port if 8181 is taken)
 #   DEMO_DIR    state directory root (default .demo); each run resets what it wrote there
 #   DEMO_ROWS   raw events the pipeline generates (default 300000)
 #   DEMO_FORMAT format of the generated raw files: json (default) or csv
+#   DEMO_SERVE  after the demo, keep the gateway serving the console until Ctrl-C: auto (default:
+#               when stdin is a terminal), yes or no
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +33,7 @@ PY="$VENV/bin/python"
 DEMO_DIR="${DEMO_DIR:-$ROOT/.demo}"
 DEMO_ROWS="${DEMO_ROWS:-300000}"
 DEMO_FORMAT="${DEMO_FORMAT:-json}"
+DEMO_SERVE="${DEMO_SERVE:-auto}"
 STATE_DIR="$DEMO_DIR/state"
 PKI_DIR="$DEMO_DIR/pki"
 WORK_DIR="$DEMO_DIR/pipeline"
@@ -94,7 +102,8 @@ trap 'exit 143' TERM
 
 "$PY" "$ROOT/scripts/demo_pki.py" "$PKI_DIR"
 
-# The gateway's settings for the demo: only TLS and the audit log differ from the defaults.
+# The gateway's settings for the demo: only TLS, the audit log and the console (off by default;
+# sign-in with an API key, no OpenID Connect issuer in the demo) differ from the defaults.
 cat >"$CONFIG" <<TOMLEOF
 [tls]
 cert_file = "$PKI_DIR/server.pem"
@@ -102,27 +111,33 @@ key_file = "$PKI_DIR/server-key.pem"
 
 [audit]
 destination = "$AUDIT"
+
+[console]
+enabled = true
 TOMLEOF
 
 echo "==> bootstrapping an admin API key with 'cedarberg keys create' (offline, against the store)"
 ADMIN_KEY="$("$VENV/bin/cedarberg" keys create --person demo-admin --group admins \
     --data-dir "$STATE_DIR" --config "$CONFIG" 2>>"$LOG")"
 
-echo "==> starting cedarberg on $URL (TLS; data dir $STATE_DIR, audit log $AUDIT, log $LOG)"
-"$VENV/bin/cedarberg" serve --host 127.0.0.1 --port "$PORT" --data-dir "$STATE_DIR" \
-    --config "$CONFIG" >>"$LOG" 2>&1 &
-SERVER_PID=$!
-
-DEMO_ADMIN_KEY="$ADMIN_KEY" "$PY" "$ROOT/scripts/demo_admin.py" wait \
-    --uri "$URL" --ca-cert "$PKI_DIR/ca.pem" --pid "$SERVER_PID"
-echo "==> gateway ready"
+SERVE=("$VENV/bin/cedarberg" serve --host 127.0.0.1 --port "$PORT" --data-dir "$STATE_DIR" --config "$CONFIG")
+start_gateway() {
+    echo "==> starting cedarberg on $URL (TLS; data dir $STATE_DIR, audit log $AUDIT, log $LOG)"
+    "${SERVE[@]}" >>"$LOG" 2>&1 &
+    SERVER_PID=$!
+    DEMO_ADMIN_KEY="$ADMIN_KEY" "$PY" "$ROOT/scripts/demo_admin.py" wait \
+        --uri "$URL" --ca-cert "$PKI_DIR/ca.pem" --pid "$SERVER_PID"
+    echo "==> gateway ready"
+}
+start_gateway
 
 "$PY" "$ROOT/scripts/demo_admin.py" anonymous --uri "$URL" --ca-cert "$PKI_DIR/ca.pem"
 
 KEYS="$(DEMO_ADMIN_KEY="$ADMIN_KEY" "$PY" "$ROOT/scripts/demo_admin.py" setup --uri "$URL" --ca-cert "$PKI_DIR/ca.pem")"
 SERVICE_KEY="$(sed -n 's/^PIPELINE_SERVICE_KEY=//p' <<<"$KEYS")"
 ANALYST_KEY="$(sed -n 's/^PIPELINE_ANALYST_KEY=//p' <<<"$KEYS")"
-unset ADMIN_KEY KEYS
+CONSOLE_KEY="$(sed -n 's/^CONSOLE_ADMIN_KEY=//p' <<<"$KEYS")"
+unset KEYS
 
 echo "==> running the pipeline: $DEMO_ROWS raw events, Spark local[2], keys from the environment"
 PIPELINE_SERVICE_KEY="$SERVICE_KEY" PIPELINE_ANALYST_KEY="$ANALYST_KEY" \
@@ -143,3 +158,30 @@ assert files and sealed == files, f"unsealed metadata files: {set(files) - set(s
 print(f"==> {len(files)} metadata files in the warehouse, all sealed (local KEK, AES-256-GCM)")
 PYEOF
 echo "==> demo OK in $((SECONDS - STARTED)) s; state in $DEMO_DIR (reset by the next run, or 'make demo-clean')"
+
+# The security console, on the catalog the demo just wrote (the bootstrap admin key only waits for
+# the gateway to be ready; it is not shown).
+start_gateway
+unset ADMIN_KEY
+cat <<CONSOLEEOF
+
+==> the security console: $URL/console/
+    sign in with this API key, a security admin's (the person security-admin, group admins:
+    every page is open to it; the demo prints it only here):
+      $CONSOLE_KEY
+    the gateway's certificate is signed by the demo's own CA, $PKI_DIR/ca.pem:
+    import it as a trusted authority in the browser, or the browser warns before the sign-in page.
+CONSOLEEOF
+unset CONSOLE_KEY
+if [ "$DEMO_SERVE" = yes ] || { [ "$DEMO_SERVE" = auto ] && [ -t 0 ]; }; then
+    echo "==> serving the console until Ctrl-C (pid $SERVER_PID, log $LOG)"
+    trap 'exit 0' INT TERM  # Ctrl-C ends the demo as it should: on_exit stops the gateway
+    status=0
+    wait "$SERVER_PID" || status=$?
+    SERVER_PID=""
+    echo "==> the gateway exited (status $status); see $LOG" >&2
+    exit 1
+fi
+stop_gateway
+echo "==> not a terminal (DEMO_SERVE=$DEMO_SERVE): the gateway is stopped; serve the console again with"
+echo "    ${SERVE[*]}"

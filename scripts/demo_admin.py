@@ -5,9 +5,11 @@
 - ``setup``: create the pipeline's namespaces with their grants --
   ``raw`` (raw events with PII: ``cedarberg.writers = etl``, no readers) and ``analytics``
   (``cedarberg.writers = etl``, ``cedarberg.readers = analysts``) -- then one API key for the
-  pipeline's service account (group ``etl``) and one for an analyst (group ``analysts``) through
-  ``POST /admin/v1/api-keys``, printed on stdout as ``PIPELINE_SERVICE_KEY=...`` and
-  ``PIPELINE_ANALYST_KEY=...`` (the only time these secrets are shown).
+  pipeline's service account (group ``etl``), one for an analyst (group ``analysts``) and one for
+  a security admin, a person in group ``admins`` who signs in to the console with it, through
+  ``POST /admin/v1/api-keys``, printed on stdout as ``PIPELINE_SERVICE_KEY=...``,
+  ``PIPELINE_ANALYST_KEY=...`` and ``CONSOLE_ADMIN_KEY=...`` (demo.sh reads them from there and
+  shows only the console's, once, at its end).
 
 The admin key is read from the environment variable ``DEMO_ADMIN_KEY``, never from argv.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 WRITERS = "etl"
 READERS = "analysts"
+ADMINS = "admins"  # the bundled policies' administrators: every console page is open to them
 NAMESPACES = {
     "raw": {"cedarberg.writers": WRITERS, "owner": "data-platform", "contains-pii": "true"},
     "analytics": {"cedarberg.writers": WRITERS, "cedarberg.readers": READERS, "owner": "data-platform"},
@@ -33,6 +36,7 @@ NAMESPACES = {
 KEYS = (  # (variable, principal, kind: a service account's key or a person's, group)
     ("PIPELINE_SERVICE_KEY", "pipeline-svc", "service", WRITERS),
     ("PIPELINE_ANALYST_KEY", "ana", "user", READERS),
+    ("CONSOLE_ADMIN_KEY", "security-admin", "user", ADMINS),
 )
 
 

@@ -15,6 +15,8 @@
 #     redis-server             the shared rate-limit store of tests/gateway/test_ratelimit.py
 #     docker-compose           `docker-compose config` validates deploy/compose.yaml (no engine needed)
 #     maven, unzip             mvn fetches Trino from Maven Central (below); unzip unpacks its plugin
+#     chromium                 the headless browser the console's tests drive with Playwright
+#                              (tests/support/browser.py; Playwright's own browser download is never used)
 #   A JDK >= 24 for Trino 476: the first /usr/lib/jvm/* whose java reports 24 or later (a Temurin 25
 #     JDK on the project's machines); else Debian's openjdk-25-jdk-headless where the release has it.
 #   Trino 476 (tests/e2e/test_trino.py), cached outside the clone in ~/.cache/cedarberg/trino-476:
@@ -66,6 +68,7 @@ missing_packages() {
     have docker-compose || echo docker-compose
     have mvn || echo maven
     have unzip || echo unzip
+    [ -x /usr/bin/chromium ] || echo chromium
 }
 
 installed=()

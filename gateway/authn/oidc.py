@@ -7,6 +7,8 @@ Public API:
         async .authenticate(token, peer) -> Principal
                                                 raises AuthenticationError / CredentialExpiredError /
                                                 UnsupportedBindingError
+        async .authenticate_id_token(token, issuer, audience, nonce) -> Principal
+                                                a sign-in's id_token (the console), same checks
         async .warm_up() -> None                fetch every issuer's keys once (failures logged)
         async .close() -> None                  also `async with OidcAuthenticator(...)`
     peek_issuer(token, max_bytes) -> str | None
@@ -36,6 +38,7 @@ gateway may answer 419); `UnsupportedBindingError` for a correctly signed DPoP-b
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
 import time
@@ -225,8 +228,46 @@ class OidcAuthenticator:
                 raise UnsupportedBindingError from None
             raise AuthenticationError from None
 
+    async def authenticate_id_token(self, token: str, issuer: str, audience: str, nonce: str) -> Principal:
+        """The principal an id_token of a sign-in names (the console's authorization code flow):
+        verified exactly as a bearer token of `issuer` is (keys, algorithms, lifetime, claims), but
+        for `audience` (the signing-in client's id, an id_token's `aud`) instead of the issuer's
+        audiences, and only if its `nonce` claim is the sign-in's `nonce`. The principal is the one
+        a bearer token of that issuer with the same claims would name (same id, same groups).
+
+        Raises `AuthenticationError` (`CredentialExpiredError` once expired); the reason is logged."""
+        try:
+            return await self._id_token_principal(token, issuer, audience, nonce)
+        except _Rejected as rejected:
+            log.info("OIDC id_token rejected: %s", rejected.reason)
+            if rejected.expired:
+                raise CredentialExpiredError from None
+            raise AuthenticationError from None
+
+    async def _id_token_principal(self, token: str, issuer: str, audience: str, nonce: str) -> Principal:
+        header, unverified = _unverified_parts(token, self._settings.max_token_bytes)
+        if unverified.get("iss") != issuer:
+            raise _Rejected(f"id_token issuer {short_repr(unverified.get('iss'))} is not {issuer}")
+        principal, claims = await self._verified(token, header, unverified, no_peer_certificate, [audience])
+        presented = claims.get("nonce")
+        if not isinstance(presented, str) or not hmac.compare_digest(presented, nonce):
+            raise _Rejected("id_token nonce does not match the sign-in's")
+        return principal
+
     async def _authenticate(self, token: str, peer: PeerCertificate) -> Principal:
         header, unverified = _unverified_parts(token, self._settings.max_token_bytes)
+        principal, _claims = await self._verified(token, header, unverified, peer, None)
+        return principal
+
+    async def _verified(
+        self,
+        token: str,
+        header: dict[str, Any],
+        unverified: dict[str, Any],
+        peer: PeerCertificate,
+        audiences: list[str] | None,
+    ) -> tuple[Principal, dict[str, Any]]:
+        """The principal and verified claims of `token`; `audiences` replaces the issuer's."""
         iss = unverified.get("iss")
         issuer = self._issuers.get(iss) if isinstance(iss, str) else None
         if issuer is None:
@@ -237,20 +278,21 @@ class OidcAuthenticator:
         if kid is not None and not isinstance(kid, str):
             raise _Rejected("kid is not a string")
         key = await self._key(issuer, kid, alg)
+        wanted = issuer.audiences if audiences is None else audiences
         try:
-            claims = self._verify(token, issuer, key, alg)
+            claims = self._verify(token, issuer, key, alg, wanted)
         except _Rejected as rejected:
             # A key without kid can only be replaced, not added to: after a rotation at such an
             # issuer the one cached key fails, so look for a new one (within the refresh bounds).
             if not (rejected.bad_signature and kid is None and await issuer.keys.refresh()):
                 raise
             key = await self._key(issuer, kid, alg)
-            claims = self._verify(token, issuer, key, alg)
+            claims = self._verify(token, issuer, key, alg, wanted)
         _check_lifetime(claims, issuer.settings)
         certificate = _check_binding(claims, peer)
         if key.lease is None:  # keys are installed with a lease: a key without one is not in a set
             raise _Rejected("signing key is not part of the issuer's current key set")
-        return self._principal(claims, issuer, Proof(key.lease, certificate))
+        return self._principal(claims, issuer, Proof(key.lease, certificate)), claims
 
     @staticmethod
     async def _key(issuer: _Issuer, kid: str | None, alg: str) -> VerificationKey:
@@ -259,13 +301,15 @@ class OidcAuthenticator:
         except JwksError as exc:
             raise _Rejected(str(exc)) from None
 
-    def _verify(self, token: str, issuer: _Issuer, key: VerificationKey, alg: str) -> dict[str, Any]:
+    def _verify(
+        self, token: str, issuer: _Issuer, key: VerificationKey, alg: str, audiences: list[str]
+    ) -> dict[str, Any]:
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
                 key.key,
                 algorithms=[alg],
-                audience=issuer.audiences,
+                audience=audiences,
                 issuer=issuer.settings.issuer,
                 leeway=issuer.settings.leeway_seconds,
                 options={"require": ["exp", "iss", "aud"]},

@@ -38,10 +38,10 @@ OIDC_NAMESPACE = "oidc:"
 ANONYMOUS_NAMESPACE = "anonymous:"
 DELEGATED_NAMESPACE = "user:"
 # The groups the bundled policies (policies/*.cedar) give special power: `admins` may do
-# everything and is exempt from the guards, `monitoring` reads /metrics. No OIDC issuer asserts
-# them bare unless the operator opts in (`privileged_groups_allowed`); a test checks this set
-# against the bundled policies.
-PRIVILEGED_GROUPS = frozenset({"admins", "monitoring"})
+# everything and is exempt from the guards, `monitoring` reads /metrics, `audit-readers` read the
+# audit log. No OIDC issuer asserts them bare unless the operator opts in
+# (`privileged_groups_allowed`); a test checks this set against the bundled policies.
+PRIVILEGED_GROUPS = frozenset({"admins", "audit-readers", "monitoring"})
 # Between an issuer's namespace and a group it asserts: `corp/analysts`. A bare name containing it
 # is never admitted from an issuer, so no issuer can spell another's scoped group.
 GROUP_SCOPE_SEPARATOR = "/"

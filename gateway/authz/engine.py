@@ -49,7 +49,13 @@ from cedarberg.gateway.authz.entities import (
     principal_uid,
 )
 from cedarberg.gateway.authz.errors import PolicyLoadError, PolicyProblem
-from cedarberg.gateway.authz.loader import CompiledPolicySet, compile_sources, read_directory
+from cedarberg.gateway.authz.loader import (
+    SCHEMA_FILE,
+    CompiledPolicySet,
+    compile_sources,
+    content_version,
+    read_directory,
+)
 from cedarberg.gateway.authz.restrictions import ScanRule, rules_of
 from cedarberg.gateway.byte_lru import ByteBoundedLru
 
@@ -207,41 +213,69 @@ class PolicyEngine:
         with self._load_lock:
             if directory is not None:
                 self._directory = Path(directory)
-            version = ""
             try:
                 version, sources = read_directory(self._directory)
-                if self._active is not None and self._active.version == version:
-                    self._last_error = None
-                    self._notify()
-                    return version
-                compiled = self._compile(version, sources)
             except PolicyLoadError as err:
-                self._last_error = RefusedPolicySet(version, err.problems, datetime.now(UTC))
-                self._notify()
+                self._refused("", err)
                 raise
-            self._active = compiled
+            return self._activate(version, sources)
+
+    def load_sources(self, sources: Mapping[str, str]) -> str:
+        """Make `sources` (file name -> text, as a policy directory holds them: `schema.cedarschema`
+        and `*.cedar` files) the active set, checked as `load` checks a directory's files; returns
+        its version. For a set that exists nowhere on disk (a change preview's candidate). Raises
+        `PolicyLoadError` (a missing schema is one of its problems); the active set stays."""
+        with self._load_lock:
+            if SCHEMA_FILE not in sources:
+                error = PolicyLoadError([PolicyProblem(SCHEMA_FILE, 0, "missing")])
+                self._refused(content_version(sources), error)
+                raise error
+            return self._activate(content_version(sources), dict(sources), announce=False)
+
+    def _refused(self, version: str, err: PolicyLoadError) -> None:
+        self._last_error = RefusedPolicySet(version, err.problems, datetime.now(UTC))
+        self._notify()
+
+    def _activate(self, version: str, sources: dict[str, str], announce: bool = True) -> str:
+        """Compile `sources` and make them active (under the load lock); `announce`: log it (a
+        candidate set, which decides no request, is not). Raises PolicyLoadError."""
+        if self._active is not None and self._active.version == version:
             self._last_error = None
-            with self._cache_lock:
-                self._cache.clear()
-                self._decisions.clear()
             self._notify()
-            log.info(
-                "policy set %s loaded from %s (%d files)",
-                version[:12],
-                self._directory,
-                len(compiled.sources),
-                extra={
-                    "policy_version": version,
-                    "policy_dir": str(self._directory),
-                    "policy_files": sorted(compiled.sources),
-                },
-            )
-            for listener in self._load_listeners:
-                try:
-                    listener(self)
-                except Exception:  # a report must not undo a load that succeeded
-                    log.exception("a policy-load listener failed", extra={"policy_version": version})
             return version
+        try:
+            compiled = self._compile(version, sources)
+        except PolicyLoadError as err:
+            self._refused(version, err)
+            raise
+        self._active = compiled
+        self._last_error = None
+        with self._cache_lock:
+            self._cache.clear()
+            self._decisions.clear()
+        self._notify()
+        if announce:
+            self._announce(compiled)
+        for listener in self._load_listeners:
+            try:
+                listener(self)
+            except Exception:  # a report must not undo a load that succeeded
+                log.exception("a policy-load listener failed", extra={"policy_version": version})
+        return version
+
+    def _announce(self, compiled: CompiledPolicySet) -> None:
+        version = compiled.version
+        log.info(
+            "policy set %s loaded from %s (%d files)",
+            version[:12],
+            self._directory,
+            len(compiled.sources),
+            extra={
+                "policy_version": version,
+                "policy_dir": str(self._directory),
+                "policy_files": sorted(compiled.sources),
+            },
+        )
 
     def _compile(self, version: str, sources: dict[str, str]) -> CompiledPolicySet:
         compiled = compile_sources(self._directory, version, sources)
@@ -314,7 +348,7 @@ class PolicyEngine:
         active = self._active
         if active is None:
             return [self._deny(p_uid, action, r, "no policy set is active") for action, r, _ in checks]
-        p_json = self._principal_json(principal)
+        p_json = self.principal_json(principal)
         if not self._decisions.enabled:
             return self._decide_uncached(active, p_uid, p_json, checks)
         sight = active.sight
@@ -362,9 +396,10 @@ class PolicyEngine:
                 + self._principals.estimated_bytes
             )
 
-    def _principal_json(self, principal: Principal) -> str:
+    def principal_json(self, principal: Principal) -> str:
         """The principal's entities as Cedar JSON, rendered once per principal object (the
-        authenticators hand out the same object for every request of a cached credential)."""
+        authenticators hand out the same object for every request of a cached credential): what
+        its decisions are made on, and what their audit records carry (`decision_record`)."""
         with self._cache_lock:
             held = self._principals.get(id(principal))
             if held is not None and held[0] is principal:

@@ -79,8 +79,7 @@ def parse_uid(value: object, *, default_type: str | None = None) -> EntityUid:
     raise ResourceError(f"not an entity uid: {value!r}")
 
 
-def _read_fixture(path: Path) -> dict[str, Any]:
-    data = orjson.loads(path.read_bytes())
+def _checked_fixture(data: object) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ResourceError("a fixture is a JSON object")
     unknown = set(data) - _KEYS
@@ -93,39 +92,60 @@ def _read_fixture(path: Path) -> dict[str, Any]:
         raise ResourceError("entities must be a list")
     if not isinstance(data.get("context", {}), dict):
         raise ResourceError("context must be an object")
+    wanted = data.get("determining_policies", [])
+    if not isinstance(wanted, list) or not all(isinstance(policy, str) for policy in wanted):
+        raise ResourceError("determining_policies must be a list of policy ids")
     return data
 
 
 def run_fixture(engine: PolicyEngine, path: Path, expected: str, label: str) -> FixtureResult:
+    """Run the fixture in the file at `path` (see `run_fixture_data`)."""
     try:
-        data = _read_fixture(path)
-        action = parse_uid(data["action"], default_type=ACTION_TYPE)
-        context = {**_DEFAULT_CONTEXTS.get(action.id, DEFAULT_CONTEXT), **data.get("context", {})}
-        entities = data.get("entities", [])
+        data: object = orjson.loads(path.read_bytes())
+    except (OSError, ValueError) as err:
+        return FixtureResult(label, expected, False, f"bad fixture: {err}")
+    return run_fixture_data(engine, data, expected, label)
+
+
+def run_fixture_data(engine: PolicyEngine, data: object, expected: str, label: str) -> FixtureResult:
+    """Decide the fixture `data` (a decoded fixture document) with `engine`: it passes if the
+    decision is `expected` (ALLOW or DENY) and, where the fixture names them, made by its
+    determining policies. A malformed fixture fails with "bad fixture: ..."; nothing raises."""
+    try:
+        fixture = _checked_fixture(data)
+        action = parse_uid(fixture["action"], default_type=ACTION_TYPE)
+        context = {**_DEFAULT_CONTEXTS.get(action.id, DEFAULT_CONTEXT), **fixture.get("context", {})}
+        entities = fixture.get("entities", [])
         decision = engine.decide_request(
-            parse_uid(data["principal"]),
+            parse_uid(fixture["principal"]),
             action,
-            parse_uid(data["resource"]),
+            parse_uid(fixture["resource"]),
             context,
             entities,
         )
-    except (OSError, ValueError, ResourceError) as err:
+    except (ValueError, TypeError, ResourceError) as err:
         return FixtureResult(label, expected, False, f"bad fixture: {err}")
     problems: list[str] = []
     if decision.allowed != (expected == "ALLOW"):
         problems.append(f"expected {expected}, got {'ALLOW' if decision.allowed else 'DENY'}")
-    wanted = data.get("determining_policies")
+    wanted = fixture.get("determining_policies")
     if wanted is not None and sorted(wanted) != sorted(decision.policy_ids):
         problems.append(f"determining policies {sorted(decision.policy_ids)}, expected {sorted(wanted)}")
     notes = [*problems, *(f"error: {e}" for e in decision.errors)]
     return FixtureResult(label, expected, not problems, "; ".join(notes) or "ok", decision)
 
 
-def run_fixtures(engine: PolicyEngine, directory: Path) -> list[FixtureResult]:
-    """Run every fixture under `directory/tests/{ALLOW,DENY}` (in name order) with `engine`."""
-    results: list[FixtureResult] = []
+def fixture_files(directory: Path) -> list[tuple[str, Path, str]]:
+    """The fixtures under `directory/tests/{ALLOW,DENY}` in name order: (expected, path, label),
+    the label relative to `directory`."""
+    found: list[tuple[str, Path, str]] = []
     for expected in EXPECTATIONS:
         folder = directory / FIXTURE_DIR / expected
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            results.append(run_fixture(engine, path, expected, str(path.relative_to(directory))))
-    return results
+            found.append((expected, path, str(path.relative_to(directory))))
+    return found
+
+
+def run_fixtures(engine: PolicyEngine, directory: Path) -> list[FixtureResult]:
+    """Run every fixture under `directory/tests/{ALLOW,DENY}` (in name order) with `engine`."""
+    return [run_fixture(engine, path, expected, label) for expected, path, label in fixture_files(directory)]

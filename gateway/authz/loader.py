@@ -58,6 +58,7 @@ class CompiledPolicySet:
     # The restricted permits as Cedar JSON: their scopes say whom and what they restrict (binding.py).
     restricted_policies: Mapping[str, Mapping[str, Any]]
     sight: PolicySight  # what the policies read of a resource: the decision cache's key (sight.py)
+    effects: Mapping[str, str]  # policy id -> "permit" or "forbid"
 
 
 def split_statements(text: str) -> list[Statement]:
@@ -260,6 +261,9 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
         restrictions=MappingProxyType(restrictions),
         restricted_policies=MappingProxyType({policy_id: static[policy_id] for policy_id in restrictions}),
         sight=PolicySight.of(static.values()),
+        effects=MappingProxyType(
+            {policy_id: str(policy.get("effect", "")) for policy_id, policy in static.items()}
+        ),
     )
 
 

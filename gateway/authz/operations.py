@@ -42,6 +42,9 @@ class ActionGroup(StrEnum):
     # Trusting a client to enforce column/row restrictions itself (readRestrictedData): no route
     # carries it; it is decided before a restricted caller receives a table's files.
     TRUST = "trust"
+    # Using the browser console (useConsole): reads nothing by itself; every page is decided again
+    # on what it shows. In a group of its own, so no read or write grant implies it.
+    CONSOLE = "console"
     PUBLIC = "public"  # not a Cedar action group: no decision at all
 
 
@@ -222,6 +225,25 @@ _TABLE: tuple[OperationSpec, ...] = (
     _op("deleteDirectoryUser", Scope.CATALOG, A),
     # the admin API's own OpenAPI document (GET /admin/v1/openapi.json)
     _op("showAdminApi", Scope.CATALOG, A),
+    # the browser console (/console/): every page is first `useConsole` on the catalog for the
+    # signed-in principal, then each object it shows is decided with the REST API's own action
+    # (listNamespaces, loadTable, ...: `gateway.web.console.decisions`). Never replayable: a
+    # plan's key does not hold the session cookie.
+    _op("useConsole", Scope.CATALOG, ActionGroup.CONSOLE),
+    # signing in and out, and the console's style sheet: they authenticate themselves (an API key
+    # verified as any other, an id_token of the configured issuer, the session being ended)
+    _op("consoleSignInPage", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("consoleSignInWithKey", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("consoleSignInWithIssuer", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("consoleSignInCallback", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("consoleSignOut", Scope.PUBLIC, ActionGroup.PUBLIC),
+    _op("consoleAsset", Scope.PUBLIC, ActionGroup.PUBLIC),
+    # `/console` without its slash: a redirect to `/console/`, which then needs a session
+    _op("consoleRoot", Scope.PUBLIC, ActionGroup.PUBLIC),
+    # the audit log, filtered and followed (GET /admin/v1/audit): admins and audit-readers by default
+    _op("readAuditLog", Scope.CATALOG, A),
+    # the change preview of a candidate policy set (POST /admin/v1/policies/preview)
+    _op("previewPolicies", Scope.CATALOG, A),
 )
 
 OPERATIONS: Mapping[str, OperationSpec] = MappingProxyType({spec.operation: spec for spec in _TABLE})

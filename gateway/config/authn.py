@@ -151,9 +151,9 @@ class OidcIssuerSettings(FrozenSettings):
         "groups and grants that name the bare group); `*`: every name. Every group the issuer "
         "asserts is also, always, `<alias>/<group>` (`<alias>`: the issuer's alias, else its URL), "
         "which policies and grants may name whatever this list says. Unset: only that scoped form. "
-        "Privileged groups (`admins`, `monitoring`) are never admitted here, `*` included: see "
-        "privileged_groups_allowed. One issuer keeping the behaviour of earlier versions: `['*']` "
-        "here (or the list of its groups), the privileged groups it granted in "
+        "Privileged groups (`admins`, `audit-readers`, `monitoring`) are never admitted here, `*` "
+        "included: see privileged_groups_allowed. One issuer keeping the behaviour of earlier "
+        "versions: `['*']` here (or the list of its groups), the privileged groups it granted in "
         "privileged_groups_allowed, and groups_separator if its claim is a string.",
     )
     privileged_groups_allowed: tuple[str, ...] = Field(

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from cedarberg.gateway.config.base import FrozenSettings
+from cedarberg.gateway.config.preview import PolicyPreviewSettings
 
 # The bundled policies: `policies/` at the root of the source tree (next to `gateway/`); this file
 # is gateway/config/authz.py, so the root is two directories up.
@@ -63,4 +64,8 @@ class AuthzSettings(FrozenSettings):
         le=64 * 1024**2,
         description="Largest decision or entity set (estimated) that is cached; larger ones are "
         "decided without being remembered, so they cannot crowd out the cache.",
+    )
+    preview: PolicyPreviewSettings = Field(
+        default_factory=PolicyPreviewSettings,
+        description="Bounds of the policy change preview (POST /admin/v1/policies/preview).",
     )

@@ -29,6 +29,7 @@ from cedarberg.gateway.config.authn import ApiKeySettings, DelegationSettings, O
 from cedarberg.gateway.config.authz import AuthzSettings
 from cedarberg.gateway.config.base import FrozenSettings
 from cedarberg.gateway.config.caches import ReadCacheSettings
+from cedarberg.gateway.config.console import ConsoleSettings
 from cedarberg.gateway.config.environment import ENV_PREFIX
 from cedarberg.gateway.config.planning import PlanningSettings
 from cedarberg.gateway.config.ratelimit import RateLimitSettings
@@ -232,6 +233,9 @@ class Settings(FrozenSettings):
     anonymous: AnonymousSettings | None = Field(
         None, description="UNSAFE outside development: a principal for requests without credentials."
     )
+    console: ConsoleSettings = Field(
+        default_factory=ConsoleSettings, description="The security console in the browser (off by default)."
+    )
 
     @field_validator("store_url")
     @classmethod
@@ -266,6 +270,26 @@ class Settings(FrozenSettings):
     def _default_warehouse_exists(self) -> Settings:
         if self.warehouses and self.default_warehouse not in self.warehouses:
             raise ValueError(f"default_warehouse {self.default_warehouse!r} is not among the warehouses")
+        return self
+
+    @model_validator(mode="after")
+    def _console_needs_tls_and_its_issuer(self) -> Settings:
+        """The console's cookie is `Secure` and `__Host-` prefixed (browsers keep it only from
+        https), and its sign-in issuer must be one the gateway trusts for bearer tokens: a session
+        is the principal a token of that issuer would be."""
+        console = self.console
+        if not console.enabled:
+            return self
+        if not self.tls.enabled:
+            raise ValueError("console.enabled needs TLS: set tls.cert_file and tls.key_file")
+        if console.url is None and self.host in ("0.0.0.0", "::", ""):  # noqa: S104 - compared, not bound
+            raise ValueError("console.url must be set when host is a wildcard address")
+        if console.oidc_issuer is not None and not any(
+            issuer.alias == console.oidc_issuer for issuer in self.oidc.issuers
+        ):
+            raise ValueError(
+                f"console.oidc_issuer {console.oidc_issuer!r} is not the alias of an oidc issuer"
+            )
         return self
 
     def effective_warehouses(self) -> dict[str, WarehouseSettings]:

@@ -41,12 +41,22 @@ from cedarberg.gateway.web.route import Route
 from cedarberg.gateway.web.routes import (
     admin,
     admin_openapi,
+    audit_trail,
     config,
+    console_access,
+    console_audit,
+    console_catalog,
+    console_explain,
+    console_keys,
+    console_policies,
+    console_signin,
+    console_users,
     directory,
     namespaces,
     oauth,
     ops,
     planning,
+    policy_preview,
     recovery,
     review,
     tables,
@@ -66,10 +76,24 @@ ALL_ROUTES: tuple[Route, ...] = (
     *views.ROUTES,
     *admin.ROUTES,
     *admin_openapi.ROUTES,
+    *audit_trail.ROUTES,
     *directory.ROUTES,
     *review.ROUTES,
+    *policy_preview.ROUTES,
     *recovery.ROUTES,
     *ops.ROUTES,
+)
+# The browser console (/console/), registered only when `console.enabled`: its routes are
+# authenticated by the console's session (`Route.session`) and answer pages, not ErrorModels.
+CONSOLE_ROUTES: tuple[Route, ...] = (
+    *console_signin.ROUTES,
+    *console_catalog.ROUTES,
+    *console_access.ROUTES,
+    *console_explain.ROUTES,
+    *console_audit.ROUTES,
+    *console_policies.ROUTES,
+    *console_keys.ROUTES,
+    *console_users.ROUTES,
 )
 _IDEMPOTENCY_SWEEP_SECONDS = 300
 
@@ -223,5 +247,5 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(catalog_resources)
     app.cleanup_ctx.append(security_services)
     app.on_startup.append(_freeze_heap)
-    _register(app, ALL_ROUTES)
+    _register(app, ALL_ROUTES + (CONSOLE_ROUTES if settings.console.enabled else ()))
     return app

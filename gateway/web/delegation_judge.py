@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Ruling
 from cedarberg.gateway.authn.principal import Principal, PrincipalKind
 from cedarberg.gateway.authn.subject_token import DelegationFacts
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.entities import EntityType, EntityUid, principal_entities, principal_uid
+from cedarberg.gateway.decision_record import decided_request
 from cedarberg.gateway.logs import current_request_id
 
 ACT_AS = "actAs"
@@ -80,13 +83,9 @@ class CedarDelegationJudge:
     ) -> bool:
         """Whether `actor` may act for `user`; the decision is audited."""
         resource = _user_uid(user)
-        decision = self._policies.decide_request(
-            principal_uid(actor),
-            ACT_AS,
-            resource,
-            delegation_context(actor, facts, client, refresh),
-            _entities(actor, user),
-        )
+        context = delegation_context(actor, facts, client, refresh)
+        entities = _entities(actor, user)
+        decision = self._policies.decide_request(principal_uid(actor), ACT_AS, resource, context, entities)
         detail: dict[str, Any] = {"refresh": refresh, "subject_issuer": facts.subject_issuer}
         if decision.errors:
             detail["errors"] = list(decision.errors)
@@ -102,6 +101,14 @@ class CedarDelegationJudge:
                 policy_version=decision.version,
                 client_address=client,
                 detail=detail,
+                # The entities as decided on: the actor's first, then the user's (deduplicated).
+                cedar_request=decided_request(
+                    principal_uid(actor),
+                    self._policies.principal_json(actor),
+                    resource,
+                    orjson.dumps(entities[len(principal_entities(actor)) :]).decode(),
+                    context,
+                ),
             )
         )
         return decision.allowed

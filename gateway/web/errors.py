@@ -17,13 +17,16 @@ from aiohttp import web
 
 from cedarberg.catalog import errors as catalog_errors
 from cedarberg.gateway.audit import AuditUnavailableError
+from cedarberg.gateway.audit_query import AuditNotReadableError
 from cedarberg.gateway.authn.errors import (
     AuthenticationError,
     CredentialExpiredError,
     CredentialFormError,
     UnsupportedBindingError,
 )
+from cedarberg.gateway.config.console import CONSOLE_PREFIX
 from cedarberg.gateway.ratelimit import RateLimitUnavailableError, RetryAfter
+from cedarberg.gateway.web.console.error_page import error_page
 
 log = logging.getLogger("cedarberg.request")
 
@@ -105,6 +108,8 @@ ERROR_TABLE: dict[type[BaseException], ErrorMapping] = {
     RateLimitedError: ErrorMapping(429, "TooManyRequestsException", headers=_retry_after_limited),
     # The audit writer logs why its destination fails (once, not per refused request).
     AuditUnavailableError: ErrorMapping(503, _UNAVAILABLE, log_failure=False),
+    # The audit log goes to stdout: this deployment cannot read it back (the message names the setting).
+    AuditNotReadableError: ErrorMapping(501, "NotImplementedException", log_failure=False),
     # The limiter logs why its storage is unusable.
     RateLimitUnavailableError: ErrorMapping(
         503, _UNAVAILABLE, "rate limiting is unavailable", log_failure=False
@@ -158,30 +163,38 @@ CATALOG_URI_HINT = (
 
 
 def answer(request: web.Request, request_id: str, err: Exception) -> tuple[web.Response, str]:
-    """The ErrorModel response for `err` and its error type. Re-raises a redirect-class
-    HTTPException (aiohttp answers those itself). A 404 of a path under /v1/v1/ says that the
-    catalog URI must not end in /v1 (`CATALOG_URI_HINT`)."""
+    """The ErrorModel response for `err` and its error type, or under /console/ the same status
+    and message as a page (`console.error_page`). Re-raises a redirect-class HTTPException
+    (aiohttp answers those itself). A 404 of a path under /v1/v1/ says that the catalog URI must
+    not end in /v1 (`CATALOG_URI_HINT`)."""
+    status, error_type, message, headers = _mapped(request, request_id, err)
+    if status == 404 and request.path.startswith(DOUBLED_VERSION_PREFIX):
+        message = f"{message}: {CATALOG_URI_HINT}"
+    if request.path.startswith(CONSOLE_PREFIX):
+        return error_page(status, message, headers), error_type
+    return error_response(status, error_type, message, headers), error_type
+
+
+def _mapped(
+    request: web.Request, request_id: str, err: Exception
+) -> tuple[int, str, str, dict[str, str] | None]:
+    """Status, error type, message and extra headers of `err` (see `answer`)."""
     headers: dict[str, str] | None
     if isinstance(err, web.HTTPException):
         if err.status < 400:
             raise err
-        status, error_type = err.status, http_error_type(err.status)
-        message = "request body is too large" if status == 413 else err.reason
+        message = "request body is too large" if err.status == 413 else err.reason
         headers = {"Allow": err.headers["Allow"]} if "Allow" in err.headers else None
-    else:
-        mapped = lookup(err)
-        if mapped is None:
-            log.exception("unhandled error in %s %s", request.method, request.path)
-            message = f"internal error; request id {request_id}"
-            return error_response(500, "ServerErrorException", message), "ServerErrorException"
-        if mapped.status >= 500 and mapped.log_failure:
-            log.warning("%s %s failed: %s", request.method, request.path, err)
-        status, error_type = mapped.status, mapped.error_type
-        headers = mapped.headers(err) if mapped.headers is not None else None
-        message = mapped.message if mapped.message is not None else str(err)
-    if status == 404 and request.path.startswith(DOUBLED_VERSION_PREFIX):
-        message = f"{message}: {CATALOG_URI_HINT}"
-    return error_response(status, error_type, message, headers), error_type
+        return err.status, http_error_type(err.status), message, headers
+    mapped = lookup(err)
+    if mapped is None:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return 500, "ServerErrorException", f"internal error; request id {request_id}", None
+    if mapped.status >= 500 and mapped.log_failure:
+        log.warning("%s %s failed: %s", request.method, request.path, err)
+    headers = mapped.headers(err) if mapped.headers is not None else None
+    message = mapped.message if mapped.message is not None else str(err)
+    return mapped.status, mapped.error_type, message, headers
 
 
 def error_types(status: int) -> list[str]:

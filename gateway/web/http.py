@@ -6,6 +6,7 @@ from typing import Any, TypeVar, overload
 
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 from pydantic import BaseModel, ValidationError
 
 from cedarberg.catalog import json_nesting, requests
@@ -125,14 +126,26 @@ def query_value(request: web.Request, name: str, default: str | None = None) -> 
     gateway interprets is read here. Raises InvalidRequestError when it is repeated: aiohttp's
     `get` reads the first of them, a proxy, cache or engine may read the last, and the gateway
     would decide on one and answer (or be read by another party) on the other."""
-    values = request.query.getall(name, ())
+    found = one_value(request.query, name)
+    return default if found is None else found
+
+
+def one_value(query: MultiMapping[str], name: str) -> str | None:
+    """`query_value` on a query already taken apart (a console form normalised to what an
+    endpoint reads). Raises InvalidRequestError when `name` is repeated."""
+    values = query.getall(name, ())
     if len(values) > 1:
         raise InvalidRequestError(f"query parameter '{name}' is repeated")
-    return values[0] if values else default
+    return values[0] if values else None
 
 
 def flag(request: web.Request, name: str) -> bool:
-    value = query_value(request, name, "false").lower()
+    return one_flag(request.query, name)
+
+
+def one_flag(query: MultiMapping[str], name: str) -> bool:
+    """Query parameter `name` as true or false (absent: false). Raises InvalidRequestError."""
+    value = (one_value(query, name) or "false").lower()
     if value not in ("true", "false"):
         raise InvalidRequestError(f"{name} must be true or false")
     return value == "true"

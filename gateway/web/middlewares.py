@@ -6,7 +6,9 @@ request id and errors → limit by client address → (replay a plan, or:) route
 aiohttp routes the request (`gateway.web.front`); without the front, the middleware runs them.
 Routes are looked up in the one route table; an operation without an entry in the authorization
 table cannot be registered (`gateway.web.app`), so nothing reaches a handler undecided. Errors
-become responses through the one error table (`gateway.web.errors`).
+become responses through the one error table (`gateway.web.errors`). A console route
+(`Route.session`) is authenticated by the browser's console session instead of by its headers
+(`gateway.web.console.session_auth`); every other step is the same.
 
 A read may be recorded as a plan and replayed by the next identical request while everything it
 was derived from is unchanged (`gateway.web.replay`): the replay runs the same steps in the same
@@ -42,6 +44,7 @@ from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web import errors, http, outcomes, refusals, replay, resources, verdicts
 from cedarberg.gateway.web.bodies import BODIES
+from cedarberg.gateway.web.console import session_auth
 from cedarberg.gateway.web.errors import ForbiddenError, RateLimitedError
 from cedarberg.gateway.web.keys import (
     ACCESS_LOG,
@@ -86,10 +89,11 @@ _CLASSES = {
     ActionGroup.MANAGE: OperationClass.WRITE,
     ActionGroup.ADMIN: OperationClass.ADMIN,
     ActionGroup.OPERATE: OperationClass.READ,
+    ActionGroup.CONSOLE: OperationClass.READ,
     ActionGroup.PUBLIC: OperationClass.TOKEN,
 }
 # Reads (and the operator's reads): never audited as mutations.
-_READ_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
+_READ_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE, ActionGroup.CONSOLE})
 
 
 def _spec(request: web.Request) -> OperationSpec | None:
@@ -323,7 +327,13 @@ async def _decided(request: web.Request, spec: OperationSpec, handler: Handler) 
     decisions' records are durable and is acknowledged only once its outcome's record is;
     otherwise AuditUnavailableError (503)."""
     sec = security(request)
-    principal = await _authenticate(request)
+    route = route_of(request)
+    if route is not None and route.session:
+        # A console route: the session cookie is its credential, and headers are not.
+        bound = session_auth.MAX_FORM_BYTES if route.form_bytes is None else route.form_bytes(sec.settings)
+        principal = await session_auth.authenticate(request, spec.operation, bound)
+    else:
+        principal = await _authenticate(request)
     request[PRINCIPAL] = principal
     who = f"{principal.kind}:{principal.id}"
     # The log's principal is the audit record's: the namespaced id (`key:etl`).

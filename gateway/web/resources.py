@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # annotations only: the security and services are passed in
 # Reads may be decided on grants up to `cache.registry_ttl_seconds` old (when changed by another
 # process); everything else on the database's.
 _NO_PROPERTIES: dict[str, str] = {}  # one object, so the resource memo recognises "absent"
-_CACHED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE})
+_CACHED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE, ActionGroup.CONSOLE})
 
 
 @dataclass(frozen=True, slots=True)

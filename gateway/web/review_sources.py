@@ -20,9 +20,14 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cedarberg.catalog.errors import NoSuchTableError, NoSuchViewError, NoSuchWarehouseError
+from cedarberg.catalog.errors import (
+    InvalidRequestError,
+    NoSuchTableError,
+    NoSuchViewError,
+    NoSuchWarehouseError,
+)
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.objects import TABLE, VIEW
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
@@ -42,6 +47,9 @@ from cedarberg.gateway.authz.naming import ResourceName, StatedGrants
 from cedarberg.gateway.web.resources import RegistryGrants
 from cedarberg.gateway.web.services import Services
 
+if TYPE_CHECKING:
+    from cedarberg.gateway.web.security import Security
+
 _KEY_PAGE = 1000
 
 
@@ -58,6 +66,56 @@ class ReviewSources:
     keys: ApiKeyAuthenticator
     engine: PolicyEngine
     anonymous: Principal | None
+
+    @classmethod
+    def running(cls, services: Services, security: Security) -> ReviewSources:
+        """The running gateway's (the admin endpoint's and the console's)."""
+        return cls(services, security.api_keys, security.policies, security.anonymous)
+
+
+# -- what a caller asks (the admin endpoint's query, the console's form) ------------------------------
+
+
+def review_context(auth_method: str | None, client_address: str | None) -> review.ReviewContext:
+    """The context the review's decisions are made with (default `api-key` from `127.0.0.1`).
+    Raises InvalidRequestError for an unknown method or an address not of 1-64 characters."""
+    try:
+        method = AuthMethod(AuthMethod.API_KEY.value if auth_method is None else auth_method)
+    except ValueError:
+        raise InvalidRequestError(
+            f"auth_method must be one of {', '.join(m.value for m in AuthMethod)}"
+        ) from None
+    address = "127.0.0.1" if client_address is None else client_address
+    if not 1 <= len(address) <= 64:
+        raise InvalidRequestError("client_address must be 1-64 characters")
+    return review.ReviewContext(method, address)
+
+
+async def reviewed_target(services: Services, path: str | None, kind_wanted: str | None) -> Resource:
+    """`reviewed_resource` for a caller's `resource` (`path`) and `type` (`kind_wanted`: "table",
+    "view" or None). Raises InvalidRequestError for a missing or malformed one, or the catalog's
+    NoSuch* error when the object does not exist."""
+    if not path:
+        raise InvalidRequestError("resource is required (WAREHOUSE[/NS.NS[/NAME]])")
+    if kind_wanted not in (None, "table", "view"):
+        raise InvalidRequestError("type must be table or view")
+    try:
+        return await reviewed_resource(services, path, kind_wanted)
+    except ResourceError as err:
+        raise InvalidRequestError(str(err)) from None
+
+
+async def resource_answer(
+    sources: ReviewSources, target: Resource, actions: Sequence[str], context: review.ReviewContext
+) -> dict[str, Any]:
+    """The answer of `GET /admin/v1/review?resource=...`: who may do each of `actions` (all of the
+    kind's if empty) on `target` (`resource_review`); the console's Access page shows the same
+    document. Raises InvalidRequestError for an action not decided on the kind."""
+    try:
+        chosen = review.chosen_actions(target.kind, actions)
+        return await resource_review(sources, target, chosen, context)
+    except ResourceError as err:
+        raise InvalidRequestError(str(err)) from None
 
 
 # -- the registry -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.ratelimit import OperationClass, RateLimiter
+from cedarberg.gateway.web.console.services import ConsoleServices
 from cedarberg.gateway.web.delegation_judge import CedarDelegationJudge
 from cedarberg.gateway.web.replay import PlanCache
 
@@ -54,6 +55,7 @@ class Security:
     plans: PlanCache
     directory: UserDirectory
     watcher: PolicyWatcher | None = None
+    console: ConsoleServices | None = None  # the browser console, when `console.enabled`
 
     @classmethod
     async def open(cls, settings: Settings) -> Security:
@@ -106,6 +108,7 @@ class Security:
             ),
             plans=_plan_cache(settings),
             directory=UserDirectory(key_store),
+            console=ConsoleServices.build(settings, key_store) if settings.console.enabled else None,
         )
         # Engines acting for their users: the actor authenticates as any bearer credential does.
         security.token_endpoint.delegation = Delegation(
@@ -164,6 +167,8 @@ class Security:
     async def close(self) -> None:
         if self.watcher is not None:
             await self.watcher.stop()
+        if self.console is not None:
+            await self.console.close()
         await self.api_keys.aclose()
         await self.key_store.close()
         await self.oidc.close()

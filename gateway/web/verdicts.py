@@ -11,8 +11,10 @@ What a record says beyond the decision: a denial carries the status the client i
 denial that withholds something without refusing the request, e.g. credentials not vended) and
 its `reason`; an allowed load or scan plan that restricted permits narrowed carries its
 `restrictions` (policy ids, columns kept, row filter, masks: `restrictions.describe`), the ones
-the handler applies. Both are part of the decision's record, so a replayed read writes them too,
-at no extra cost.
+the handler applies. Every record of a policy decision carries its `cedar_request`, the request
+exactly as Cedar decided it (`gateway.decision_record`), so that a change preview can decide it
+again. All are part of the decision's record, so a replayed read writes them too, at no extra
+cost.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from cedarberg.catalog.errors import (
 from cedarberg.gateway.audit import AuditEvent, EventKind, Ruling
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.authorizer import Check, Verdict, decide_checks
-from cedarberg.gateway.authz.entities import EntityType
+from cedarberg.gateway.authz.entities import EntityType, principal_uid
 from cedarberg.gateway.authz.restrictions import describe
+from cedarberg.gateway.decision_record import decided_request
 from cedarberg.gateway.web import replay
 from cedarberg.gateway.web.keys import PRINCIPAL, metrics, request_id_of, security
 
@@ -96,6 +99,7 @@ def decide(
     sec = security(request)
     verdict = decide_checks(sec.policies, principal, operation, checks)
     stats = metrics(request)
+    principal_json = sec.policies.principal_json(principal)  # rendered once per principal object
     if hides and not verdict.allowed and hidden_error(verdict) is not None:
         denial_status = HIDDEN_STATUS
     for check, decision in verdict.decisions:
@@ -115,6 +119,13 @@ def decide(
             detail=_allow_detail(sec.policies, check, decision)
             if decision.allowed
             else _denial_detail(decision),
+            cedar_request=decided_request(
+                principal_uid(principal),
+                principal_json,
+                check.resource.uid,
+                check.resource.entities_json,
+                check.context.to_cedar(),
+            ),
         )
         sec.audit.record(event)
         replay.note_decision(event, counter)

@@ -342,6 +342,62 @@ def test_explain_refuses_bad_requests(admin: Api, body: dict[str, Any], message:
     assert message in response.json()["error"]["message"]
 
 
+def test_explain_reports_the_grants_it_read(admin: Api) -> None:
+    properties = {"cedarberg.readers": "bi", "cedarberg.protected-refs": "main"}
+    created = admin("POST", "/v1/namespaces", json={"namespace": ["granted"], "properties": properties})
+    assert created.status_code == 200, created.text
+    child = {"namespace": ["granted", "eu"], "properties": {"cedarberg.writers": "etl"}}
+    assert admin("POST", "/v1/namespaces", json=child).status_code == 200
+    table = {"type": "table", "namespace": ["granted", "eu"], "name": "orders"}
+    live = _explain(admin, principal="ann", groups=["etl"], action="loadTable", resource=table)
+    assert live["grants_from"] == "catalog"
+    # Node by node, warehouse first, each with its own grants joined with those above it.
+    assert live["grants"] == [
+        {
+            "resource": 'Cedarberg::Warehouse::"default"',
+            "readers": [],
+            "writers": [],
+            "protected_refs": [],
+            "schema_locked": False,
+        },
+        {
+            "resource": 'Cedarberg::Namespace::"default/granted"',
+            "readers": ["bi"],
+            "writers": [],
+            "protected_refs": ["main"],
+            "schema_locked": False,
+        },
+        {
+            "resource": 'Cedarberg::Namespace::"default/granted.eu"',
+            "readers": ["bi"],
+            "writers": ["etl"],
+            "protected_refs": ["main"],
+            "schema_locked": False,
+        },
+    ]
+    assert live["decision"] == "allow"
+    stated = _explain(
+        admin,
+        principal="ann",
+        groups=["etl"],
+        action="loadTable",
+        resource={
+            **table,
+            "namespace_properties": [{}, {"cedarberg.schema-locked": "true"}],
+            "warehouse_properties": {"cedarberg.readers": "auditors"},
+        },
+    )
+    assert stated["grants_from"] == "request"
+    assert [(g["readers"], g["writers"], g["schema_locked"]) for g in stated["grants"]] == [
+        (["auditors"], [], False),
+        (["auditors"], [], False),
+        (["auditors"], [], True),
+    ]
+    assert stated["decision"] == "deny"  # the stated grants, not the registry's, were decided on
+    catalog = _explain(admin, principal="ann", groups=["etl"], action="showPolicies")
+    assert catalog["grants"] == []
+
+
 def test_explain_an_api_key_action_looks_up_the_owner(admin: Api) -> None:
     key_id = _create(admin, "owner-1")["id"]
     result = _explain(

@@ -28,6 +28,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from cedarberg.gateway.web.app import ALL_ROUTES
 from cedarberg.gateway.web.routes.openapi.document import build
+from cedarberg.gateway.web.routes.policy_preview import NO_AUDIT_FILE
 from tests.support.gateway import GatewayProcess, bundled_policies
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
 
@@ -138,6 +139,7 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayP
             "rate_limits": dict(GENEROUS_RATE_LIMITS),
             "authz": {"policy_dir": str(policies)},
             "oidc": {"issuers": [ISSUER]},
+            "audit": {"destination": str(root / "audit" / "audit.jsonl"), "durability": "write"},
         },
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {admin_key}"},
@@ -299,6 +301,36 @@ def _policies(c: Conformance, admin: str, gateway: GatewayProcess, policies: Pat
     c.call("explainDecision", admin, 413, data=big, headers={"Content-Type": "application/json"})
 
 
+def _preview(c: Conformance, admin: str, reader: str) -> None:
+    """The change preview: a valid candidate (re-deciding what this gateway's audit file recorded),
+    a broken one, and the bounds. (A gateway with its audit log on stdout: `_audit_log`.)"""
+    opened = '@id("bi-loads-scratch")\npermit (principal in Cedarberg::Group::"bi", action, resource);\n'
+    fixture = {
+        "principal": 'Cedarberg::User::"key:x"',
+        "action": "loadTable",
+        "resource": 'Cedarberg::Catalog::"cedarberg"',
+    }
+    previewed = c.call(
+        "previewPolicies",
+        admin,
+        200,
+        json={
+            "files": {"opened.cedar": opened},
+            "fixtures": [{"expected": "DENY", "name": "bad.json", "fixture": fixture}],
+            "decisions": 10,
+        },
+    ).json()
+    assert previewed["valid"], previewed
+    assert previewed["decisions"]["audit"]["unavailable"] is None, previewed
+    broken = c.call("previewPolicies", admin, 200, json={"files": {"broken.cedar": "permit ("}}).json()
+    assert broken["problems"]
+    assert broken["decisions"] is None
+    c.call("previewPolicies", admin, 400, json={"removed": ["schema.cedarschema"]})
+    big = b'{"files": {"big.cedar": "' + b"x" * (3 * 1024 * 1024) + b'"}}'
+    c.call("previewPolicies", admin, 413, data=big, headers={"Content-Type": "application/json"})
+    c.call("previewPolicies", reader, 403, json={})
+
+
 def _review(c: Conformance, admin: str) -> None:
     table = c.call("reviewAccess", admin, 200, params={"resource": "default/sales/orders"}).json()
     assert table["not_enumerated"], table
@@ -366,17 +398,48 @@ def _directory(c: Conformance, admin: str) -> None:
     c.call("deleteDirectoryUser", admin, 404, {"name": "bob"})
 
 
+def _audit_log(c: Conformance, admin: str, reader: str, tmp_path: Path) -> None:
+    """Pages, following, bad queries; and a gateway that writes its audit log to stdout (501)."""
+    first = c.call("readAuditLog", admin, 200, params={"pageSize": "2"}).json()
+    assert first["records"], first
+    assert any(record["explain"] is not None for record in first["records"]), first
+    c.call("readAuditLog", admin, 200, params={"pageToken": first["next-page-token"], "event": "decision"})
+    c.call("readAuditLog", admin, 200, params={"after": first["follow-token"], "wait": "0"})
+    c.call("readAuditLog", admin, 400, params={"pageSize": "501"})
+    c.call("readAuditLog", admin, 400, params={"after": first["follow-token"][:-2] + "AA"})
+    c.call("readAuditLog", reader, 403)
+    data_dir = tmp_path / "stdout-gateway"
+    key = keys_create(data_dir, "root", ["admins"])
+    plain = GatewayProcess(
+        data_dir,
+        config={"rate_limits": dict(GENEROUS_RATE_LIMITS)},
+        anonymous=False,
+        probe_headers={"Authorization": f"Bearer {key}"},
+    )
+    plain.start()
+    try:
+        elsewhere = Conformance(plain.url, c.document)
+        elsewhere.call("readAuditLog", key, 501)
+        blind = elsewhere.call("previewPolicies", key, 200, json={"decisions": 1}).json()
+        assert blind["decisions"]["audit"]["unavailable"] == NO_AUDIT_FILE
+        c.seen |= elsewhere.seen
+    finally:
+        plain.stop()
+
+
 def test_every_admin_operation_answers_as_documented(
-    started: tuple[GatewayProcess, str, Path], conformance: Conformance
+    started: tuple[GatewayProcess, str, Path], conformance: Conformance, tmp_path: Path
 ) -> None:
     gateway, admin, policies = started
     c = conformance
     reader = _api_keys(c, admin)
     _policies(c, admin, gateway, policies)
+    _preview(c, admin, reader)
     _review(c, admin)
     _dropped(c, admin)
     c.call("showKms", admin, 200)
     _directory(c, admin)
+    _audit_log(c, admin, reader, tmp_path)
     c.call("showAdminApi", admin, 200)
     c.call("showAdminApi", reader, 403)
     c.call("showAdminApi", "cbk_aaaaaaaaaaaaaaaa_" + "A" * 43, 401)

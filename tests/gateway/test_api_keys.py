@@ -556,7 +556,7 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
         gateway_version = db.execute("SELECT version_num FROM alembic_version_gateway").fetchall()
         catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
-    assert gateway_version == [("gw0005",)]
+    assert gateway_version == [("gw0006",)]
     assert catalog_version == [("0006",)]
     store = await open_key_store(url)
     try:

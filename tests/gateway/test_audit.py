@@ -50,6 +50,7 @@ FIELDS = [
     "outcome",
     "status",
     "detail",
+    "cedar_request",
 ]
 
 ALICE = Principal(

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
 from tests.support.cli import clean_environ, run_cedarberg
 from tests.support.gateway import REPO_ROOT, GatewayProcess, bundled_policies
+from tests.support.policies import validate_summary
 from tests.support.ports import free_port
 from tests.support.secure import GENEROUS_RATE_LIMITS, keys_create
 
@@ -37,8 +39,9 @@ permit (
     resource
 );
 """
-BUNDLED_SUMMARY = "8 policies in 5 file(s) valid"
-DEPLOYED_SUMMARY = "9 policies in 6 file(s) valid"
+BUNDLED_SUMMARY = validate_summary(BUNDLED_POLICY_DIR)
+# the deployment's directory: the bundled policies and AUDITORS in a file of its own
+DEPLOYED_SUMMARY = validate_summary(BUNDLED_POLICY_DIR, extra_files=1, extra_policies=1)
 
 
 def _fixture(principal: str, group: str) -> dict[str, object]:

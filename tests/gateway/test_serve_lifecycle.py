@@ -208,7 +208,7 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
 
     current = _cli("db", "current", *location_args)
     assert current.returncode == 3, current.stderr
-    assert "gateway: gw0001 (needs gw0005)" in current.stdout
+    assert "gateway: gw0001 (needs gw0006)" in current.stdout
     assert "catalog: 0006 (head)" in current.stdout
 
     strict = GatewayProcess(data_dir, store_url=store_url, config={"migrate_on_start": False})
@@ -222,7 +222,7 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
 
     upgraded = _cli("db", "upgrade", *location_args)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "gateway: gw0005 (from gw0001)" in upgraded.stdout
+    assert "gateway: gw0006 (from gw0001)" in upgraded.stdout
     assert "catalog: 0006 (unchanged)" in upgraded.stdout
     assert _cli("db", "current", *location_args).returncode == 0
 
@@ -244,4 +244,4 @@ def test_serve_upgrades_an_outdated_registry_by_default(tmp_path: Path) -> None:
         status, body = _request(f"{gw.url}/v1/namespaces/kept")
         assert status == 200
         assert body["namespace"] == ["kept"]
-    assert _gateway_revision(sync_url) == "gw0005"
+    assert _gateway_revision(sync_url) == "gw0006"

@@ -57,6 +57,7 @@ from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKi
 from cedarberg.gateway.authz import binding, naming
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
 from cedarberg.gateway.authz.entities import EntityType, Resource
+from cedarberg.gateway.authz.grant_chain import grant_chain
 from cedarberg.gateway.authz.naming import GrantSource, ResourceName, StatedGrants
 from cedarberg.gateway.authz.operations import OPERATIONS, Scope
 from cedarberg.gateway.authz.restrictions import describe
@@ -123,8 +124,11 @@ def _expiry(value: str | None) -> datetime | None:
     return expires_at
 
 
-async def create_api_key(request: web.Request) -> web.Response:
-    body = http.validate(CreateKeyRequest, await http.json_object(request, MAX_BODY_BYTES))
+async def create_key(request: web.Request, body: CreateKeyRequest) -> tuple[ApiKeyRecord, str]:
+    """Create the key `body` describes (createApiKey, decided already) and name it in the
+    mutation's audit record; returns its record and the plaintext key, to be shown once. Raises
+    InvalidRequestError (a bad owner, group, expiry or description), StorageUnavailableError.
+    (The admin API and the console's Keys page both create keys here.)"""
     with _key_errors():
         record, plaintext = await security(request).api_keys.create_key(
             body.principal,
@@ -135,6 +139,12 @@ async def create_api_key(request: web.Request) -> web.Response:
         )
     # The decision was on the catalog (the key did not exist yet): the outcome names the key.
     request[AUDIT_DETAIL] = {"key_id": record.key_id, "key_principal": record.principal_id}
+    return record, plaintext
+
+
+async def create_api_key(request: web.Request) -> web.Response:
+    body = http.validate(CreateKeyRequest, await http.json_object(request, MAX_BODY_BYTES))
+    record, plaintext = await create_key(request, body)
     headers = {**_NO_STORE, "Location": f"{API_KEYS}/{record.key_id}"}
     return _json(_with_key(record, plaintext), status=201, headers=headers)
 
@@ -155,12 +165,20 @@ async def list_api_keys(request: web.Request) -> web.Response:
     after = http.query_value(request, "pageToken") or None
     if after is not None and not is_key_id(after):
         raise InvalidRequestError("invalid pageToken")
-    size = _page_size(request)
+    page, next_token = await key_page(request, principal, after, _page_size(request))
+    return _json({"api-keys": [r.to_json() for r in page], "next-page-token": next_token})
+
+
+async def key_page(
+    request: web.Request, principal: str | None, after: str | None, size: int
+) -> tuple[list[ApiKeyRecord], str | None]:
+    """One page of key records (listApiKeys, decided already) in id order after the key id
+    `after`, of `principal` only if given, and the token of the next page (None on the last).
+    Raises StorageUnavailableError. (The admin API and the console's Keys page list keys here.)"""
     # One more than a page tells whether another page follows.
     records = await security(request).api_keys.list_keys(principal=principal, after=after, limit=size + 1)
     page = records[:size]
-    next_token = page[-1].key_id if len(records) > size else None
-    return _json({"api-keys": [r.to_json() for r in page], "next-page-token": next_token})
+    return page, page[-1].key_id if len(records) > size else None
 
 
 async def get_api_key(request: web.Request) -> web.Response:
@@ -266,12 +284,21 @@ async def _explain_name(request: web.Request, action: str, spec: ExplainResource
 
 
 async def explain_decision(request: web.Request) -> web.Response:
-    """Decide a hypothetical request with the active policies and say why.
+    """Decide a hypothetical request with the active policies and say why (`explanation`)."""
+    body = http.validate(ExplainRequest, await http.json_object(request, MAX_BODY_BYTES))
+    return _json(await explanation(request, body))
+
+
+async def explanation(request: web.Request, body: ExplainRequest) -> dict[str, Any]:
+    """The answer of `POST /admin/v1/explain` to `body`: the decision of the active policies, the
+    determining policies, the restrictions and where they cannot bind, and the grants read. The
+    console's Explain page shows the same answer (`routes.console_explain`).
 
     Grants come from `resource.namespace_properties` if given, else from the catalog's namespaces
-    (missing ones count as having no properties), as the gateway itself would decide.
+    (missing ones count as having no properties), as the gateway itself would decide. Raises
+    InvalidRequestError (not a Cedar action, a bad auth_method, a resource of the wrong kind),
+    NotFoundError (an unknown API key) and NoSuchWarehouseError.
     """
-    body = http.validate(ExplainRequest, await http.json_object(request, MAX_BODY_BYTES))
     spec = OPERATIONS.get(body.action)
     if spec is None or spec.action is None:
         raise InvalidRequestError(f"not a Cedar action: {body.action!r}")
@@ -300,24 +327,24 @@ async def explain_decision(request: web.Request) -> web.Response:
     findings = binding.Judge(engine, context, warehouses).decision(decision, who, resource)
     active = engine.active
     locations = active.locations if active is not None else {}
-    return _json(
-        {
-            "decision": "allow" if decision.allowed else "deny",
-            "allowed": decision.allowed,
-            "principal": decision.principal,
-            "action": decision.action,
-            "resource": decision.resource,
-            "policy_ids": list(decision.policy_ids),
-            "policies": [{"id": p, "location": locations.get(p)} for p in decision.policy_ids],
-            "errors": list(decision.errors),
-            "version": decision.version,
-            "grants_from": source,
-            # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
-            "restrictions": describe(engine.scan_rules(decision)),
-            # Where those restrictions do not bind, and what does instead (binding.py).
-            "restrictions_not_binding": binding.as_json(findings),
-        }
-    )
+    return {
+        "decision": "allow" if decision.allowed else "deny",
+        "allowed": decision.allowed,
+        "principal": decision.principal,
+        "action": decision.action,
+        "resource": decision.resource,
+        "policy_ids": list(decision.policy_ids),
+        "policies": [{"id": p, "location": locations.get(p)} for p in decision.policy_ids],
+        "errors": list(decision.errors),
+        "version": decision.version,
+        "grants_from": source,
+        # Scans this Allow permits are narrowed to these (policies/README.md, restrictions).
+        "restrictions": describe(engine.scan_rules(decision)),
+        # Where those restrictions do not bind, and what does instead (binding.py).
+        "restrictions_not_binding": binding.as_json(findings),
+        # The grants the decision read: the warehouse's and each namespace's (grant_chain.py).
+        "grants": grant_chain(resource),
+    }
 
 
 ROUTES = [

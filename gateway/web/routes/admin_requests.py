@@ -7,12 +7,13 @@ through them the policy engine) to do so.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cedarberg.gateway.authn.api_keys import MAX_DESCRIPTION_LENGTH, MAX_GROUPS, MAX_NAME_LENGTH
 from cedarberg.gateway.authn.principal import AuthMethod
+from cedarberg.gateway.config.preview import DEFAULT_DECISIONS
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_PAGE_SIZE = 500  # records in one page of a key listing
@@ -69,3 +70,44 @@ class ExplainRequest(AdminRequest):
     action: str = Field(min_length=1, max_length=64)
     resource: ExplainResource = ExplainResource(type="catalog")
     context: ExplainContext = ExplainContext()
+
+
+# -- the policy change preview (routes/policy_preview.py); its body is bounded by the setting
+# `authz.preview.max_body_bytes`, its `decisions` by `authz.preview.max_decisions` ------------
+
+_PREVIEW_FILES = 256  # files given or removed, fixtures supplied, in one preview
+
+
+class PreviewFixture(AdminRequest):
+    expected: Literal["ALLOW", "DENY"] = Field(description="the decision the fixture expects")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.json$",
+        description="its file name: the fixture is tests/EXPECTED/NAME of the candidate set, and "
+        "replaces the active directory's fixture of that path",
+    )
+    fixture: dict[str, Any] = Field(
+        description="a request fixture as in policies/tests: principal, action, resource, context, "
+        "entities, optional determining_policies"
+    )
+
+
+class PreviewRequest(AdminRequest):
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=_PREVIEW_FILES,
+        description="policy files to replace or add, name: text (schema.cedarschema or NAME.cedar)",
+    )
+    removed: list[str] = Field(
+        default_factory=list,
+        max_length=_PREVIEW_FILES,
+        description="names of active *.cedar files to leave out",
+    )
+    fixtures: list[PreviewFixture] = Field(
+        default_factory=list, max_length=_PREVIEW_FILES, description="fixtures to run beside the directory's"
+    )
+    decisions: int | None = Field(
+        None,
+        ge=0,
+        description=f"how many of the newest audited decisions to decide again (default "
+        f"{DEFAULT_DECISIONS}; at most authz.preview.max_decisions)",
+    )

@@ -23,7 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from cedarberg.catalog.errors import InvalidRequestError, NotFoundError
-from cedarberg.gateway.authn.directory import MAX_GROUPS, InvalidDirectoryRequestError
+from cedarberg.gateway.authn.directory import MAX_GROUPS, DirectoryUser, InvalidDirectoryRequestError
 from cedarberg.gateway.authn.subject_token import valid_user_name
 from cedarberg.gateway.web import http
 from cedarberg.gateway.web.keys import security
@@ -65,11 +65,20 @@ async def list_users(request: web.Request) -> web.Response:
     if raw is not None and (not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE_SIZE):
         raise InvalidRequestError(f"pageSize must be an integer from 1 to {MAX_PAGE_SIZE}")
     size = DEFAULT_PAGE_SIZE if raw is None else int(raw)
+    page, next_token = await user_page(request, after, size)
+    return _json({"users": [r.to_json() for r in page], "next-page-token": next_token})
+
+
+async def user_page(
+    request: web.Request, after: str | None, size: int
+) -> tuple[list[DirectoryUser], str | None]:
+    """One page of the directory (listDirectoryUsers, decided already) in name order after the
+    name `after`, and the token of the next page (None on the last). Raises
+    StorageUnavailableError. (The admin API and the console's Users page list users here.)"""
     # One more than a page tells whether another page follows.
     records = await security(request).directory.list(after=after, limit=size + 1)
     page = records[:size]
-    next_token = page[-1].name if len(records) > size else None
-    return _json({"users": [r.to_json() for r in page], "next-page-token": next_token})
+    return page, page[-1].name if len(records) > size else None
 
 
 async def get_user(request: web.Request) -> web.Response:

@@ -22,15 +22,15 @@ a malformed query a 400. Work is bounded: `review.MAX_SUBJECTS` principals and g
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from cedarberg.catalog.errors import InvalidRequestError
-from cedarberg.gateway.authn.principal import AuthMethod, PrincipalKind
-from cedarberg.gateway.authz import review
-from cedarberg.gateway.authz.entities import EntityType, Resource
+from cedarberg.gateway.authn.principal import PrincipalKind
+from cedarberg.gateway.authz.entities import EntityType
 from cedarberg.gateway.authz.errors import ResourceError
 from cedarberg.gateway.web import http
 from cedarberg.gateway.web.keys import security, services
@@ -38,9 +38,10 @@ from cedarberg.gateway.web.review_sources import (
     ReviewSources,
     listing,
     principal_review,
-    resource_review,
+    resource_answer,
+    review_context,
     reviewed_principal,
-    reviewed_resource,
+    reviewed_target,
 )
 from cedarberg.gateway.web.route import Route
 
@@ -59,50 +60,21 @@ def _values(request: web.Request, name: str) -> list[str]:
     return values
 
 
-def _context(request: web.Request) -> review.ReviewContext:
-    try:
-        method = AuthMethod(http.query_value(request, "auth_method", AuthMethod.API_KEY.value))
-    except ValueError:
-        raise InvalidRequestError(
-            f"auth_method must be one of {', '.join(m.value for m in AuthMethod)}"
-        ) from None
-    address = http.query_value(request, "client_address", "127.0.0.1")
-    if not 1 <= len(address) <= 64:
-        raise InvalidRequestError("client_address must be 1-64 characters")
-    return review.ReviewContext(method, address)
-
-
 def _sources(request: web.Request) -> ReviewSources:
     """The running gateway, as the review reads it (`review_sources`)."""
-    guard = security(request)
-    return ReviewSources(services(request), guard.api_keys, guard.policies, guard.anonymous)
-
-
-async def _resource(request: web.Request) -> Resource:
-    """The object `resource` (and `type`) names, with the registry's grants. Raises
-    InvalidRequestError, or the catalog's NoSuch* error when it does not exist."""
-    path = http.query_value(request, "resource")
-    if not path:
-        raise InvalidRequestError("resource is required (WAREHOUSE[/NS.NS[/NAME]])")
-    kind_wanted = http.query_value(request, "type")
-    if kind_wanted not in (None, "table", "view"):
-        raise InvalidRequestError("type must be table or view")
-    try:
-        return await reviewed_resource(services(request), path, kind_wanted)
-    except ResourceError as err:
-        raise InvalidRequestError(str(err)) from None
+    return ReviewSources.running(services(request), security(request))
 
 
 async def review_access(request: web.Request) -> web.Response:
     """The access review of a resource, or of a principal in a namespace."""
-    context = _context(request)
-    target = await _resource(request)
-    sources = _sources(request)
+    query = functools.partial(http.query_value, request)
+    context = review_context(query("auth_method"), query("client_address"))
+    target = await reviewed_target(services(request), query("resource"), query("type"))
     principal_id = http.query_value(request, "principal")
+    if principal_id is None:
+        return _json(await resource_answer(_sources(request), target, _values(request, "action"), context))
+    sources = _sources(request)
     try:
-        if principal_id is None:
-            actions = review.chosen_actions(target.kind, _values(request, "action"))
-            return _json(await resource_review(sources, target, actions, context))
         if not 1 <= len(principal_id) <= 256:
             raise InvalidRequestError("principal must be 1-256 characters")
         if target.kind is not EntityType.NAMESPACE:

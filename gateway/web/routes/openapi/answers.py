@@ -76,6 +76,26 @@ _NOT_BINDING: Schema = {
     "description": "where the restrictions of these decisions cannot bind, and what binds instead",
 }
 
+_AUDIT_FIELDS: dict[str, Schema] = {
+    "time": {"type": "string", "description": "UTC with milliseconds: 2026-11-27T09:00:00.123Z"},
+    "stream": {"type": "string", "const": "audit"},
+    "event": {"type": "string", "enum": ["decision", "mutation", "auth_failure", "throttled"]},
+    "request_id": _NULLABLE_STRING,
+    "principal": _NULLABLE_STRING,
+    "principal_kind": _NULLABLE_STRING,
+    "auth_method": _NULLABLE_STRING,
+    "actor": _NULLABLE_STRING,
+    "client_address": _NULLABLE_STRING,
+    "action": STRING,
+    "resource": STRING,
+    "decision": {"type": "string", "enum": ["allow", "deny"]},
+    "policy_ids": _STRINGS,
+    "policy_version": _NULLABLE_STRING,
+    "outcome": {"type": ["string", "null"], "enum": ["success", "failure", "unknown", None]},
+    "status": {"type": ["integer", "null"]},
+    "detail": {"description": "free-form, scrubbed of secrets"},
+}
+
 SCHEMAS: dict[str, Schema] = {
     "ApiKey": _object(_API_KEY_FIELDS, "An API key's record: never its secret or the secret's hash."),
     "ApiKeyWithSecret": _object(
@@ -141,8 +161,118 @@ SCHEMAS: dict[str, Schema] = {
             "grants_from": {"type": "string", "enum": ["request", "catalog"]},
             "restrictions": _list_of(_ref("Restriction")),
             "restrictions_not_binding": _NOT_BINDING,
+            "grants": {
+                **_list_of(_ref("GrantNode")),
+                "description": "the grants the decision read: the warehouse's, then each namespace's "
+                "down to the resource (none for the catalog and API keys)",
+            },
         },
         "A decision of the active policies and why.",
+    ),
+    "GrantNode": _object(
+        {
+            "resource": {**STRING, "description": "the warehouse or namespace, as a Cedar uid"},
+            "readers": {**_STRINGS, "description": "groups that may read here (cedarberg.readers)"},
+            "writers": {**_STRINGS, "description": "groups that may read and write here (cedarberg.writers)"},
+            "protected_refs": {
+                **_STRINGS,
+                "description": "refs only admins may move (cedarberg.protected-refs)",
+            },
+            "schema_locked": {"type": "boolean", "description": "cedarberg.schema-locked"},
+        },
+        "The grants in force at one node: its own properties joined with its ancestors' (a union).",
+    ),
+    "PolicyPreview": _object(
+        {
+            "valid": {"type": "boolean", "description": "the candidate set would load"},
+            "current_version": STRING,
+            "candidate_version": {**STRING, "description": "content hash of the candidate set"},
+            "unchanged": {"type": "boolean", "description": "the candidate is the active set"},
+            "files": _object({"changed": _STRINGS, "added": _STRINGS, "removed": _STRINGS}),
+            "problems": {**_STRINGS, "description": "why the candidate would be refused: FILE:LINE: message"},
+            "fixtures": {
+                "oneOf": [{"type": "null"}, _ref("PreviewFixtures")],
+                "description": "null: the candidate is refused",
+            },
+            "decisions": {
+                "oneOf": [{"type": "null"}, _ref("PreviewDecisions")],
+                "description": "null: the candidate is refused",
+            },
+        },
+        "What a candidate policy set would do; nothing was written or activated.",
+    ),
+    "PreviewFixtures": _object(
+        {
+            "passed": {"type": "integer", "minimum": 0},
+            "failed": {"type": "integer", "minimum": 0},
+            "results": _list_of(
+                _object(
+                    {
+                        "path": {**STRING, "description": "tests/ALLOW/NAME or tests/DENY/NAME"},
+                        "expected": {"type": "string", "enum": ["ALLOW", "DENY"]},
+                        "passed": {"type": "boolean"},
+                        "message": STRING,
+                        "decision": {"type": ["string", "null"], "enum": ["allow", "deny", None]},
+                        "policy_ids": _STRINGS,
+                    }
+                )
+            ),
+        },
+        "The fixtures run under the candidate set.",
+    ),
+    "PreviewDecisions": _object(
+        {
+            "requested": {"type": "integer", "minimum": 0},
+            "complete": {"type": "boolean", "description": "false: stopped early, see stopped"},
+            "stopped": _NULLABLE_STRING,
+            "audit": _object(
+                {
+                    "source": {**_NULLABLE_STRING, "description": "the audit file read (null: stdout)"},
+                    "unavailable": {**_NULLABLE_STRING, "description": "why no decisions could be read"},
+                    "bytes_bound_reached": {"type": "boolean"},
+                    "unreadable_lines": {"type": "integer", "minimum": 0},
+                }
+            ),
+            "examined": {"type": "integer", "minimum": 0},
+            "re_decided": {"type": "integer", "minimum": 0},
+            "unchanged": {"type": "integer", "minimum": 0},
+            "policies_changed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "unchanged rulings made by other determining policies",
+            },
+            "allow_to_deny": {"type": "integer", "minimum": 0},
+            "deny_to_allow": {"type": "integer", "minimum": 0},
+            "current_differs_from_recorded": {"type": "integer", "minimum": 0},
+            "not_re_decidable": {"type": "integer", "minimum": 0},
+            "not_re_decidable_reasons": {
+                "type": "object",
+                "additionalProperties": {"type": "integer"},
+                "description": "reason: count",
+            },
+            "flips": _list_of(_ref("DecisionFlip")),
+        },
+        "The newest audited decisions decided again under the current and the candidate set.",
+    ),
+    "DecisionFlip": _object(
+        {
+            "time": _NULLABLE_STRING,
+            "request_id": _NULLABLE_STRING,
+            "principal": _NULLABLE_STRING,
+            "action": STRING,
+            "resource": _NULLABLE_STRING,
+            "recorded": {**_NULLABLE_STRING, "description": "the ruling the audit record holds"},
+            "current": _ref("Ruling"),
+            "candidate": _ref("Ruling"),
+        },
+        "An audited decision the candidate set would rule otherwise.",
+    ),
+    "Ruling": _object(
+        {
+            "decision": {"type": "string", "enum": ["allow", "deny"]},
+            "policy_ids": {**_STRINGS, "description": "the determining policies"},
+            "errors": _STRINGS,
+        }
     ),
     "PolicyLocation": _object({"id": STRING, "location": {**_NULLABLE_STRING, "description": "FILE:LINE"}}),
     "ReviewContext": _CONTEXT,
@@ -257,6 +387,36 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "DirectoryUser": _object({"name": STRING, "groups": _STRINGS, "created_at": _TIME, "updated_at": _TIME}),
     "DirectoryUserPage": _object({"users": _list_of(_ref("DirectoryUser")), "next-page-token": _PAGE_TOKEN}),
+    "AuditRecord": {
+        "type": "object",
+        "required": [*_AUDIT_FIELDS, "explain", "explain_groups_from"],
+        "properties": {
+            **_AUDIT_FIELDS,
+            "explain": {
+                "oneOf": [{"type": "null"}, _ref("ExplainRequest")],
+                "description": "a decision's explainDecision body, which decides it again (else null)",
+            },
+            "explain_groups_from": {
+                "type": ["string", "null"],
+                "enum": ["record", "api-key", "directory", "anonymous", "none", None],
+                "description": "where the explain body's groups come from (none: it has none)",
+            },
+        },
+        # Records are answered as written: a later gateway version may write more fields.
+        "additionalProperties": True,
+        "description": "An audit record as written (docs/operations.md: What a record says) + explain.",
+    },
+    "AuditPage": _object(
+        {
+            "records": _list_of(_ref("AuditRecord")),
+            "next-page-token": {
+                "type": ["string", "null"],
+                "description": "pageToken of the older records; null: none are left",
+            },
+            "follow-token": {"type": "string", "description": "after: the records written after this answer"},
+        },
+        "Audit records: newest first, or (with after) oldest first.",
+    ),
     "OpenApiDocument": {
         "type": "object",
         "required": ["openapi", "info", "paths"],

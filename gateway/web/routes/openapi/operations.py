@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from cedarberg.gateway import audit_query
+from cedarberg.gateway.audit import EventKind, Ruling
 from cedarberg.gateway.authn.principal import AuthMethod
+from cedarberg.gateway.config.preview import PolicyPreviewSettings
 from cedarberg.gateway.web.routes import admin_requests, directory
 from cedarberg.gateway.web.routes.openapi.answers import STRING, Schema
 
@@ -155,7 +158,7 @@ OPERATIONS: dict[str, OperationDoc] = {
         "Explain a decision",
         "Decides a hypothetical request with the active policies and names the determining "
         "policies. Grants come from `resource.namespace_properties` if given, else from the "
-        "catalog's namespaces, as the gateway would decide.",
+        "catalog's namespaces, as the gateway would decide; `grants` lists those it read.",
         Answer(200, "the decision", "Explanation"),
         {
             400: "not a valid explain request: a bad body, an unknown action, a resource of the wrong kind",
@@ -164,6 +167,27 @@ OPERATIONS: dict[str, OperationDoc] = {
         },
         body=admin_requests.ExplainRequest,
         body_limit=admin_requests.MAX_BODY_BYTES,
+    ),
+    "previewPolicies": OperationDoc(
+        "Policies",
+        "Preview a policy change",
+        "Builds a candidate set: the active set with `files` replaced or added and `removed` left "
+        "out. Validates it as a reload would (its problems as FILE:LINE: message), runs the active "
+        "directory's fixtures and the supplied ones under it, and decides the newest `decisions` "
+        "audited decisions again under the current and the candidate set, from the Cedar request "
+        "each record carries, listing every decision that would flip (allow to deny, deny to "
+        "allow) with both rulings. Nothing is written and the candidate is never activated. "
+        "Bounded by `[authz.preview]`: the body (`max_body_bytes`, default 2 MiB), `decisions` "
+        "(`max_decisions`), the audit bytes read (`max_audit_bytes`) and the time "
+        "(`timeout_seconds`; then `complete` is false).",
+        Answer(200, "the validation, the fixture results and the decisions that would flip", "PolicyPreview"),
+        {
+            400: "not a valid preview request: a bad body, a file name that is not a policy file's, "
+            "removing the schema or a file the set does not have, decisions over the bound",
+            413: "a body over authz.preview.max_body_bytes",
+        },
+        body=admin_requests.PreviewRequest,
+        body_limit=PolicyPreviewSettings.model_fields["max_body_bytes"].default,
     ),
     "reviewAccess": OperationDoc(
         "Policies",
@@ -262,6 +286,76 @@ OPERATIONS: dict[str, OperationDoc] = {
         "Engines can no longer act for the user.",
         Answer(204, "deleted", None),
         {404: "the user is not in the directory"},
+    ),
+    "readAuditLog": OperationDoc(
+        "Audit log",
+        "Read and follow the audit log",
+        "The records of this gateway's audit file (`audit.destination`) and the files rotated "
+        "beside it, as written, each with `explain`: for a decision, the body of explainDecision "
+        "that decides it again. Without `after`: the newest records first, a page at a time "
+        "(`pageToken`: the next-page-token of the page before). With `after` (a follow-token): "
+        "the records written after it, oldest first, waiting up to `wait` seconds for one. Each "
+        "call reads a bounded part of the files: a page may hold fewer than `pageSize` records "
+        "while older ones remain; only a null next-page-token means none do. The caller's own "
+        "allowed reads of the audit log are left out unless `include_own_reads` is true.",
+        Answer(200, "records, and where to read on", "AuditPage"),
+        {
+            400: "a bad filter, bound or token (a token is the caller's own, for this gateway's file)",
+            501: 'audit.destination is "stdout": this gateway cannot read its audit log back',
+        },
+        parameters=(
+            Parameter("principal", "query", "only records of this principal id, e.g. key:analyst"),
+            Parameter("action", "query", "only records of this action (an operation id), e.g. loadTable"),
+            Parameter(
+                "resource",
+                "query",
+                'only records on this resource, as records write it: Cedarberg::Table::"default/shop/orders"',
+            ),
+            Parameter(
+                "resource_prefix", "query", "only records whose resource starts with this (not with resource)"
+            ),
+            Parameter(
+                "decision",
+                "query",
+                "only allowed or denied",
+                {"type": "string", "enum": [r.value for r in Ruling]},
+            ),
+            Parameter(
+                "event",
+                "query",
+                "only this kind of record",
+                {"type": "string", "enum": [k.value for k in EventKind]},
+            ),
+            Parameter(
+                "since",
+                "query",
+                "only records from this time on (RFC 3339 with a time zone)",
+                {"type": "string", "format": "date-time"},
+            ),
+            Parameter(
+                "until",
+                "query",
+                "only records up to this time (RFC 3339 with a time zone)",
+                {"type": "string", "format": "date-time"},
+            ),
+            _page_size(audit_query.MAX_PAGE_SIZE),
+            Parameter(
+                "pageToken", "query", "the next-page-token of the previous page: the records before it"
+            ),
+            Parameter("after", "query", "a follow-token: the records written after it (not with pageToken)"),
+            Parameter(
+                "wait",
+                "query",
+                "with after: seconds to wait for a record when none is there yet",
+                {"type": "integer", "minimum": 0, "maximum": audit_query.MAX_WAIT_SECONDS},
+            ),
+            Parameter(
+                "include_own_reads",
+                "query",
+                "also the caller's own reads of the audit log",
+                {"type": "boolean"},
+            ),
+        ),
     ),
     "showAdminApi": OperationDoc(
         "Documentation",

@@ -1,0 +1,155 @@
+"""What a policy decision's audit record carries so that it can be decided again: `cedar_request`.
+
+A decision record names its principal, action and resource; `cedar_request` adds exactly what
+Cedar decided on, as the engine was given it, so a change preview (`gateway.authz.redecide`) can
+decide the same request under another policy set without guessing anything:
+
+    "cedar_request": {
+      "principal": {"type": "Cedarberg::User", "id": "key:etl"},
+      "resource": {"type": "Cedarberg::Table", "id": "default/sales/orders"},
+      "context": {"auth_method": "gateway-token", "client_address": "127.0.0.1", ...},
+      "entities": [[the principal and its groups], [the resource and its ancestors]]
+    }
+
+The entities are the principal's (its groups, and its attributes as tags: `tls_subject`, the
+`api_key_id` that proved it, an OIDC issuer's claims) and the resource's (its ancestors with
+their grants and properties as read for the decision); the context is the request's Cedar context
+(changes, refs, property keys, client address, auth method, `via` for a delegated principal).
+The action is the record's `action`.
+
+Cost: the entity lists are rendered once per principal object and per resource object by the
+decision itself (`PolicyEngine.principal_json`, `Resource.entities_json`); here each distinct text
+is scrubbed once and each distinct request rendered once and kept (bounded, `ByteBoundedLru`), so
+a repeated request adds the context's serialisation and one cache lookup (a few microseconds)
+and about 1.5 KB to its line. A replayed read writes its plan's line as it was rendered, at no
+cost at all.
+
+Invariants:
+- **No secret reaches the log**: every string is scrubbed as the record's structured fields are
+  (`audit.scrub_text`, free_form=False) and every value under a key that names a secret is
+  ``[REDACTED]``, except `PUBLIC_KEYS` (the gateway's own names for public values: the id of the
+  API key that proved a principal, a delegation's subject token type). A request that lost
+  anything to the scrubber is never re-decided (`redecide` reports it as not re-decidable).
+- **Bounded**: a request whose rendering exceeds `MAX_REQUEST_BYTES` is recorded as
+  ``{"omitted": "..."}`` (not re-decidable), so one large resource cannot make every line large.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+from cedarberg.gateway.audit import REDACTED, names_secret, scrub_text
+from cedarberg.gateway.authz.entities import EntityUid
+from cedarberg.gateway.byte_lru import ByteBoundedLru
+
+__all__ = ["MAX_REQUEST_BYTES", "PUBLIC_KEYS", "decided_request"]
+
+MAX_REQUEST_BYTES: Final = 64 * 1024
+# Names the gateway sets itself whose values are public, though the names look secret: the id of
+# the API key that proved a principal (a tag), and the type URN of a delegation's subject token
+# (`actAs` context: `urn:ietf:params:oauth:token-type:jwt`, never the token).
+PUBLIC_KEYS: Final = frozenset({"api_key_id", "subject_token_type"})
+_MAX_DEPTH: Final = 8
+_OMITTED: Final = orjson.Fragment(
+    orjson.dumps({"omitted": f"the request is larger than {MAX_REQUEST_BYTES} bytes"})
+)
+
+# Scrubbed renderings by their raw text: the principal and resource entity lists repeat from
+# request to request (the same string objects, whose hash is kept), contexts nearly so.
+_CACHE_ENTRIES: Final = 8192
+_CACHE_BYTES: Final = 16 * 1024**2
+_CACHE_ENTRY_BYTES: Final = MAX_REQUEST_BYTES
+_scrubbed: ByteBoundedLru[str | bytes, bytes] = ByteBoundedLru(
+    _CACHE_ENTRIES, _CACHE_BYTES, _CACHE_ENTRY_BYTES
+)
+# Whole renderings by everything they are made of: a principal's repeated request is one lookup.
+_requests: ByteBoundedLru[tuple[EntityUid, str, EntityUid, str, bytes], bytes] = ByteBoundedLru(
+    _CACHE_ENTRIES, _CACHE_BYTES, 2 * _CACHE_ENTRY_BYTES
+)
+_lock = threading.Lock()
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return scrub_text(value, free_form=False)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if depth >= _MAX_DEPTH:
+        return "[nested too deep]"
+    if isinstance(value, Mapping):
+        return {
+            scrub_text(str(key), free_form=False): REDACTED
+            if key not in PUBLIC_KEYS and names_secret(str(key))
+            else _clean(item, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_clean(item, depth + 1) for item in value]
+    return scrub_text(str(value), free_form=False)
+
+
+def _scrubbed_json(text: str | bytes) -> bytes:
+    """`text` (JSON) with every string scrubbed, as JSON; computed once per distinct text."""
+    with _lock:
+        found = _scrubbed.get(text)
+    if found is not None:
+        return found
+    rendered = orjson.dumps(_clean(orjson.loads(text)))
+    with _lock:
+        # The key (the raw text) and the rendering: about twice the text.
+        _scrubbed.put(text, rendered, 2 * len(rendered) + len(text))
+    return rendered
+
+
+def decided_request(
+    principal: EntityUid,
+    principal_entities: str,
+    resource: EntityUid,
+    resource_entities: str,
+    context: Mapping[str, Any],
+) -> orjson.Fragment:
+    """The `cedar_request` of a decision, ready for the audit line: `principal_entities` and
+    `resource_entities` are JSON arrays of Cedar entities (as the engine was given them),
+    `context` the Cedar context. Raises nothing for JSON the engine could decide on."""
+    context_json = orjson.dumps(context)
+    # Bounded before anything is scrubbed: a large resource costs neither the scrubbing nor a line.
+    if len(principal_entities) + len(resource_entities) + len(context_json) > MAX_REQUEST_BYTES:
+        return _OMITTED
+    key = (principal, principal_entities, resource, resource_entities, context_json)
+    with _lock:
+        found = _requests.get(key)
+    if found is None:
+        found = _render(principal, principal_entities, resource, resource_entities, context_json)
+        size = len(found) + len(principal_entities) + len(resource_entities) + len(context_json)
+        with _lock:
+            _requests.put(key, found, 2 * size)
+    return orjson.Fragment(found) if found else _OMITTED
+
+
+def _render(
+    principal: EntityUid,
+    principal_entities: str,
+    resource: EntityUid,
+    resource_entities: str,
+    context_json: bytes,
+) -> bytes:
+    """The request as scrubbed JSON; empty when that is over `MAX_REQUEST_BYTES`."""
+    parts = (
+        b'{"principal":',
+        _scrubbed_json(orjson.dumps(principal.to_json())),
+        b',"resource":',
+        _scrubbed_json(orjson.dumps(resource.to_json())),
+        b',"context":',
+        _scrubbed_json(context_json),
+        b',"entities":[',
+        _scrubbed_json(principal_entities),
+        b",",
+        _scrubbed_json(resource_entities),
+        b"]}",
+    )
+    rendered = b"".join(parts)
+    return b"" if len(rendered) > MAX_REQUEST_BYTES else rendered
