@@ -85,7 +85,7 @@ def test_a_rotation_or_revocation_ends_earlier_tokens_on_every_instance(
         lambda: all(_status(second.url, token) == 401 for token in old),
         "the other instance to refuse tokens issued before the change",
     )
-    assert elapsed <= POLL_SECONDS + 1.0, elapsed
+    assert elapsed <= POLL_SECONDS + 3.0, elapsed  # a poll interval, and slack for a busy machine
     for gw in (first, second):
         refused = _exchange(gw.url, old[0])
         assert refused.status_code == 400, refused.text
@@ -147,7 +147,7 @@ def test_a_rotation_overlap_holds_on_every_instance_and_ends_there(cluster: Clus
         return bounded
 
     elapsed = _wait_for(ends_with_the_window, "a token of the old secret bounded by the window")
-    assert elapsed <= POLL_SECONDS + 1.0, elapsed
+    assert elapsed <= POLL_SECONDS + 3.0, elapsed  # a poll interval, and slack for a busy machine
     during = tokens[-1]
     for gw in (first, second):
         assert _key_status(gw.url, key) == 200
@@ -183,4 +183,4 @@ def test_a_revocation_during_an_overlap_ends_both_secrets_on_every_instance(clus
         lambda: _key_status(second.url, key) == 401 and _key_status(second.url, new_key) == 401,
         "the other instance to refuse both secrets",
     )
-    assert elapsed <= POLL_SECONDS + 1.0, elapsed
+    assert elapsed <= POLL_SECONDS + 3.0, elapsed  # a poll interval, and slack for a busy machine

@@ -304,7 +304,8 @@ async def test_the_feed_is_polled_in_the_background(store: KeyStore) -> None:
 
 
 async def test_an_unread_feed_stops_trusting_the_cache(store: KeyStore) -> None:
-    here = ApiKeyAuthenticator(store, ApiKeySettings(change_poll_seconds=0.1))
+    # Polls of 0.4 s: the checks after `poll_changes` must fit inside 5 of them on a busy machine.
+    here = ApiKeyAuthenticator(store, ApiKeySettings(change_poll_seconds=0.4))
     _, plaintext = await here.create_key("alice", PrincipalKind.USER)
     await here.start_change_feed()
     await here.authenticate(plaintext)
@@ -312,7 +313,7 @@ async def test_an_unread_feed_stops_trusting_the_cache(store: KeyStore) -> None:
     await here.authenticate(plaintext)
     assert here.hash_count == hashes  # fresh feed: served from the cache
     await here.aclose()  # the feed is no longer read (as when the store cannot be reached)
-    await asyncio.sleep(0.7)  # more than 5 poll intervals
+    await asyncio.sleep(2.2)  # more than 5 poll intervals
     assert (await here.authenticate(plaintext)).id == "key:alice"
     assert here.hash_count == hashes + 1  # verified against the store again, not trusted blindly
     await here.poll_changes()  # the feed is readable again: the cache is trusted again
