@@ -77,7 +77,7 @@ async def test_the_one_history_builds_what_the_two_histories_built(url: str, tmp
     assert await on_registry(url, schema_of) == await _fresh_head_schema(tmp_path, url)
 
 
-async def test_a_registry_at_both_old_heads_is_adopted_without_touching_a_row(url: str, tmp_path: Path) -> None:
+async def test_a_registry_at_both_old_heads_is_adopted_without_touching_a_row(url: str) -> None:
     await _legacy(url, "0006", "gw0006")
     seeded = await on_registry(url, seed_every_table)
     assert GATEWAY_TABLES | {"namespaces", "catalog_objects", "idempotency_records"} <= set(seeded)
@@ -87,7 +87,7 @@ async def test_a_registry_at_both_old_heads_is_adopted_without_touching_a_row(ur
     state = await schema_state(url)
     assert not state.at_head
     assert "0006 + gateway gw0006 (two histories" in state.describe()
-    with pytest.raises(SchemaOutdatedError, match="outdated .*two histories.*cedarberg db upgrade"):
+    with pytest.raises(SchemaOutdatedError, match=r"outdated .*two histories.*cedarberg db upgrade"):
         await ensure_current(url)
 
     after = await upgrade(url)
@@ -192,8 +192,6 @@ async def test_downgrade_steps_back_through_the_one_history(url: str) -> None:
     await on_registry(url, migrate_one_history, "downgrade", "0005")
     assert await on_registry(url, version_tables) == {"alembic_version": ["0005"]}
     rows = await on_registry(url, dump_rows)
-    assert rows["catalog_objects"] == [
-        {column: value for column, value in seeded["catalog_objects"].items()}
-    ]
+    assert rows["catalog_objects"] == [{column: value for column, value in seeded["catalog_objects"].items()}]
     await migrate_registry(url)  # and up again
     assert await on_registry(url, version_tables) == {"alembic_version": [HEAD]}

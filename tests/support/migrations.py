@@ -177,3 +177,15 @@ def schema_of(connection: Connection) -> dict[str, dict[str, Any]]:
             ),
         }
     return schema
+
+
+def as_two_histories(connection: Connection, gateway: str) -> None:
+    """Put the version tables of a registry of the one history, at the revision where the
+    gateway's history was at `gateway` (gwN: 0006 + N), back the way a release with two histories
+    kept them: `alembic_version` at 0006, `alembic_version_gateway` at `gateway`. The tables are
+    those releases' already (the one history's 0001..0012 are their scripts, unchanged)."""
+    current = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+    assert int(current) == 6 + int(gateway.removeprefix("gw")), (current, gateway)
+    connection.execute(sa.text("UPDATE alembic_version SET version_num = '0006'"))
+    connection.execute(sa.text(f"CREATE TABLE {LEGACY_VERSION_TABLE} (version_num VARCHAR(32) NOT NULL)"))
+    connection.execute(sa.text(f"INSERT INTO {LEGACY_VERSION_TABLE} VALUES (:gateway)"), {"gateway": gateway})
