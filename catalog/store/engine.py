@@ -17,11 +17,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.catalog.store.history import adopt_two_histories, migration_config
 from cedarberg.catalog.store.postgres_driver import POSTGRES_SERVER_SETTINGS
 from cedarberg.catalog.store.sqlite_driver import SQLITE_PRAGMAS
 
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-_PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
+PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
 SQLITE_BUSY_TIMEOUT_MS = 10_000  # these engines wait on their driver thread, not on the loop
 
 
@@ -68,15 +68,15 @@ def prepare_sqlite(engine: AsyncEngine) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def run_migrations(connection: Connection, script_location: Path = MIGRATIONS) -> None:
-    """Upgrade the schema of `script_location`'s migrations to head on `connection`."""
+def run_migrations(connection: Connection) -> None:
+    """Upgrade the registry's schema (its one migration history, the gateway's tables included)
+    to head on `connection`; a database still on the two histories of before is moved onto the
+    one first (catalog.store.history). Raises SchemaHistoryError."""
     # Imported here: Alembic is needed once at start-up and is slow to import.
     from alembic import command
-    from alembic.config import Config
 
-    config = Config()
-    config.set_main_option("script_location", str(script_location))
-    config.attributes["connection"] = connection
+    config = migration_config(connection)
+    adopt_two_histories(connection, config)
     command.upgrade(config, "head")
 
 
@@ -90,7 +90,7 @@ async def migrate_registry(url: str) -> None:
             conn = await plain.execution_options(cedarberg_write=True) if is_sqlite else plain
             async with conn.begin():
                 if not is_sqlite:
-                    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+                    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
                 await conn.run_sync(run_migrations)
     except (OSError, SQLAlchemyError) as err:
         raise StorageUnavailableError(f"cannot open the registry: {type(err).__name__}") from err

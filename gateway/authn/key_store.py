@@ -1,10 +1,9 @@
 """Persistent API key records: the `api_keys` table on SQLAlchemy 2 async (SQLite or PostgreSQL).
 
 The table lives beside the catalog registry, possibly in the same database, and is created by the
-gateway's own Alembic migrations (`gateway/migrations/`, version table `alembic_version_gateway`),
-so the two schemas evolve independently. The store has a small engine of its own (the registry
-runs on plain drivers, catalog.store.sql): API keys are read on cache misses and by the change
-feed's poll, far from the registry's hot path.
+registry's one migration history (`catalog/migrations`, revisions 0007 on: catalog.store.history).
+The store has a small engine of its own (the registry runs on plain drivers, catalog.store.sql):
+API keys are read on cache misses and by the change feed's poll, far from the registry's hot path.
 
 Invariants:
 - Only an Argon2id hash of a key's secret is stored; `ApiKeyRecord` (what callers list and show)
@@ -23,7 +22,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from sqlalchemy import (
     JSON,
@@ -46,12 +44,9 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.engine import create_engine, run_migrations
+from cedarberg.catalog.store.engine import PG_MIGRATION_LOCK, create_engine, run_migrations
 from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row, utc
 
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-VERSION_TABLE = "alembic_version_gateway"
-_PG_MIGRATION_LOCK = 0x6B657973  # "keys": serialises gateway migrations of several processes
 # Serialises writers of the change feed on PostgreSQL, so feed ids are assigned in commit order
 # and a reader that has seen id N can never later find a smaller id committed (see KeyStore).
 _PG_FEED_LOCK = 0x6B6579666565  # "keyfee"
@@ -135,11 +130,12 @@ class KeyStore:
         self._is_sqlite = engine.dialect.name == "sqlite"
 
     async def migrate(self) -> None:
-        """Apply the gateway's migrations. Raises StorageUnavailableError."""
+        """Bring the registry's schema, these tables included, to head (its one migration history,
+        under the registry's migration lock). Raises StorageUnavailableError, SchemaHistoryError."""
         async with self._write() as conn:
             if not self._is_sqlite:
-                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-            await conn.run_sync(run_migrations, MIGRATIONS)
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
+            await conn.run_sync(run_migrations)
 
     async def close(self) -> None:
         """Dispose of the engine if this store created it."""

@@ -1,6 +1,6 @@
 """`cedarberg db`: the registry's schema.
 
-    cedarberg db current     where the catalog and gateway migrations are, and whether at head
+    cedarberg db current     where the registry's migration history is, and whether at head
     cedarberg db upgrade     apply what is missing (safe while gateways serve: each migration runs
                              once, under a lock; take a backup first, see docs/operations.md)
 
@@ -26,7 +26,7 @@ def add_db_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     common = offline_options(warehouse=False)
     db = subparsers.add_parser("db", help="registry schema: current revision, upgrade")
     commands = db.add_subparsers(dest="db_command", required=True)
-    commands.add_parser("current", parents=[common], help="show the schema revisions and whether at head")
+    commands.add_parser("current", parents=[common], help="show the schema revision and whether at head")
     commands.add_parser("upgrade", parents=[common], help="upgrade the schema to this version's head")
 
 
@@ -39,7 +39,7 @@ def run_db_command(
     # Alembic and SQLAlchemy load only for `db` commands, not for the parser (`cedarberg --help`).
     import asyncio
 
-    from cedarberg.gateway.serve.migrate import schema_states, upgrade
+    from cedarberg.gateway.serve.migrate import schema_state, upgrade
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -49,16 +49,14 @@ def run_db_command(
     url = settings.effective_store_url()
     try:
         if args.db_command == "upgrade":
-            before = asyncio.run(schema_states(url))
+            before = asyncio.run(schema_state(url))
             after = asyncio.run(upgrade(url))
-            for old, new in zip(before, after, strict=True):
-                change = "unchanged" if old.current == new.current else f"from {old.current or 'empty'}"
-                print(f"{new.tree}: {new.current} ({change})", file=out)
+            change = "unchanged" if before == after else f"from {before.where()}"
+            print(f"registry: {after.current} ({change})", file=out)
             return 0
-        states = asyncio.run(schema_states(url))
+        state = asyncio.run(schema_state(url))
     except CatalogError as error:
         print(f"{PROG}: {error}", file=err)
         return 1
-    for state in states:
-        print(f"{state.describe()}{'' if not state.at_head else ' (head)'}", file=out)
-    return 0 if all(state.at_head for state in states) else EXIT_BEHIND
+    print(f"{state.describe()}{' (head)' if state.at_head else ''}", file=out)
+    return 0 if state.at_head else EXIT_BEHIND

@@ -1,78 +1,80 @@
-"""The registry's schema as one thing: the catalog's migrations (`catalog/migrations`, version table
-`alembic_version`) and the gateway's (`gateway/migrations`, API keys, `alembic_version_gateway`).
+"""The registry's schema as one thing: one Alembic migration history per database
+(`catalog/migrations`, version table `alembic_version`), the gateway's tables included
+(catalog.store.history).
 
-    states = await schema_states(url)    # where each migration tree is, and its head
-    await upgrade(url)                   # both trees to head, under each tree's lock
-    await ensure_current(url)            # raises SchemaOutdatedError naming what is behind
+    state = await schema_state(url)      # where the history is, and its head
+    await upgrade(url)                   # to head, under the registry's migration lock
+    await ensure_current(url)            # raises SchemaOutdatedError naming where it is
 
 `cedarberg db upgrade` and `cedarberg db current` use these; `cedarberg serve` upgrades at start
-(`migrate_on_start`) or refuses an outdated schema. Upgrades take a PostgreSQL advisory lock per
-tree (SQLite: the write lock), so gateways starting together run each migration once.
+(`migrate_on_start`) or refuses a schema that is not at head. A database still on the two
+histories of earlier releases (`alembic_version` + `alembic_version_gateway`) is behind: the
+upgrade moves it onto the one history without touching its rows. Upgrades take a PostgreSQL
+advisory lock (SQLite: the write lock), so gateways starting together run each migration once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from cedarberg.catalog.errors import CatalogError, StorageUnavailableError
-from cedarberg.catalog.store.engine import MIGRATIONS as CATALOG_MIGRATIONS
+from cedarberg.catalog.store.history import MIGRATIONS, SchemaHistoryError, TwoHistories, two_histories
 from cedarberg.catalog.store.sql import Store
-from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
-from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
-from cedarberg.gateway.authn.key_store import open_key_store
+
+_T = TypeVar("_T")
 
 
 class SchemaOutdatedError(CatalogError):
-    """The registry's schema is behind what this gateway needs (run `cedarberg db upgrade`)."""
+    """The registry's schema is not what this gateway needs (behind: run `cedarberg db upgrade`;
+    ahead: a newer cedarberg wrote it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SchemaState:
-    tree: str  # "catalog" | "gateway"
     current: str | None  # None: never migrated (an empty database)
     head: str
+    two_histories: TwoHistories | None = None  # still on the two histories of earlier releases
+    known: bool = True  # False: `current` is no revision of this version (a newer one wrote it)
 
     @property
     def at_head(self) -> bool:
-        return self.current == self.head
+        return self.current == self.head and self.two_histories is None
+
+    def where(self) -> str:
+        if self.two_histories is not None:
+            return self.two_histories.describe()
+        return self.current or "empty"
 
     def describe(self) -> str:
-        where = self.current or "empty"
-        return f"{self.tree}: {where}" + ("" if self.at_head else f" (needs {self.head})")
+        if not self.known:
+            return f"registry: {self.where()} (unknown to this version, whose head is {self.head})"
+        return f"registry: {self.where()}" + ("" if self.at_head else f" (needs {self.head})")
 
 
-_TREES: tuple[tuple[str, Path, str], ...] = (
-    ("catalog", CATALOG_MIGRATIONS, "alembic_version"),
-    ("gateway", GATEWAY_MIGRATIONS, GATEWAY_VERSION_TABLE),
-)
-
-
-def _heads() -> list[SchemaState]:
+def _revisions() -> tuple[str, set[str]]:
     # Imported here, as in catalog.store.sql: Alembic is slow to import and needed once.
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    heads = []
-    for tree, location, _ in _TREES:
-        config = Config()
-        config.set_main_option("script_location", str(location))
-        heads.append(SchemaState(tree, None, str(ScriptDirectory.from_config(config).get_current_head())))
-    return heads
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    script = ScriptDirectory.from_config(config)
+    return str(script.get_current_head()), {revision.revision for revision in script.walk_revisions()}
 
 
-def _states(connection: Connection) -> list[SchemaState]:
+def _state(connection: Connection) -> SchemaState:
     from alembic.runtime.migration import MigrationContext
 
-    states = []
-    for head, (_, _, version_table) in zip(_heads(), _TREES, strict=True):
-        context = MigrationContext.configure(connection, opts={"version_table": version_table})
-        states.append(SchemaState(head.tree, context.get_current_revision(), head.head))
-    return states
+    head, known = _revisions()
+    current = MigrationContext.configure(connection).get_current_revision()
+    return SchemaState(current, head, two_histories(connection), current is None or current in known)
 
 
 def missing_sqlite_file(url: str) -> bool:
@@ -81,34 +83,47 @@ def missing_sqlite_file(url: str) -> bool:
     return bool(path) and path != ":memory:" and not Path(path).exists()
 
 
-async def schema_states(url: str) -> list[SchemaState]:
-    """Where each migration tree of the registry at `url` is. Raises StorageUnavailableError."""
-    if missing_sqlite_file(url):  # report an empty registry without creating its file
-        return [SchemaState(state.tree, None, state.head) for state in _heads()]
+async def _read_schema(url: str, read: Callable[[Connection], _T]) -> _T:
+    """Run `read` on a connection of its own to the registry at `url`."""
     engine = create_async_engine(url, pool_size=1, max_overflow=0)
     try:
         async with engine.connect() as conn:
-            return await conn.run_sync(_states)
+            return await conn.run_sync(read)
     except (SQLAlchemyError, OSError) as err:
         raise StorageUnavailableError(f"cannot read the registry schema: {type(err).__name__}") from err
     finally:
         await engine.dispose()
 
 
-async def upgrade(url: str) -> list[SchemaState]:
-    """Upgrade both trees to head (a no-op when they are there); returns the new states."""
+async def schema_state(url: str) -> SchemaState:
+    """Where the migration history of the registry at `url` is. Raises StorageUnavailableError."""
+    if missing_sqlite_file(url):  # report an empty registry without creating its file
+        return SchemaState(None, _revisions()[0])
+    return await _read_schema(url, _state)
+
+
+async def upgrade(url: str) -> SchemaState:
+    """Upgrade the registry's schema to head (a no-op when it is there); returns the new state.
+    Raises SchemaHistoryError (a newer release's schema: nothing changed),
+    StorageUnavailableError."""
+    before = await schema_state(url)
+    if not before.known:
+        raise SchemaHistoryError(
+            f"the registry schema is ahead of this version ({before.describe()}): upgrade cedarberg"
+        )
     store = await Store.open(url)
     await store.close()
-    keys = await open_key_store(url)
-    await keys.close()
-    return await schema_states(url)
+    return await schema_state(url)
 
 
 async def ensure_current(url: str) -> None:
-    """Raise SchemaOutdatedError unless both trees are at head."""
-    behind = [state for state in await schema_states(url) if not state.at_head]
-    if behind:
-        detail = "; ".join(state.describe() for state in behind)
+    """Raise SchemaOutdatedError unless the registry's history is at head."""
+    state = await schema_state(url)
+    if not state.known:
         raise SchemaOutdatedError(
-            f"the registry schema is outdated ({detail}): run `cedarberg db upgrade` first"
+            f"the registry schema is ahead of this version ({state.describe()}): upgrade cedarberg"
+        )
+    if not state.at_head:
+        raise SchemaOutdatedError(
+            f"the registry schema is outdated ({state.describe()}): run `cedarberg db upgrade` first"
         )

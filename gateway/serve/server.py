@@ -49,8 +49,8 @@ async def _prepare_keys_and_registry(settings: Settings) -> None:
     await keyring.aclose()
     url = settings.effective_store_url()
     if settings.migrate_on_start:
-        states = await upgrade(url)
-        log.info("registry schema: %s", ", ".join(state.describe() for state in states))
+        state = await upgrade(url)
+        log.info("registry schema: %s", state.describe())
     else:
         await ensure_current(url)
 

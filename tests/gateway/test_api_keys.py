@@ -541,7 +541,7 @@ def test_settings_are_frozen_and_validated() -> None:
 # -- storage -----------------------------------------------------------------------------------
 
 
-async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
+async def test_the_key_tables_are_in_the_registrys_one_migration_history(tmp_path: Path) -> None:
     url = _sqlite_url(tmp_path, "shared.db")
     catalog = await Store.open(url)
     first = await open_key_store(url)
@@ -550,15 +550,14 @@ async def test_migrations_coexist_with_the_catalogs(tmp_path: Path) -> None:
     record, plaintext = await ApiKeyAuthenticator(again).create_key("alice", PrincipalKind.USER)
     await again.close()
     await catalog.close()
-    reopened = await Store.open(url)  # the catalog's migrations still see only their own version
+    reopened = await Store.open(url)  # the same history, already at head
     await reopened.close()
     with sqlite3.connect(tmp_path / "shared.db") as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        gateway_version = db.execute("SELECT version_num FROM alembic_version_gateway").fetchall()
-        catalog_version = db.execute("SELECT version_num FROM alembic_version").fetchall()
-    assert {"api_keys", "namespaces", "alembic_version", "alembic_version_gateway"} <= tables
-    assert gateway_version == [("gw0006",)]
-    assert catalog_version == [("0006",)]
+        version = db.execute("SELECT version_num FROM alembic_version").fetchall()
+    assert {"api_keys", "namespaces", "alembic_version"} <= tables
+    assert "alembic_version_gateway" not in tables  # one version table per database
+    assert version == [("0012",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "key:alice"

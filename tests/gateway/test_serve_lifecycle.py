@@ -22,15 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
-from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
 from tests.support.cli import run_cedarberg
 from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.migrations import as_two_histories, migrate_one_history, on_registry, version_tables
 
 POLICIES = REPO_ROOT / "policies"
 DEADLINE_SECONDS = 15.0
@@ -145,35 +140,22 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cedarberg(*args)
 
 
-def _downgrade(connection: Connection, revision: str) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(GATEWAY_MIGRATIONS))
-    config.attributes["connection"] = connection
-    command.downgrade(config, revision)
-
-
-def _downgrade_gateway_schema(url: str, revision: str) -> None:
-    """Put the gateway's migrations back where the previous release left them."""
+def _previous_release_schema(url: str) -> None:
+    """Put the registry back where a release with two migration histories left it, its gateway
+    history at gw0001 (0006 + gw0001: the one history at 0007, kept in two version tables)."""
 
     async def run() -> None:
-        engine = create_async_engine(url)
-        async with engine.begin() as connection:
-            await connection.run_sync(_downgrade, revision)
-        await engine.dispose()
+        await on_registry(url, migrate_one_history, "downgrade", "0007")
+        await on_registry(url, as_two_histories, "gw0001")
 
     asyncio.run(run())
 
 
-def _gateway_revision(url: str) -> str:
-    async def run() -> str:
-        engine = create_async_engine(url)
-        async with engine.connect() as connection:
-            result = await connection.execute(text(f"SELECT version_num FROM {GATEWAY_VERSION_TABLE}"))
-            revision = result.scalar_one()
-        await engine.dispose()
-        return str(revision)
+def _revisions(url: str) -> dict[str, list[str]]:
+    return asyncio.run(on_registry(url, version_tables))
 
-    return asyncio.run(run())
+
+PREVIOUS_RELEASE = {"alembic_version": ["0006"], "alembic_version_gateway": ["gw0001"]}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -203,28 +185,30 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
         )  # fmt: skip
         assert status == 200
         _, loaded = _request(f"{gw.url}/v1/namespaces/kept/tables/t")
-    _downgrade_gateway_schema(sync_url, "gw0001")
-    assert _gateway_revision(sync_url) == "gw0001"
+    _previous_release_schema(sync_url)
+    assert _revisions(sync_url) == PREVIOUS_RELEASE
 
     current = _cli("db", "current", *location_args)
     assert current.returncode == 3, current.stderr
-    assert "gateway: gw0001 (needs gw0006)" in current.stdout
-    assert "catalog: 0006 (head)" in current.stdout
+    assert "registry: 0006 + gateway gw0001 (two histories" in current.stdout
+    assert "(needs 0012)" in current.stdout
 
     strict = GatewayProcess(data_dir, store_url=store_url, config={"migrate_on_start": False})
     strict.config_path.write_text("migrate_on_start = false\n")
     refused = _cli("serve", "--port", str(strict.port), "--config", str(strict.config_path), *location_args)
     assert refused.returncode == 1
-    assert "registry schema is outdated" in refused.stderr
+    assert "registry schema is outdated (registry: 0006 + gateway gw0001" in refused.stderr
     assert "cedarberg db upgrade" in refused.stderr
     assert "Traceback" not in refused.stderr
-    assert _gateway_revision(sync_url) == "gw0001"  # refusing changed nothing
+    assert _revisions(sync_url) == PREVIOUS_RELEASE  # refusing changed nothing
 
     upgraded = _cli("db", "upgrade", *location_args)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "gateway: gw0006 (from gw0001)" in upgraded.stdout
-    assert "catalog: 0006 (unchanged)" in upgraded.stdout
-    assert _cli("db", "current", *location_args).returncode == 0
+    assert "registry: 0012 (from 0006 + gateway gw0001" in upgraded.stdout
+    assert _revisions(sync_url) == {"alembic_version": ["0012"]}
+    current = _cli("db", "current", *location_args)
+    assert current.returncode == 0, current.stderr
+    assert current.stdout.strip() == "registry: 0012 (head)"
 
     with strict:  # the same data, served by a gateway that does not migrate by itself
         request = urllib.request.Request(
@@ -239,9 +223,9 @@ def test_serve_upgrades_an_outdated_registry_by_default(tmp_path: Path) -> None:
     sync_url = f"sqlite+aiosqlite:///{data_dir / 'catalog.db'}"
     with GatewayProcess(data_dir) as gw:
         assert _create_namespace(gw, "kept") == 200
-    _downgrade_gateway_schema(sync_url, "gw0001")
+    _previous_release_schema(sync_url)
     with GatewayProcess(data_dir) as gw:
         status, body = _request(f"{gw.url}/v1/namespaces/kept")
         assert status == 200
         assert body["namespace"] == ["kept"]
-    assert _gateway_revision(sync_url) == "gw0006"
+    assert _revisions(sync_url) == {"alembic_version": ["0012"]}

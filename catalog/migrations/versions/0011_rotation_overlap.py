@@ -1,0 +1,33 @@
+"""Key rotation with an overlap window: the previous secret's hash and when it stops working.
+
+A rotation may keep the key's previous secret working for a while (`overlap_seconds`, bounded by
+`api_keys.max_rotation_overlap_seconds`), so the engines holding it can be moved to the new one.
+Only one previous secret is kept: a second rotation replaces it, a revocation clears it. The
+change feed carries the end of the overlap with each rotation, so every gateway process stops
+accepting the previous secret, and the gateway tokens it proved, at that time.
+
+The gateway's gw0005 until the registry had one migration history (see catalog.store.history).
+
+Revision ID: 0011
+Revises: 0010
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0010"
+
+
+def upgrade() -> None:
+    op.add_column("api_keys", sa.Column("previous_secret_hash", sa.String(255), nullable=True))
+    op.add_column("api_keys", sa.Column("previous_secret_until", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("api_key_changes", sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("api_key_changes") as batch:
+        batch.drop_column("previous_until")
+    with op.batch_alter_table("api_keys") as batch:
+        batch.drop_column("previous_secret_until")
+        batch.drop_column("previous_secret_hash")

@@ -1,1 +1,0 @@
-"""Alembic migrations of the gateway's own tables (version table `alembic_version_gateway`)."""
