@@ -140,6 +140,22 @@ class PostgresServer:
         shutil.rmtree(self.base_dir, ignore_errors=True)
         self.base_dir = None
 
+    def halt(self, mode: str) -> None:
+        """Stop the server process with shutdown `mode` ("smart", "fast" or "immediate"), keeping
+        its files: `resume` starts it again on the same port and data (fault-injection tests)."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise PostgresError(f"unknown shutdown mode {mode!r}")
+        self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", "60", "stop"])
+        self._running = False
+
+    def resume(self) -> None:
+        """Start a server `halt` stopped, with the options it ran with (`pg_ctl restart` reads
+        them back from postmaster.opts); after an immediate stop it recovers from its WAL first."""
+        self._run(
+            [str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", "60", "restart"]
+        )
+        self._running = True
+
     def __enter__(self) -> PostgresServer:
         self.start()
         return self
