@@ -35,7 +35,16 @@ POSTGRES_SERVER_SETTINGS = {"synchronous_commit": "on"}
 CHECKOUT_TIMEOUT_SECONDS = 30.0  # all connections busy this long: the registry is unavailable
 DIALECT: Dialect = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 # Failures after which the connection itself is not trusted (as opposed to a refused statement).
-_CONNECTION_ERRORS = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError, OSError, asyncio.TimeoutError)
+# InternalClientError is asyncpg's protocol state gone wrong, e.g. "cannot switch to state 12;
+# another operation is in progress" on a pooled connection the server closed while it was idle
+# (a PostgreSQL shutdown): the registry is unavailable, not a bug of the request.
+_CONNECTION_ERRORS = (
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
 
 
 def connect_arguments(url: str) -> dict[str, Any]:

@@ -198,7 +198,7 @@ def _assert_answers_while_down(outcomes: list[Outcome], history: History) -> Non
             continue
         if o.status == 503:
             assert o.error_type == UNAVAILABLE, f"{o}\n{history.dump()}"
-            assert "registry" in o.message, f"{o}\n{history.dump()}"
+            assert o.message.startswith("the registry (PostgreSQL) is unavailable: "), f"{o}\n{history.dump()}"
             refused += 1
             continue
         assert (o.op, o.status, o.error_type) == ("commit", 500, UNKNOWN), f"{o}\n{history.dump()}"
@@ -273,6 +273,15 @@ def test_postgres_stopped_and_restarted_under_load(private_postgres: PostgresSer
         assert acknowledged >= CLIENTS * 2, load.history.dump()
         assert checked == sum(1 for o in load.history.outcomes if o.op == "commit")
         assert not [o for o in load.history.since(recovered) if o.status != 200]
+        print(_summary(load.history, checked))  # the figures of this run (pytest -s shows them)
+
+
+def _summary(history: History, checked: int) -> str:
+    counts: dict[tuple[str, int, str], int] = {}
+    for o in history.outcomes:
+        counts[(o.op, o.status, o.error_type)] = counts.get((o.op, o.status, o.error_type), 0) + 1
+    parts = ", ".join(f"{op} {status} {kind or 'ok'}: {n}" for (op, status, kind), n in sorted(counts.items()))
+    return f"{checked} commits checked; {parts}"
 
 
 # -- the warehouse's disk full -------------------------------------------------------------------
@@ -380,3 +389,54 @@ def _assert_only_complete_files_at(gw: GatewayProcess, base: str, warehouse: str
     assert {fileio.locations.normalize(n) for n in named} == {fileio.locations.normalize(n) for n in on_disk}
     for location in named:
         _open_metadata_file(gw, warehouse, location)
+
+
+# -- the SQLite registry's disk full -------------------------------------------------------------
+
+
+@pytest.fixture
+def registry_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    disk = SmallDisk(tmp_path / "registry-disk", size_kib=4096)
+    yield disk
+    disk.unmount()
+
+
+def test_full_registry_disk_refuses_changes_and_recovers(registry_disk: SmallDisk, tmp_path: Path) -> None:
+    store_url = f"sqlite+aiosqlite:///{registry_disk.root / 'catalog.db'}"
+    with GatewayProcess(tmp_path / "gw", store_url=store_url) as gw:
+        base = f"{gw.url}/v1"
+        assert requests.post(f"{base}/namespaces", json={"namespace": ["n"]}, timeout=30).status_code == 200
+        created = requests.post(f"{base}/namespaces/n/tables", json={"name": "t", "schema": SCHEMA}, timeout=30)
+        assert created.status_code == 200, created.text
+        assert _commit(base, "t", {"before": "1"}).status_code == 200
+
+        registry_disk.fill()
+        before = requests.get(f"{base}/namespaces/n/tables/t", timeout=30).json()
+        refused = [_commit(base, "t", {f"full{n}": "1"}) for n in range(5)]
+        refused.append(requests.post(f"{base}/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=30))
+        refused.append(requests.post(f"{base}/namespaces", json={"namespace": ["m"]}, timeout=30))
+        for answer in refused:
+            assert answer.status_code == 503, answer.text
+            error = answer.json()["error"]
+            assert error["type"] == UNAVAILABLE, error
+            assert error["message"].startswith("the registry (SQLite) is unavailable: "), error
+        # Reads go on; nothing refused is there.
+        after = requests.get(f"{base}/namespaces/n/tables/t", timeout=30).json()
+        assert after["metadata-location"] == before["metadata-location"]
+        assert after["metadata"]["properties"] == before["metadata"]["properties"]
+        assert requests.get(f"{base}/namespaces/n/tables/u", timeout=30).status_code == 404
+        assert requests.get(f"{base}/namespaces/m", timeout=30).status_code == 404
+
+        registry_disk.free()
+        committed = _commit(base, "t", {"after": "1"})
+        assert committed.status_code == 200, committed.text
+        assert set(committed.json()["metadata"]["properties"]) >= {"before", "after"}
+        assert not {f"full{n}" for n in range(5)} & set(committed.json()["metadata"]["properties"])
+        created = requests.post(f"{base}/namespaces/n/tables", json={"name": "u", "schema": SCHEMA}, timeout=30)
+        assert created.status_code == 200, created.text
+        _assert_files_complete(gw, base, "default")
+    # The registry survives a restart whole: every acknowledged change is there.
+    with GatewayProcess(tmp_path / "gw", store_url=store_url) as gw:
+        properties = requests.get(f"{gw.url}/v1/namespaces/n/tables/t", timeout=30).json()["metadata"]["properties"]
+        assert set(properties) >= {"before", "after"}
+        assert requests.get(f"{gw.url}/v1/namespaces/n/tables/u", timeout=30).status_code == 200
