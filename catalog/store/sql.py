@@ -788,7 +788,9 @@ def _unavailable(dialect: str, err: Exception) -> StorageUnavailableError:
     """What a client is told when the registry failed a statement: which database, and the
     driver's exception class (a DatabaseError carries only that; never a driver message or a path)."""
     cause = str(err) if isinstance(err, DatabaseError) else type(err).__name__
-    return StorageUnavailableError(f"the registry ({_STORE_NAMES.get(dialect, dialect)}) is unavailable: {cause}")
+    return StorageUnavailableError(
+        f"the registry ({_STORE_NAMES.get(dialect, dialect)}) is unavailable: {cause}"
+    )
 
 
 def open_driver(url: str, capacity: int) -> Driver:

@@ -152,7 +152,17 @@ class PostgresServer:
         """Start a server `halt` stopped, with the options it ran with (`pg_ctl restart` reads
         them back from postmaster.opts); after an immediate stop it recovers from its WAL first."""
         self._run(
-            [str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", "60", "restart"]
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ]
         )
         self._running = True
 
