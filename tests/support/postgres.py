@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -165,6 +166,22 @@ class PostgresServer:
             ]
         )
         self._running = True
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP to its postmaster and every backend): it still accepts TCP
+        connections, in the kernel's backlog, and answers nothing until `unpause`."""
+        for pid in self._process_ids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def unpause(self) -> None:
+        for pid in self._process_ids():
+            os.kill(pid, signal.SIGCONT)
+
+    def _process_ids(self) -> list[int]:
+        """The postmaster (first line of its pid file) and its children."""
+        postmaster = int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+        return [postmaster, *(int(child) for child in children)]
 
     def __enter__(self) -> PostgresServer:
         self.start()
