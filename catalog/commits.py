@@ -41,7 +41,7 @@ from pyiceberg.view.metadata import ViewMetadata
 from cedarberg.catalog import confinement, documents, fileio, locations, registration, roots, round_trip
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
-from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError
+from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError, StorageUnavailableError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.sealing import ObjectKey, SealTarget
@@ -157,7 +157,11 @@ async def _write_files(
             content = file_content(
                 ctx, warehouse, change.seal_target(warehouse.name), change.key, change.metadata_json
             )
-            await asyncio.to_thread(fileio.write_new_file, change.metadata_location, content)
+            try:
+                await asyncio.to_thread(fileio.write_new_file, change.metadata_location, content)
+            except StorageUnavailableError as err:
+                # Before any pointer moved: the client may retry knowing its commit is not there.
+                raise StorageUnavailableError(f"{err}; nothing was committed") from err
             written.append(change.metadata_location)
     except BaseException:
         await asyncio.to_thread(fileio.delete_files, written)

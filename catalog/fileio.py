@@ -81,7 +81,9 @@ def parse_metadata_version(metadata_location: str) -> int:
 
 
 def write_new_file(location: str, content: bytes) -> None:
-    """Create a file that must not exist yet. Raises StorageUnavailableError on any failure.
+    """Create a file that must not exist yet. Raises StorageUnavailableError on any failure,
+    naming the operating system's reason (e.g. "No space left on device"; never a path): the
+    file is then not there, so nothing can point at it and nothing reads it later.
 
     A local file is durable when this returns: it and its directory entry are fsynced, so that a
     pointer swapped to it afterwards never names a file that power loss emptied or removed. (An
@@ -95,12 +97,21 @@ def write_new_file(location: str, content: bytes) -> None:
     except FileExistsError as err:
         raise StorageUnavailableError("metadata file name collision; retry") from err
     except (OSError, ValueError) as err:
-        raise StorageUnavailableError(f"cannot write to the warehouse: {type(err).__name__}") from err
+        raise StorageUnavailableError(f"cannot write to the warehouse: {_reason(err)}") from err
+
+
+def _reason(err: OSError | ValueError) -> str:
+    """Why a write failed, as the operating system names its error number (no path, no
+    message that could carry one); the exception's class when there is no number."""
+    number = err.errno if isinstance(err, OSError) else None
+    return os.strerror(number) if number else type(err).__name__
 
 
 def _write_local_file(path: str, content: bytes) -> None:
     """Create `path` (never overwriting) with `content`, then fsync the file and every directory
-    this call created or added an entry to."""
+    this call created or added an entry to. A file this call created and could not finish (a full
+    disk, an I/O error) is removed again: a partial metadata file is never left where a rebuild or
+    an operator would find it."""
     directory = os.path.dirname(path)
     created = _make_directories(directory)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -109,8 +120,12 @@ def _write_local_file(path: str, content: bytes) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):  # the failure to write is what the caller must hear of
+            os.unlink(path)
+        raise
+    os.close(fd)
     for changed in [directory, *(os.path.dirname(d) for d in created)]:
         _fsync_directory(changed)
 

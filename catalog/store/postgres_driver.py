@@ -33,9 +33,23 @@ from cedarberg.catalog.store.statements import NO_PARAMS, Rows, Sql
 
 POSTGRES_SERVER_SETTINGS = {"synchronous_commit": "on"}
 CHECKOUT_TIMEOUT_SECONDS = 30.0  # all connections busy this long: the registry is unavailable
+# A server that accepts TCP connections but does not answer (paused, overloaded, a half-open
+# network path) is unavailable after these, rather than holding requests for ever: opening a
+# connection (asyncpg's own default is 60 s), and any one statement (no default bound at all).
+CONNECT_TIMEOUT_SECONDS = 10.0
+STATEMENT_TIMEOUT_SECONDS = 30.0
 DIALECT: Dialect = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 # Failures after which the connection itself is not trusted (as opposed to a refused statement).
-_CONNECTION_ERRORS = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError, OSError, asyncio.TimeoutError)
+# InternalClientError is asyncpg's protocol state gone wrong, e.g. "cannot switch to state 12;
+# another operation is in progress" on a pooled connection the server closed while it was idle
+# (a PostgreSQL shutdown): the registry is unavailable, not a bug of the request.
+_CONNECTION_ERRORS = (
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
 
 
 def connect_arguments(url: str) -> dict[str, Any]:
@@ -125,8 +139,10 @@ class PostgresDriver:
 
     async def _connect(self) -> asyncpg.Connection:
         try:
+            # Module attributes read at each connect: tests shorten them.
+            bounds = {"timeout": CONNECT_TIMEOUT_SECONDS, "command_timeout": STATEMENT_TIMEOUT_SECONDS}
             conn: asyncpg.Connection = await asyncpg.connect(
-                **self._connect_args, server_settings=POSTGRES_SERVER_SETTINGS
+                **{**bounds, **self._connect_args}, server_settings=POSTGRES_SERVER_SETTINGS
             )
         except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as err:
             raise DatabaseError(type(err).__name__) from err

@@ -781,6 +781,16 @@ class StoreTx:
 
 
 _PING = Sql(text("SELECT 1"))
+_STORE_NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+
+
+def _unavailable(dialect: str, err: Exception) -> StorageUnavailableError:
+    """What a client is told when the registry failed a statement: which database, and the
+    driver's exception class (a DatabaseError carries only that; never a driver message or a path)."""
+    cause = str(err) if isinstance(err, DatabaseError) else type(err).__name__
+    return StorageUnavailableError(
+        f"the registry ({_STORE_NAMES.get(dialect, dialect)}) is unavailable: {cause}"
+    )
 
 
 def open_driver(url: str, capacity: int) -> Driver:
@@ -856,7 +866,7 @@ class Store:
                 tx = StoreTx(conn)
                 yield tx
         except (DatabaseError, IntegrityViolation, OSError) as err:
-            raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err
+            raise _unavailable(self.dialect, err) from err
         finally:
             # Committed, rolled back or unknown: cached reads of what it touched are not trusted.
             if tx is not None:
@@ -929,4 +939,4 @@ class Store:
             async with self._driver.read() as conn:
                 yield StoreTx(conn)
         except (DatabaseError, IntegrityViolation, OSError) as err:
-            raise StorageUnavailableError(f"the registry is unavailable: {type(err).__name__}") from err
+            raise _unavailable(self.dialect, err) from err

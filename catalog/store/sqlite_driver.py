@@ -14,8 +14,9 @@ Group commit: writers that queue up while a COMMIT syncs join the next transacti
 a savepoint, and share its COMMIT (at most MAX_GROUP of them): one sync and one thread crossing
 for all. A writer that fails rolls back to its savepoint, taking back only its own changes; every
 writer of the group returns only once the shared COMMIT has finished, and each learns its outcome
-(an error while committing is CommitStateUnknownError for all; a transaction SQLite rolled back
-entirely is DatabaseError for all).
+(an error while committing is CommitStateUnknownError for all, except a full disk, which refuses
+the COMMIT before it happens: DatabaseError; a transaction SQLite rolled back entirely is
+DatabaseError for all).
 
 Invariants:
 - One writer connection; the in-process lock serialises the writers' bodies (one at a time,
@@ -51,6 +52,7 @@ SQLITE_PRAGMAS = (
     f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}",
 )
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_FULL = 13  # SQLITE_FULL
 _FIRST_BACKOFF = 0.001
 _MAX_BACKOFF = 0.025
 MAX_GROUP = 16  # most writers sharing one transaction (bounds the first one's wait)
@@ -59,6 +61,14 @@ DIALECT: Dialect = SQLiteDialect_pysqlite()
 
 def _is_busy(err: sqlite3.Error) -> bool:
     return isinstance(err, sqlite3.OperationalError) and (getattr(err, "sqlite_errorcode", 0) & 0xFF) in _BUSY
+
+
+def _is_full(err: sqlite3.Error) -> bool:
+    """A COMMIT refused because the disk is full did not commit, so it is not an unknown outcome:
+    in WAL mode a commit exists once its last frame (the one marked as a commit) is written, and
+    a full disk fails a write of the frames up to that one (an I/O error while syncing after it,
+    SQLITE_IOERR, may leave it committed, and stays unknown)."""
+    return (getattr(err, "sqlite_errorcode", 0) & 0xFF) == _FULL
 
 
 def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -230,6 +240,8 @@ class SqliteDriver:
         try:
             await asyncio.shield(batch.done)
         except sqlite3.Error as err:
+            if _is_full(err):
+                raise DatabaseError("SQLITE_FULL") from err
             raise CommitStateUnknownError("the registry did not confirm the commit") from err
 
     def _roll_back(self, conn: sqlite3.Connection) -> None:

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -139,6 +140,48 @@ class PostgresServer:
                 self._running = False
         shutil.rmtree(self.base_dir, ignore_errors=True)
         self.base_dir = None
+
+    def halt(self, mode: str) -> None:
+        """Stop the server process with shutdown `mode` ("smart", "fast" or "immediate"), keeping
+        its files: `resume` starts it again on the same port and data (fault-injection tests)."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise PostgresError(f"unknown shutdown mode {mode!r}")
+        self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", "60", "stop"])
+        self._running = False
+
+    def resume(self) -> None:
+        """Start a server `halt` stopped, with the options it ran with (`pg_ctl restart` reads
+        them back from postmaster.opts); after an immediate stop it recovers from its WAL first."""
+        self._run(
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ]
+        )
+        self._running = True
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP to its postmaster and every backend): it still accepts TCP
+        connections, in the kernel's backlog, and answers nothing until `unpause`."""
+        for pid in self._process_ids():
+            os.kill(pid, signal.SIGSTOP)
+
+    def unpause(self) -> None:
+        for pid in self._process_ids():
+            os.kill(pid, signal.SIGCONT)
+
+    def _process_ids(self) -> list[int]:
+        """The postmaster (first line of its pid file) and its children."""
+        postmaster = int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+        return [postmaster, *(int(child) for child in children)]
 
     def __enter__(self) -> PostgresServer:
         self.start()
