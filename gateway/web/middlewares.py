@@ -40,7 +40,7 @@ from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
 from cedarberg.gateway.logs import bind_principal, bind_request
-from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
+from cedarberg.gateway.ratelimit import OperationClass, RateLimitUnavailableError, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web import errors, http, outcomes, refusals, replay, resources, verdicts
 from cedarberg.gateway.web.bodies import BODIES
@@ -142,6 +142,11 @@ class Front:
 
 Rest = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# The operations routes (`gateway.web.routes.ops`) that answer while the limiter's storage is
+# unreachable, unlimited: a liveness probe answered 503 would have every instance restarted for a
+# Redis blip, and the readiness check and metrics that say the storage is down could not be read.
+# They read no catalog data; /metrics is still authenticated and decided by Cedar.
+_SPARED = frozenset({"/health", "/ready", "/metrics"})
 
 @web.middleware
 async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -201,7 +206,12 @@ def _rate_limited(
 async def _limited_or_replayed(request: web.Request, front: Front, rest: Rest) -> web.StreamResponse:
     """Limit by address, then replay the request's plan if it has a valid one; else `rest`."""
     sec = front.security
-    retry = await sec.limiter.hit_address(request.remote)
+    try:
+        retry = await sec.limiter.hit_address(request.remote)
+    except RateLimitUnavailableError:
+        if request.path not in _SPARED:
+            raise
+        retry = None
     if retry is not None:
         raise _rate_limited(request, front.metrics, retry, "address", "any")
     # A plan is looked up before anything else: one exists only for a request that was decided
@@ -266,7 +276,12 @@ def _credential(request: web.Request) -> str | None:
 
 async def _check_failure_budget(request: web.Request, sec: Security, stats: Metrics) -> None:
     """Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch)."""
-    retry = await sec.limiter.auth_failures_exceeded(request.remote)
+    try:
+        retry = await sec.limiter.auth_failures_exceeded(request.remote)
+    except RateLimitUnavailableError:
+        if request.path not in _SPARED:
+            raise
+        retry = None
     if retry is not None:
         raise _rate_limited(request, stats, retry, "auth_failures", "any")
 
@@ -274,7 +289,12 @@ async def _check_failure_budget(request: web.Request, sec: Security, stats: Metr
 async def _spend_principal_budget(
     request: web.Request, sec: Security, stats: Metrics, who: str, op_class: OperationClass
 ) -> None:
-    retry = await sec.limiter.hit_principal(who, op_class)
+    try:
+        retry = await sec.limiter.hit_principal(who, op_class)
+    except RateLimitUnavailableError:
+        if request.path not in _SPARED:
+            raise
+        retry = None
     if retry is not None:
         raise _rate_limited(request, stats, retry, "principal", op_class.value)
 
