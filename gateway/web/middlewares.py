@@ -148,6 +148,7 @@ Rest = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # They read no catalog data; /metrics is still authenticated and decided by Cedar.
 _SPARED = frozenset({"/health", "/ready", "/metrics"})
 
+
 @web.middleware
 async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The pipeline's routed steps (authenticate, authorize, handle). Its first steps ran before
