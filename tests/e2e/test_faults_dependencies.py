@@ -3,23 +3,28 @@
 Each test runs real servers (OpenBao, redis-server) and a real gateway process; the fault is the
 attack, normal operation before and after it the control.
 
-- The KMS (OpenBao transit, sealed mid-run) goes away while several clients commit to several
-  tables: every commit is acknowledged and durable, or refused with 503 and absent; every pointer
-  names a sealed file whose key unwraps; the gateway recovers without a restart.
+- The KMS (OpenBao transit) goes away while several clients commit to several tables, sealed
+  (it answers, refusing) or unreachable (a proxy in front of it drops and resets connections):
+  every commit is acknowledged and durable, or refused with 503 and absent; every pointer names a
+  sealed file whose key unwraps; the gateway recovers without a restart.
 - Redis, shared by the rate limits, is killed and restarted: limited requests are refused with
   503 while it is gone (fail closed), the probes still answer, /ready, the log and the metric say
   so, and the limits are back when it returns.
-- A table's sealed registry copy with flipped or cut bytes, and a metadata file damaged on disk:
-  loads and commits of that table fail closed naming it, other tables are unaffected, and the
-  table serves again once repaired.
+- A table's sealed registry copy with flipped or cut bytes: loads and commits of that table fail
+  closed naming it, other tables are unaffected, and the table serves again once repaired. A
+  metadata file damaged on disk: refused where it is read, never served; the next commit points
+  the table at a new, whole file.
 
-Bounded for `make test` (about a minute). The long variant raises the KMS run's length:
-`CEDARBERG_FAULTS_SECONDS=60 pytest tests/e2e/test_faults_dependencies.py`.
+Bounded for `make test` (about two minutes). The long variant raises the length of each phase of
+the KMS runs (before, during, after the outage; 2.5 s by default):
+`CEDARBERG_FAULTS_SECONDS=60 pytest -s tests/e2e/test_faults_dependencies.py -k kms`; each run
+prints its seed and its counts, and `CEDARBERG_FAULTS_SEED=N` replays a seed's commit schedule.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import sqlite3
@@ -39,6 +44,7 @@ from cedarberg.kms.settings import KmsSettings
 from tests.support.gateway import GatewayProcess
 from tests.support.kms_servers import OpenBaoServer
 from tests.support.redis import RedisServer
+from tests.support.tcp_proxy import TcpProxy
 
 SCHEMA = {
     "type": "struct",
@@ -144,16 +150,39 @@ def _open_metadata_file(gw: GatewayProcess, kms_config: dict[str, Any], location
     return asyncio.run(opened())
 
 
-@pytest.fixture
-def vault_gateway(openbao: OpenBaoServer, tmp_path: Path) -> Iterator[GatewayProcess]:
-    # No data-key cache: every commit needs the KMS, so the outage reaches commits in flight.
-    config = {"kms": {**openbao.kms_config, "cache": {"max_entries": 0}, "timeout_seconds": 2}}
-    with GatewayProcess(tmp_path / "gw", config=config) as gw:
-        yield gw
+@contextlib.contextmanager
+def _kms_fault(fault: str, openbao: OpenBaoServer, proxy: TcpProxy) -> Iterator[None]:
+    """The KMS refusing (OpenBao sealed: every transit call answers 503) or unreachable (every
+    connection to it dropped or reset), for the duration of the block."""
+    if fault == "sealed":
+        openbao.seal()
+        try:
+            yield
+        finally:
+            openbao.unseal()
+    else:
+        proxy.cut()
+        try:
+            yield
+        finally:
+            proxy.restore()
 
 
-def test_kms_outage_under_concurrent_commits(vault_gateway: GatewayProcess, openbao: OpenBaoServer) -> None:
-    gw = vault_gateway
+@pytest.mark.parametrize("fault", ["sealed", "unreachable"])
+def test_kms_outage_under_concurrent_commits(fault: str, openbao: OpenBaoServer, tmp_path: Path) -> None:
+    with TcpProxy(openbao.port) as proxy:
+        _, kms = openbao.pointed_at(proxy.port)
+        # No data-key cache: every commit needs the KMS, so the outage reaches commits in flight.
+        config = {"kms": {**kms, "cache": {"max_entries": 0}, "timeout_seconds": 2}}
+        with GatewayProcess(tmp_path / "gw", config=config) as gw:
+            _concurrent_commits_through(gw, kms, lambda: _kms_fault(fault, openbao, proxy))
+
+
+def _concurrent_commits_through(
+    gw: GatewayProcess, kms: dict[str, Any], outage: Callable[[], contextlib.AbstractContextManager[None]]
+) -> None:
+    """Clients commit to `TABLES` before, during (`outage`) and after a KMS outage; every answer
+    is checked against the tables and the sealed files (opened with the gateway's `kms`)."""
     seed = int(os.environ.get("CEDARBERG_FAULTS_SEED", str(random.randrange(1 << 30))))
     print(f"seed {seed}")  # reproduces the commit schedule
     _create_namespace(gw, "ops")
@@ -169,12 +198,9 @@ def test_kms_outage_under_concurrent_commits(vault_gateway: GatewayProcess, open
         thread.start()
     try:
         time.sleep(PHASE_SECONDS)
-        openbao.seal()  # mid-commit: the clients are committing all along
-        try:
+        with outage():  # mid-commit: the clients are committing all along
             time.sleep(PHASE_SECONDS)
             outage_ready = requests.get(f"{gw.url}/ready", timeout=30)
-        finally:
-            openbao.unseal()
         time.sleep(PHASE_SECONDS)
     finally:
         stop.set()
@@ -205,7 +231,7 @@ def test_kms_outage_under_concurrent_commits(vault_gateway: GatewayProcess, open
             if t == table:
                 assert prop not in properties, f"refused commit {prop} on {table} applied"
         # The pointer names a file sealed with a key the KMS unwraps, holding this very version.
-        opened = _open_metadata_file(gw, openbao.kms_config, loaded["metadata-location"])
+        opened = _open_metadata_file(gw, kms, loaded["metadata-location"])
         assert b'"' + str(loaded["metadata"]["table-uuid"]).encode() + b'"' in opened
         for t, prop in acknowledged:
             if t == table:
