@@ -306,6 +306,19 @@ def test_redis_gone_fails_closed_and_recovers(tmp_path: Path) -> None:
             assert statuses[0] == 200, statuses
             assert statuses[-1] == 429, statuses
             assert gw.log_text().count("rate-limit storage unreachable") == 1  # once per outage
+
+            # Stalled rather than gone: each refusal waits a bounded time, not for Redis.
+            redis.pause()
+            try:
+                started = time.monotonic()
+                stalled = requests.get(url, timeout=30)
+                assert stalled.status_code == 503, stalled.text
+                assert time.monotonic() - started < 3 * 0.5 + 2  # three storage timeouts, and slack
+                assert requests.get(f"{gw.url}/health", timeout=30).status_code == 200
+            finally:
+                redis.resume()
+            _wait_for(lambda: requests.get(f"{gw.url}/ready", timeout=30).status_code == 200, "/ready")
+            assert requests.get(url, timeout=30).status_code == 200
     finally:
         redis.stop()
 
@@ -366,6 +379,23 @@ def test_corrupt_registry_copy_fails_closed_naming_the_table(gateway: GatewayPro
     assert fine.status_code == 200, fine.text
     fine_now = requests.get(_table_url(gw, "bad", "fine"), timeout=30).json()
     assert fine_now["metadata"]["properties"]["k"] == "v"
+
+    # A transaction that touches a damaged table changes nothing, not even the sound table.
+    both = {
+        "table-changes": [
+            {
+                "identifier": {"namespace": ["bad"], "name": name},
+                "requirements": [],
+                "updates": [{"action": "set-properties", "updates": {"both": "yes"}}],
+            }
+            for name in ("fine", "flipped")
+        ]
+    }
+    refused = requests.post(f"{gw.url}/v1/transactions/commit", json=both, timeout=30)
+    _assert_fails_naming(refused, "bad.flipped")
+    assert (
+        "both" not in requests.get(_table_url(gw, "bad", "fine"), timeout=30).json()["metadata"]["properties"]
+    )
 
     # Repaired (restored from a backup) while running: served again, without a restart.
     for name in ("flipped", "cut"):
