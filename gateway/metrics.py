@@ -20,7 +20,6 @@ Families (labels):
     cedarberg_rate_limit_rejections_total      scope (address|auth_failures|principal), op_class
     cedarberg_store_pool_connections           state (checked_out|capacity)
     cedarberg_audit_sink_up                    -   (1: the audit destination takes records; min over workers)
-    cedarberg_rate_limit_storage_up            -   (1: the rate limiter's storage answers; min over workers)
     cedarberg_audit_write_failures_total       -   (failed attempts to write or sync audit records)
     cedarberg_policy_reload_failures_total     -   (reloads that refused the policy files they read)
     cedarberg_policy_set_refused               -   (1: the newest policy files are refused; max of workers)
@@ -107,7 +106,6 @@ class Metrics:
     rate_limited: Counter
     pool: Gauge
     audit_sink: Gauge
-    rate_limit_storage: Gauge
     audit_write_failures: Counter
     policy_reload_failures: Counter
     policy_refused: Gauge
@@ -209,13 +207,6 @@ class Metrics:
                 multiprocess_mode="livesum",
                 **where,
             ),
-            rate_limit_storage=Gauge(
-                "cedarberg_rate_limit_storage_up",
-                "1 while the rate limiter's storage answers (always, for memory storage), 0 while it "
-                "does not (requests are refused with 503 then); the lowest of the workers.",
-                multiprocess_mode="livemin",
-                **where,
-            ),
             audit_sink=Gauge(
                 "cedarberg_audit_sink_up",
                 "1 while the audit log's destination takes records, 0 while it fails (mutations are "
@@ -264,10 +255,6 @@ class Metrics:
     def audit_sink_up(self, up: bool) -> None:
         """The audit destination takes records (`gateway.audit_writer.AuditObserver`)."""
         self.audit_sink.set(1 if up else 0)
-
-    def rate_limit_storage_up(self, up: bool) -> None:
-        """The rate limiter's storage answers (`gateway.ratelimit.RateLimitObserver`)."""
-        self.rate_limit_storage.set(1 if up else 0)
 
     def audit_write_failed(self) -> None:
         self.audit_write_failures.inc()

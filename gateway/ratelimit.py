@@ -33,7 +33,6 @@ Public API::
     await limiter.hit_address(addr)                       # every request, before authentication
     await limiter.hit_principal(principal_id, op_class)   # after authentication
     await limiter.hit_auth_failure(addr)                  # after a failed authentication
-    limiter.observe(metrics)                              # storage up/down, now and on change
     await limiter.aclose()
 
 Each ``hit_*``/``*_exceeded`` returns ``None`` when the request may go on, or a `RetryAfter` whose
@@ -45,8 +44,8 @@ Invariants:
   `RateLimitUnavailableError` (to be answered 503) instead of letting traffic through unlimited:
   a limiter that silently stops limiting would turn a Redis outage into an open door for
   password/key guessing. Calls are bounded by ``storage_timeout_seconds``. The first failure
-  after a success is logged (warning) and reported to the observer (`observe`), and so is the
-  first success after a failure (the limiter recovers by itself: every call tries the storage).
+  after a success is logged (a warning), and so is the first success after a failure (the
+  limiter recovers by itself: every call tries the storage).
 - **Failed authentications are limited strictly**, per client address, with their own budget
   (default 20 a minute: a burst of 20, then one every 3 s): `auth_failures_exceeded` only looks
   (it consumes nothing), so a caller over the limit is turned away before any token or hash is
@@ -71,7 +70,7 @@ import math
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from limits import parse_many
@@ -85,7 +84,6 @@ __all__ = [
     "MemoryGcra",
     "OperationClass",
     "Rate",
-    "RateLimitObserver",
     "RateLimitUnavailableError",
     "RateLimiter",
     "RetryAfter",
@@ -95,12 +93,6 @@ __all__ = [
 
 
 log = logging.getLogger("cedarberg.ratelimit")
-
-
-class RateLimitObserver(Protocol):
-    """Told whether the limiter's storage answers, now and on every change (`gateway.metrics`)."""
-
-    def rate_limit_storage_up(self, up: bool) -> None: ...
 
 
 class OperationClass(StrEnum):
@@ -373,7 +365,6 @@ class RateLimiter:
         self._redis: RedisGcra | None = None
         self._failures: tuple[type[BaseException], ...] = (OSError,)
         self._storage_down = False
-        self._observer: RateLimitObserver | None = None
         if urlsplit(settings.storage_uri).scheme == "memory":
             self._memory = MemoryGcra(slots, max_keys)
         else:
@@ -389,14 +380,9 @@ class RateLimiter:
         `check` to find out whether the storage answers."""
         return cls(settings)
 
-    def observe(self, observer: RateLimitObserver) -> None:
-        """Report whether the storage answers to `observer`: now (as last seen) and on every change."""
-        self._observer = observer
-        observer.rate_limit_storage_up(not self._storage_down)
-
     def _storage_state(self, down: bool, err: BaseException | None = None) -> None:
-        """Log and report a change of the storage's state (called on every remote call's outcome;
-        acts only on a change, so an outage is one warning, not one per request)."""
+        """Log a change of the storage's state (called on every remote call's outcome; acts only
+        on a change, so an outage is one warning, not one per request)."""
         if down == self._storage_down:
             return
         self._storage_down = down
@@ -408,8 +394,6 @@ class RateLimiter:
             )
         else:
             log.warning("rate-limit storage reachable again: requests are limited and served")
-        if self._observer is not None:
-            self._observer.rate_limit_storage_up(not down)
 
     @property
     def settings(self) -> RateLimitSettings:

@@ -233,7 +233,6 @@ def create_app(settings: Settings) -> web.Application:
     async def security_services(app: web.Application) -> AsyncIterator[None]:
         security = await Security.open(settings)
         security.audit.observe(metrics)
-        security.limiter.observe(metrics)
         security.policies.observe(metrics)
         app[SECURITY] = security
         loop = asyncio.get_running_loop()

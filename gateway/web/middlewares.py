@@ -142,11 +142,11 @@ class Front:
 
 Rest = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# The operations routes (`gateway.web.routes.ops`) that answer while the limiter's storage is
-# unreachable, unlimited: a liveness probe answered 503 would have every instance restarted for a
-# Redis blip, and the readiness check and metrics that say the storage is down could not be read.
-# They read no catalog data; /metrics is still authenticated and decided by Cedar.
-_SPARED = frozenset({"/health", "/ready", "/metrics"})
+# The public probes (`gateway.web.routes.ops`) answer while the limiter's storage is unreachable,
+# unlimited: a liveness probe answered 503 would have every instance restarted for a Redis blip,
+# and /ready is what says the storage is down. They verify no credential and read no catalog
+# data. Everything else, /metrics included (it verifies credentials), is refused with 503.
+_SPARED = frozenset({"/health", "/ready"})
 
 
 @web.middleware
@@ -277,12 +277,7 @@ def _credential(request: web.Request) -> str | None:
 
 async def _check_failure_budget(request: web.Request, sec: Security, stats: Metrics) -> None:
     """Guessing is slow: past the failure budget, nothing is verified (no Argon2, no JWKS fetch)."""
-    try:
-        retry = await sec.limiter.auth_failures_exceeded(request.remote)
-    except RateLimitUnavailableError:
-        if request.path not in _SPARED:
-            raise
-        retry = None
+    retry = await sec.limiter.auth_failures_exceeded(request.remote)
     if retry is not None:
         raise _rate_limited(request, stats, retry, "auth_failures", "any")
 
@@ -290,12 +285,7 @@ async def _check_failure_budget(request: web.Request, sec: Security, stats: Metr
 async def _spend_principal_budget(
     request: web.Request, sec: Security, stats: Metrics, who: str, op_class: OperationClass
 ) -> None:
-    try:
-        retry = await sec.limiter.hit_principal(who, op_class)
-    except RateLimitUnavailableError:
-        if request.path not in _SPARED:
-            raise
-        retry = None
+    retry = await sec.limiter.hit_principal(who, op_class)
     if retry is not None:
         raise _rate_limited(request, stats, retry, "principal", op_class.value)
 
