@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from cedarberg.catalog import fileio
 from cedarberg.catalog.errors import IntegrityCheckError, InvalidRequestError, KeyServiceUnavailableError
-from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.identifiers import SEPARATOR, Identifier
 from cedarberg.catalog.store.sql import ObjectRow, Store
 from cedarberg.kms import envelope
 from cedarberg.kms.envelope import Binding
@@ -167,8 +167,11 @@ class Sealer:
                 key.plaintext, row.metadata, binding(row.warehouse, row.kind, row.uuid, row.metadata_location)
             )
         except SealIntegrityError as err:
+            # Named as the caller names it (and by UUID, for the operator's backup): the caller
+            # may load this object, so neither tells them anything new.
+            name = ".".join([*row.namespace.split(SEPARATOR), row.name])
             raise IntegrityCheckError(
-                f"stored metadata of {row.kind} {row.uuid} failed its check: {err}"
+                f"stored metadata of {row.kind} {name} ({row.uuid}) failed its check: {err}"
             ) from None
 
     async def open_row(self, row: ObjectRow) -> bytes:

@@ -43,7 +43,9 @@ Invariants:
 - **Fail closed.** If the storage cannot be reached (Redis down, timeout), every call raises
   `RateLimitUnavailableError` (to be answered 503) instead of letting traffic through unlimited:
   a limiter that silently stops limiting would turn a Redis outage into an open door for
-  password/key guessing. Calls are bounded by ``storage_timeout_seconds``.
+  password/key guessing. Calls are bounded by ``storage_timeout_seconds``. The first failure
+  after a success is logged (a warning), and so is the first success after a failure (the
+  limiter recovers by itself: every call tries the storage).
 - **Failed authentications are limited strictly**, per client address, with their own budget
   (default 20 a minute: a burst of 20, then one every 3 s): `auth_failures_exceeded` only looks
   (it consumes nothing), so a caller over the limit is turned away before any token or hash is
@@ -63,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -87,6 +90,9 @@ __all__ = [
     "client_key",
     "limit_for",
 ]
+
+
+log = logging.getLogger("cedarberg.ratelimit")
 
 
 class OperationClass(StrEnum):
@@ -358,6 +364,7 @@ class RateLimiter:
         self._memory: MemoryGcra | None = None
         self._redis: RedisGcra | None = None
         self._failures: tuple[type[BaseException], ...] = (OSError,)
+        self._storage_down = False
         if urlsplit(settings.storage_uri).scheme == "memory":
             self._memory = MemoryGcra(slots, max_keys)
         else:
@@ -372,6 +379,21 @@ class RateLimiter:
         the event loop of the first call, which must be the loop that keeps using it); call
         `check` to find out whether the storage answers."""
         return cls(settings)
+
+    def _storage_state(self, down: bool, err: BaseException | None = None) -> None:
+        """Log a change of the storage's state (called on every remote call's outcome; acts only
+        on a change, so an outage is one warning, not one per request)."""
+        if down == self._storage_down:
+            return
+        self._storage_down = down
+        if down:
+            # The error's class only: a Redis error's text may carry the storage URI's password.
+            log.warning(
+                "rate-limit storage unreachable (%s): requests are refused with 503 until it answers",
+                type(err).__name__,
+            )
+        else:
+            log.warning("rate-limit storage reachable again: requests are limited and served")
 
     @property
     def settings(self) -> RateLimitSettings:
@@ -394,9 +416,12 @@ class RateLimiter:
             return self._memory is not None
         try:
             async with asyncio.timeout(self._settings.storage_timeout_seconds):
-                return await self._redis.ping()
-        except self._failures:  # builtin TimeoutError is an OSError
+                answered = await self._redis.ping()
+        except self._failures as err:  # builtin TimeoutError is an OSError
+            self._storage_state(True, err)
             return False
+        self._storage_state(not answered)
+        return answered
 
     # -- the checks ---------------------------------------------------------------------------
 
@@ -453,6 +478,10 @@ class RateLimiter:
         try:
             # Connect + script load + a round trip, each bounded by the socket timeout.
             async with asyncio.timeout(self._settings.storage_timeout_seconds * 3):
-                return await remote.call(hit, rates, scope, ident)
+                answer = await remote.call(hit, rates, scope, ident)
         except self._failures as err:  # builtin TimeoutError is an OSError
+            self._storage_state(True, err)
             raise RateLimitUnavailableError("rate-limit storage unavailable") from err
+        if self._storage_down:
+            self._storage_state(False)
+        return answer

@@ -40,7 +40,7 @@ from cedarberg.gateway.authz.authorizer import filter_visible, plan_checks
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.operations import ActionGroup, OperationSpec, operation_spec
 from cedarberg.gateway.logs import bind_principal, bind_request
-from cedarberg.gateway.ratelimit import OperationClass, RetryAfter
+from cedarberg.gateway.ratelimit import OperationClass, RateLimitUnavailableError, RetryAfter
 from cedarberg.gateway.tls import peer_certificate_sha256, peer_subject
 from cedarberg.gateway.web import errors, http, outcomes, refusals, replay, resources, verdicts
 from cedarberg.gateway.web.bodies import BODIES
@@ -142,6 +142,12 @@ class Front:
 
 Rest = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# The public probes (`gateway.web.routes.ops`) answer while the limiter's storage is unreachable,
+# unlimited: a liveness probe answered 503 would have every instance restarted for a Redis blip,
+# and /ready is what says the storage is down. They verify no credential and read no catalog
+# data. Everything else, /metrics included (it verifies credentials), is refused with 503.
+_SPARED = frozenset({"/health", "/ready"})
+
 
 @web.middleware
 async def pipeline(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -201,7 +207,12 @@ def _rate_limited(
 async def _limited_or_replayed(request: web.Request, front: Front, rest: Rest) -> web.StreamResponse:
     """Limit by address, then replay the request's plan if it has a valid one; else `rest`."""
     sec = front.security
-    retry = await sec.limiter.hit_address(request.remote)
+    try:
+        retry = await sec.limiter.hit_address(request.remote)
+    except RateLimitUnavailableError:
+        if request.path not in _SPARED:
+            raise
+        retry = None
     if retry is not None:
         raise _rate_limited(request, front.metrics, retry, "address", "any")
     # A plan is looked up before anything else: one exists only for a request that was decided

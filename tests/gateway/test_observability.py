@@ -177,13 +177,19 @@ def test_ready_follows_the_kms(openbao: OpenBaoServer, tmp_path: Path) -> None:
     with GatewayProcess(tmp_path / "gw", config={"kms": {**openbao.kms_config, "timeout_seconds": 1}}) as gw:
         assert _ready(gw).json() == {
             "status": "ready",
-            "checks": {"store": "ok", "kms": "ok", "policies": "ok", "audit": "ok"},
+            "checks": {"store": "ok", "kms": "ok", "policies": "ok", "audit": "ok", "rate_limits": "ok"},
         }
         openbao.seal()
         try:
             _wait_for(lambda: _ready(gw).status_code == 503, "/ready to report the sealed KMS")
             body = _ready(gw).json()
-            assert body["checks"] == {"store": "ok", "kms": "unavailable", "policies": "ok", "audit": "ok"}
+            assert body["checks"] == {
+                "store": "ok",
+                "kms": "unavailable",
+                "policies": "ok",
+                "audit": "ok",
+                "rate_limits": "ok",
+            }
             assert body["error"]["type"] == "ServiceUnavailableException"
             assert body["error"]["message"] == "not ready: kms"
             assert "root" not in json.dumps(body)  # nothing about the Vault or its token

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -107,6 +108,19 @@ class RedisServer:
             sock.sendall(payload)
             return sock.recv(65536)
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open, nothing is answered, as a Redis
+        stalled by a long command or a saturated host."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise RedisError("redis-server is not running")
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo `pause` (SIGCONT)."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise RedisError("redis-server is not running")
+        self._proc.send_signal(signal.SIGCONT)
+
     def flushall(self) -> None:
         if not self.command("FLUSHALL").startswith(b"+OK"):
             raise RedisError("FLUSHALL failed")
@@ -114,6 +128,7 @@ class RedisServer:
     def stop(self) -> None:
         """Stop the server and delete its files. Safe to call more than once."""
         if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=10)

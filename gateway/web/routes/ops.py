@@ -1,13 +1,13 @@
 """Operating the gateway: probes and metrics.
 
     GET /health    checkHealth      public   200 while the process serves requests (liveness)
-    GET /ready     checkReadiness   public   200 when the registry, the KMS, the policies and the
-                                             audit log are usable; 503 otherwise and once
-                                             shutdown has begun
+    GET /ready     checkReadiness   public   200 when the registry, the KMS, the policies, the
+                                             audit log and the rate limits' storage are usable;
+                                             503 otherwise and once shutdown has begun
     GET /metrics   readMetrics      Cedar    Prometheus text format, summed over the workers
 
 The probes are public because orchestrators call them without credentials; they reveal only
-"ok" or which of four dependencies is unusable, never why. One exception says where to look: while
+"ok" or which of five dependencies is unusable, never why. One exception says where to look: while
 the newest policy files are refused, the last good set keeps deciding (so the gateway stays
 ready) and `/ready` adds `detail.policies`: the directory, when, the refused files' version, the
 version still active, and the refused problems' locations (`FILE:LINE`, at most
@@ -73,8 +73,11 @@ def _policy_detail(policies: PolicyEngine) -> dict[str, object] | None:
 
 async def check_readiness(request: web.Request) -> web.Response:
     svc, sec = services(request), security(request)
-    store, kms, audit = await asyncio.gather(
-        _usable(svc.ctx.store.ping()), _usable(svc.ctx.sealer.keyring.healthy()), _usable(sec.audit.probe())
+    store, kms, audit, limits = await asyncio.gather(
+        _usable(svc.ctx.store.ping()),
+        _usable(svc.ctx.sealer.keyring.healthy()),
+        _usable(sec.audit.probe()),
+        _usable(sec.limiter.check()),
     )
     checks = {
         name: "ok" if usable else "unavailable"
@@ -83,6 +86,7 @@ async def check_readiness(request: web.Request) -> web.Response:
             ("kms", kms),
             ("policies", bool(sec.policies.version)),
             ("audit", audit),
+            ("rate_limits", limits),
         )
     }
     failing = [name for name, state in checks.items() if state != "ok"]

@@ -270,7 +270,7 @@ async def test_health_and_ready_are_public(make_gateway: MakeGateway) -> None:
     assert ready.status == 200
     assert await ready.json() == {
         "status": "ready",
-        "checks": {"store": "ok", "kms": "ok", "policies": "ok", "audit": "ok"},
+        "checks": {"store": "ok", "kms": "ok", "policies": "ok", "audit": "ok", "rate_limits": "ok"},
     }
 
 
