@@ -1,0 +1,160 @@
+"""Nothing acknowledged is lost when gateway processes die: SIGKILL at random moments under load.
+
+Clients (`tests.support.crash_harness.Client`) create, commit, rename and drop (with purge)
+tables and views, commit multi-table transactions (some made to fail) and change namespaces,
+while a `Killer` SIGKILLs a worker process (its supervisor forks another) or a whole gateway
+(restarted), every `LOAD_SECONDS` of load. After every kill the clients are paused and
+`tests.support.crash_checks.Checker` checks the registry, the warehouse and the audit logs
+against what the clients saw (its docstring lists the invariants); once the load stops, a final
+check also waits for every purge and requires the purged files to be gone.
+
+Two deployments: one gateway on SQLite, and two gateways on one PostgreSQL database (clients
+send each request, and each retry, to either). Each gateway runs two workers.
+
+The seed is printed and settable (``CEDARBERG_CRASH_SEED``), as is the number of kills per
+deployment (``CEDARBERG_CRASH_KILLS``, default `KILLS`; ``make soak`` runs 1,500 each). A run
+with a violation fails with its seed and writes its history (every operation, attempt, answer and
+kill) to ``tests/.artifacts/crash/<deployment>-<seed>.json``; every run writes its figures to
+``tests/.artifacts/crash/<deployment>-<seed>-figures.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.crash_checks import Checker
+from tests.support.crash_harness import (
+    ARTIFACTS,
+    SEED_ENV,
+    Client,
+    History,
+    Killer,
+    Pause,
+    kills_from_env,
+    seed_from_env,
+)
+from tests.support.gateway import GatewayProcess
+from tests.support.postgres import PostgresServer
+
+KILLS = 150  # per deployment: 300 in `make test`
+CLIENTS = 4
+WORKERS = 2
+LOAD_SECONDS = (0.3, 0.5)
+
+
+def _gateways(tmp_path: Path, count: int, store_url: str | None) -> list[GatewayProcess]:
+    data_dir = tmp_path / "shared"  # one warehouse and one local KEK for all instances
+    gateways = []
+    for index in range(count):
+        audit = {"destination": str(tmp_path / f"audit-{index}.jsonl"), "durability": "fsync"}
+        gateway = GatewayProcess(
+            data_dir,
+            store_url=store_url,
+            config={"workers": WORKERS, "audit": audit},
+            log_path=tmp_path / f"gateway-{index}.log",
+        )
+        gateway.config_path = tmp_path / f"gateway-{index}.toml"
+        gateways.append(gateway)
+    return gateways
+
+
+@contextmanager
+def _running(gateways: list[GatewayProcess]) -> Iterator[None]:
+    with ExitStack() as stack:
+        for gateway in gateways:
+            stack.enter_context(gateway)
+        yield
+
+
+def _run(label: str, gateways: list[GatewayProcess], checker: Checker) -> None:
+    seed, kills = seed_from_env(), kills_from_env(KILLS)
+    print(f"crash run {label}: seed {seed} ({SEED_ENV}={seed} replays it), {kills} kills")
+    history = History(seed, label)
+    rng = random.Random(seed)
+    pause = Pause(CLIENTS)
+    clients = [Client(i, gateways, seed, history, pause) for i in range(CLIENTS)]
+    killer = Killer(gateways, WORKERS, rng, history)
+    violations: list[str] = []
+    started = time.monotonic()
+    try:
+        for client in clients:
+            client.start()
+        while killer.kills < kills and not violations:
+            time.sleep(rng.uniform(*LOAD_SECONDS))
+            killer.kill_one()
+            with pause.paused():
+                violations += [v for c in clients for v in c.violations]
+                violations += checker.check(c.model for c in clients)
+                failed = [c for c in clients if c.error is not None]
+                if failed:
+                    raise failed[0].error  # type: ignore[misc]
+    finally:
+        for client in clients:
+            client.stop.set()
+        for client in clients:
+            client.join(timeout=120)
+    if not violations:
+        violations += [v for c in clients for v in c.violations]
+        violations += checker.check((c.model for c in clients), final=True)
+    for client in clients:
+        if client.error is not None:
+            raise client.error
+    figures: dict[str, Any] = {
+        "deployment": label,
+        "seed": seed,
+        "kills": killer.kills,
+        "whole_gateway_kills": sum(1 for k in history.kills if k["whole"]),
+        "operations": len(history.operations),
+        "settled_by_retry": sum(1 for op in history.operations if op.settle == "retried"),
+        "settled_by_reading": sum(1 for op in history.operations if op.settle == "resolved"),
+        "client_histories": len(clients),
+        "checks": checker.figures.checks,
+        "files_unsealed": checker.figures.files_unsealed,
+        "audit_records_read": checker.figures.audit_records,
+        "purges_completed": checker.figures.purges_seen,
+        "violations": len(violations),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{label}-{seed}-figures.json").write_text(json.dumps(figures, indent=1))
+    print(json.dumps(figures))
+    if violations:
+        path = history.write(violations)
+        shown = "\n".join(violations[:20])
+        pytest.fail(f"{len(violations)} violation(s), seed {seed}, history in {path}:\n{shown}")
+    assert killer.kills >= kills
+    assert checker.figures.checks >= kills
+
+
+def test_sqlite_gateway_killed_at_random_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    gateways = _gateways(tmp_path, 1, None)
+    with _running(gateways):  # the checker opens the KEK the gateway created
+        checker = Checker(
+            gateways[0].data_dir, [tmp_path / "audit-0.jsonl"], sqlite_path=gateways[0].data_dir / "catalog.db"
+        )
+        try:
+            _run("sqlite", gateways, checker)
+        finally:
+            checker.close()
+
+
+def test_two_postgres_gateways_killed_at_random_lose_nothing_acknowledged(
+    tmp_path: Path, postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    gateways = _gateways(tmp_path, 2, postgres_url)
+    database = postgres_url.rsplit("/", 1)[1]
+    audit_logs = [tmp_path / f"audit-{i}.jsonl" for i in range(2)]
+    with _running(gateways):
+        checker = Checker(gateways[0].data_dir, audit_logs, postgres=postgres_server, database=database)
+        try:
+            _run("postgres", gateways, checker)
+        finally:
+            checker.close()
