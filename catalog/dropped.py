@@ -44,6 +44,8 @@ from cedarberg.catalog.store.sql import DroppedRow
 log = logging.getLogger(__name__)
 
 PARKING_DIR = "cedarberg-dropped"
+# How long a drop holds off the first purge of what it dropped while it moves the files.
+PARKING_HOLD_MS = 30_000
 
 
 class _PointerMoved(Exception):
@@ -117,7 +119,11 @@ async def soft_drop(
         drop_id = str(uuid.uuid4())
         moves = [(path, _parked(object_location, drop_id, path)) for path in published]
         now = _now_ms()
-        dropped = DroppedRow(drop_id, row, moves, now, now + warehouse.drop_retention_seconds * 1000)
+        purge_after = now + warehouse.drop_retention_seconds * 1000
+        # No purge starts while this drop still moves the files (it would race the moves and
+        # leave files or directories behind); a drop that dies meanwhile is purged after the hold.
+        held = max(purge_after, now + PARKING_HOLD_MS)
+        dropped = DroppedRow(drop_id, row, moves, now, purge_after, next_purge_attempt_ms=held)
         try:
             async with ctx.store.write() as tx:
                 ns, name = identifier.namespace.key, identifier.name
@@ -131,6 +137,9 @@ async def soft_drop(
             continue
         # Dropped now: a file that cannot be parked stays published and is purged from there.
         await asyncio.to_thread(_park, moves)
+        if held > purge_after:
+            async with ctx.store.write() as tx:
+                await tx.release_purge(drop_id, purge_after)
         log.info("soft-deleted %s %s (drop id %s)", kind, identifier, drop_id)
         return
     raise CommitFailedError("the object changed concurrently too many times; retry the drop")

@@ -68,13 +68,22 @@ async def test_no_file_moves_while_the_registry_still_names_the_table(
         monkeypatch.setattr(fileio, "move_file", recording_move)
         await TableService(ctx).drop(None, TABLE, True, None)
         assert live_at_each_move == [False, False]  # both metadata files moved, after the drop
+        assert await dropped.purge_due(ctx) == 1  # and, moved, it released its hold on the purge
+
+
+class _ProcessDied(BaseException):
+    """What a SIGKILL does to a drop: nothing after this point runs (no cleanup either)."""
 
 
 async def _drop_dying_before_the_moves(ctx: CatalogContext, monkeypatch: pytest.MonkeyPatch) -> str:
     """Drop ns.t as a process killed after the registry changed, before any file moved; its drop id."""
+    def die(_moves: object) -> None:
+        raise _ProcessDied
+
     with monkeypatch.context() as patch:
-        patch.setattr(dropped, "_park", lambda moves: None)  # the process died right here
-        await TableService(ctx).drop(None, TABLE, True, None)
+        patch.setattr(dropped, "_park", die)
+        with pytest.raises(_ProcessDied):
+            await TableService(ctx).drop(None, TABLE, True, None)
     listed = orjson.loads(await dropped.list_dropped(ctx, None, PageRequest.parse(None, None, 100, 100, "test")))
     assert len(listed["dropped"]) == 1, listed
     return str(listed["dropped"][0]["drop-id"])
@@ -101,7 +110,12 @@ async def test_a_drop_that_died_before_its_files_moved_is_purged_whole(
     async with catalog_context(tmp_path) as ctx:
         files = await _table_with_history(ctx)
         await _drop_dying_before_the_moves(ctx, monkeypatch)
-        assert await dropped.purge_due(ctx) == 1  # the retention is 0
+        # The retention is 0, but the dead drop's hold on the purge (it might still be moving
+        # files) lasts until PARKING_HOLD_MS has passed: then the purge completes.
+        assert await dropped.purge_due(ctx) == 0
+        later = dropped._now_ms() + dropped.PARKING_HOLD_MS + 1000
+        monkeypatch.setattr(dropped, "_now_ms", lambda: later)
+        assert await dropped.purge_due(ctx) == 1
         assert not any(path.exists() for path in files)
         assert not files[0].parent.parent.exists()  # the table's directory is gone
         async with ctx.store.read() as tx:

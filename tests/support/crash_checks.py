@@ -35,7 +35,7 @@ from tests.support.crash_harness import Model
 from tests.support.postgres import PostgresServer
 
 WAREHOUSE = "default"
-PURGE_SECONDS = 30.0  # a drop with purge is purged within this long, kills or not
+PURGE_SECONDS = 45.0  # dropped.PARKING_HOLD_MS (a drop killed while parking), then retries
 _NAMESPACE_SEPARATOR = "\x1f"
 _QUERIES = {
     "objects": "SELECT warehouse, namespace, name, kind, uuid, metadata_location FROM catalog_objects",
