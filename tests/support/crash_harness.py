@@ -539,7 +539,7 @@ class Killer:
         """Kill a worker, or the whole of a gateway, and wait until it serves again."""
         index = self.rng.randrange(len(self.gateways))
         gateway = self.gateways[index]
-        whole = self._since_restart[index] >= WORKER_KILLS_PER_SUPERVISOR or self.rng.random() < 0.1
+        whole = self._since_restart[index] >= WORKER_KILLS_PER_SUPERVISOR or self.rng.random() < 0.05
         started = time.time()
         if whole:
             victims = _children(gateway)
