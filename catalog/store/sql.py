@@ -711,7 +711,9 @@ class StoreTx:
     async def release_purge(self, drop_id: str, next_attempt_ms: int) -> bool:
         """Let the first purge of `drop_id` start at `next_attempt_ms` (a drop holds it off
         while it moves the object's files); False if an attempt has started or the row is gone."""
-        result = await self._conn.execute(_RELEASE_PURGE, {"drop_id": drop_id, "next_attempt_ms": next_attempt_ms})
+        result = await self._conn.execute(
+            _RELEASE_PURGE, {"drop_id": drop_id, "next_attempt_ms": next_attempt_ms}
+        )
         return result.rowcount == 1
 
     async def delete_dropped(self, drop_id: str) -> bool:

@@ -77,6 +77,7 @@ class _ProcessDied(BaseException):
 
 async def _drop_dying_before_the_moves(ctx: CatalogContext, monkeypatch: pytest.MonkeyPatch) -> str:
     """Drop ns.t as a process killed after the registry changed, before any file moved; its drop id."""
+
     def die(_moves: object) -> None:
         raise _ProcessDied
 
@@ -84,7 +85,9 @@ async def _drop_dying_before_the_moves(ctx: CatalogContext, monkeypatch: pytest.
         patch.setattr(dropped, "_park", die)
         with pytest.raises(_ProcessDied):
             await TableService(ctx).drop(None, TABLE, True, None)
-    listed = orjson.loads(await dropped.list_dropped(ctx, None, PageRequest.parse(None, None, 100, 100, "test")))
+    listed = orjson.loads(
+        await dropped.list_dropped(ctx, None, PageRequest.parse(None, None, 100, 100, "test"))
+    )
     assert len(listed["dropped"]) == 1, listed
     return str(listed["dropped"][0]["drop-id"])
 

@@ -21,6 +21,8 @@ kill) to ``tests/.artifacts/crash/<deployment>-<seed>.json``; every run writes i
 from __future__ import annotations
 
 import json
+import math
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -31,10 +33,10 @@ from typing import Any
 import pytest
 
 from tests.support.crash_checks import Checker
+from tests.support.crash_client import Client
 from tests.support.crash_harness import (
     ARTIFACTS,
     SEED_ENV,
-    Client,
     History,
     Killer,
     Pause,
@@ -45,6 +47,7 @@ from tests.support.gateway import GatewayProcess
 from tests.support.postgres import PostgresServer
 
 KILLS = 150  # per deployment: 300 in `make test`
+MINUTES_ENV = "CEDARBERG_CRASH_MINUTES"  # optional: stop killing after this long (then check all)
 CLIENTS = 4
 WORKERS = 2
 LOAD_SECONDS = (0.25, 0.45)
@@ -53,6 +56,9 @@ LOAD_SECONDS = (0.25, 0.45)
 # Clients read what they just wrote through any process: the registry cache lets a process see
 # another's writes only within its TTL (by design, `catalog.store.cache`), which this harness
 # would take for a lost write. Durability is what is checked here, so every read goes to the registry.
+# The suite's 300 s per test is for one behaviour; a crash run is bounded by its kills instead
+# (a loaded machine restarts gateways slowly), so `make soak` needs no other setting.
+pytestmark = pytest.mark.timeout(180 + 5 * kills_from_env(KILLS))
 NO_REGISTRY_CACHE = {"registry_ttl_seconds": 0}
 PURGE_RETRIES = {"purge_retry_initial_seconds": 1.0, "purge_retry_max_seconds": 4.0}
 
@@ -91,10 +97,12 @@ def _run(label: str, gateways: list[GatewayProcess], checker: Checker) -> None:
     killer = Killer(gateways, WORKERS, rng, history)
     violations: list[str] = []
     started = time.monotonic()
+    minutes = os.environ.get(MINUTES_ENV)
+    stop_at = started + float(minutes) * 60 if minutes else math.inf
     try:
         for client in clients:
             client.start()
-        while killer.kills < kills and not violations:
+        while killer.kills < kills and not violations and time.monotonic() < stop_at:
             time.sleep(rng.uniform(*LOAD_SECONDS))
             killer.kill_one()
             with pause.paused():
@@ -103,6 +111,8 @@ def _run(label: str, gateways: list[GatewayProcess], checker: Checker) -> None:
                 failed = [c for c in clients if c.error is not None]
                 if failed:
                     raise failed[0].error  # type: ignore[misc]
+            if killer.kills % 10 == 0:
+                _write_figures(label, history, killer, checker, violations, started, final=False)
     finally:
         for client in clients:
             client.stop.set()
@@ -114,15 +124,39 @@ def _run(label: str, gateways: list[GatewayProcess], checker: Checker) -> None:
     for client in clients:
         if client.error is not None:
             raise client.error
+    _write_figures(label, history, killer, checker, violations, started, final=True)
+    if violations:
+        path = history.write(violations)
+        shown = "\n".join(violations[:20])
+        pytest.fail(f"{len(violations)} violation(s), seed {seed}, history in {path}:\n{shown}")
+    if minutes:
+        kills = min(kills, killer.kills)  # a time-bounded run (`make soak`) stops when time is up
+    assert killer.kills >= kills
+    assert checker.figures.checks >= kills
+
+
+def _write_figures(
+    label: str,
+    history: History,
+    killer: Killer,
+    checker: Checker,
+    violations: list[str],
+    started: float,
+    *,
+    final: bool,
+) -> None:
+    """The run's figures so far (`final`: after the last check), printed at the end and written to
+    ``tests/.artifacts/crash/<deployment>-<seed>-figures.json``."""
     figures: dict[str, Any] = {
         "deployment": label,
-        "seed": seed,
+        "seed": history.seed,
+        "final": final,
         "kills": killer.kills,
         "whole_gateway_kills": sum(1 for k in history.kills if k["whole"]),
         "operations": len(history.operations),
         "settled_by_retry": sum(1 for op in history.operations if op.settle == "retried"),
         "settled_by_reading": sum(1 for op in history.operations if op.settle == "resolved"),
-        "client_histories": len(clients),
+        "client_histories": CLIENTS,
         "checks": checker.figures.checks,
         "files_unsealed": checker.figures.files_unsealed,
         "audit_records_read": checker.figures.audit_records,
@@ -131,21 +165,18 @@ def _run(label: str, gateways: list[GatewayProcess], checker: Checker) -> None:
         "seconds": round(time.monotonic() - started, 1),
     }
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / f"{label}-{seed}-figures.json").write_text(json.dumps(figures, indent=1))
-    print(json.dumps(figures))
-    if violations:
-        path = history.write(violations)
-        shown = "\n".join(violations[:20])
-        pytest.fail(f"{len(violations)} violation(s), seed {seed}, history in {path}:\n{shown}")
-    assert killer.kills >= kills
-    assert checker.figures.checks >= kills
+    (ARTIFACTS / f"{label}-{history.seed}-figures.json").write_text(json.dumps(figures, indent=1))
+    if final:
+        print(json.dumps(figures))
 
 
 def test_sqlite_gateway_killed_at_random_loses_nothing_acknowledged(tmp_path: Path) -> None:
     gateways = _gateways(tmp_path, 1, None)
     with _running(gateways):  # the checker opens the KEK the gateway created
         checker = Checker(
-            gateways[0].data_dir, [tmp_path / "audit-0.jsonl"], sqlite_path=gateways[0].data_dir / "catalog.db"
+            gateways[0].data_dir,
+            [tmp_path / "audit-0.jsonl"],
+            sqlite_path=gateways[0].data_dir / "catalog.db",
         )
         try:
             _run("sqlite", gateways, checker)

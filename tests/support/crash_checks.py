@@ -117,14 +117,18 @@ class Checker:
         expected_namespaces = {name: markers for m in models for name, markers in m.namespaces.items()}
         namespaces = {str(r["name"]): json.loads(r["properties"]) for r in rows["namespaces"]}
         if set(namespaces) != set(expected_namespaces):
-            found.append(f"namespaces {sorted(namespaces)} but the clients made {sorted(expected_namespaces)}")
+            found.append(
+                f"namespaces {sorted(namespaces)} but the clients made {sorted(expected_namespaces)}"
+            )
         forbidden = set().union(*(m.forbidden for m in models)) if models else set()
         for name, properties in namespaces.items():
             missing = expected_namespaces.get(name, set()) - set(properties)
             if missing:
                 found.append(f"namespace {name}: acknowledged properties lost: {sorted(missing)}")
             if forbidden & set(properties):
-                found.append(f"namespace {name}: properties of refused changes: {sorted(forbidden & set(properties))}")
+                found.append(
+                    f"namespace {name}: properties of refused changes: {sorted(forbidden & set(properties))}"
+                )
         for kind in ("table", "view"):
             expected = {key: markers for m in models for key, markers in getattr(m, f"{kind}s").items()}
             live = {
@@ -134,7 +138,9 @@ class Checker:
             }
             if set(live) != set(expected):
                 extra, lost = sorted(set(live) - set(expected)), sorted(set(expected) - set(live))
-                found.append(f"{kind}s: in the registry but never acknowledged {extra}; acknowledged but missing {lost}")
+                found.append(
+                    f"{kind}s: in the registry, never acknowledged {extra}; acknowledged, missing {lost}"
+                )
             for key, location in live.items():
                 if location not in self._opened:
                     continue  # reported by `_pointers`
@@ -142,8 +148,9 @@ class Checker:
                 missing = expected.get(key, set()) - properties
                 if missing:
                     found.append(f"{kind} {key}: acknowledged changes lost: {sorted(missing)}")
-                if forbidden & properties:
-                    found.append(f"{kind} {key}: changes answered as failed are there: {sorted(forbidden & properties)}")
+                refused = sorted(forbidden & properties)
+                if refused:
+                    found.append(f"{kind} {key}: changes answered as failed are there: {refused}")
         return found
 
     def _roots_and_drops(self, rows: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -157,14 +164,18 @@ class Checker:
         for object_uuid, kind in {**dropped, **live}.items():
             if (kind, object_uuid) not in owners:
                 found.append(f"{kind} {object_uuid} has no recorded roots")
-        orphans = sorted(o for k, o in owners if k in ("table", "view") and o not in live and o not in dropped)
+        orphans = sorted(
+            o for k, o in owners if k in ("table", "view") and o not in live and o not in dropped
+        )
         if orphans:
             found.append(f"roots of objects that no longer exist: {orphans}")
         now = time.monotonic()
         for row in rows["dropped"]:
             since = self._dropped_since.setdefault(str(row["drop_id"]), now)
             if now - since > PURGE_SECONDS:
-                found.append(f"dropped {row['kind']} {row['uuid']} not purged after {PURGE_SECONDS:.0f} s: {row}")
+                found.append(
+                    f"dropped {row['kind']} {row['uuid']} not purged after {PURGE_SECONDS:.0f} s: {row}"
+                )
         for drop_id in set(self._dropped_since) - {str(r["drop_id"]) for r in rows["dropped"]}:
             del self._dropped_since[drop_id]
             self.figures.purges_seen += 1
@@ -208,7 +219,9 @@ class Checker:
             try:
                 with connection:  # one read transaction: one consistent state
                     connection.execute("BEGIN")
-                    return {name: [dict(r) for r in connection.execute(sql)] for name, sql in _QUERIES.items()}
+                    return {
+                        name: [dict(r) for r in connection.execute(sql)] for name, sql in _QUERIES.items()
+                    }
             finally:
                 connection.close()
         assert self.postgres is not None
