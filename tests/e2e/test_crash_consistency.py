@@ -24,13 +24,16 @@ import json
 import math
 import os
 import random
+import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.support.crash_checks import Checker
 from tests.support.crash_client import Client
@@ -39,6 +42,7 @@ from tests.support.crash_harness import (
     SEED_ENV,
     History,
     Killer,
+    Model,
     Pause,
     kills_from_env,
     seed_from_env,
@@ -194,5 +198,70 @@ def test_two_postgres_gateways_killed_at_random_lose_nothing_acknowledged(
         checker = Checker(gateways[0].data_dir, audit_logs, postgres=postgres_server, database=database)
         try:
             _run("postgres", gateways, checker)
+        finally:
+            checker.close()
+
+
+def test_the_checker_reports_each_kind_of_damage(tmp_path: Path) -> None:
+    """The checks can fail: each kind of damage a crash could do, made by hand, is reported."""
+    gateways = _gateways(tmp_path, 1, None)
+    with _running(gateways):
+        gateway = gateways[0]
+        url = f"{gateway.url}/v1/namespaces"
+        create = {
+            "name": "t",
+            "schema": {
+                "type": "struct",
+                "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+            },
+        }
+        commit = {"updates": [{"action": "set-properties", "updates": {"m-1": "1"}}]}
+        answers = [
+            requests.post(url, json={"namespace": ["c0n1"], "properties": {"m-0": "1"}}, timeout=30),
+            requests.post(f"{url}/c0n1/tables", json=create, timeout=30),
+            requests.post(
+                f"{url}/c0n1/tables/t", json=commit, headers={"X-Request-ID": "ack-commit"}, timeout=30
+            ),
+        ]
+        assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+        registry = gateway.data_dir / "catalog.db"
+        checker = Checker(gateway.data_dir, [tmp_path / "audit-0.jsonl"], sqlite_path=registry)
+        try:
+            model = Model(namespaces={"c0n1": {"m-0"}}, tables={("c0n1", "t"): {"m-1"}})
+            model.acknowledged.append("ack-commit")
+            assert checker.check([model]) == []  # the control: an undamaged state passes
+
+            def reported(changed: Model) -> str:
+                return "\n".join(checker.check([changed]))
+
+            assert "acknowledged changes lost: ['m-9']" in reported(
+                Model(namespaces={"c0n1": {"m-0"}}, tables={("c0n1", "t"): {"m-1", "m-9"}})
+            )
+            assert "answered as failed are there: ['m-1']" in reported(
+                Model(namespaces={"c0n1": {"m-0"}}, tables={("c0n1", "t"): set()}, forbidden={"m-1"})
+            )
+            assert "acknowledged, missing [('c0n1', 'u')]" in reported(
+                Model(namespaces={"c0n1": {"m-0"}}, tables={("c0n1", "t"): {"m-1"}, ("c0n1", "u"): set()})
+            )
+            unaudited = Model(
+                namespaces={"c0n1": {"m-0"}}, tables={("c0n1", "t"): {"m-1"}}, acknowledged=["lost"]
+            )
+            assert "without their audit record: ['lost']" in reported(unaudited)
+
+            gateway.stop()  # the damage is done to files and rows at rest
+            with sqlite3.connect(registry) as db:
+                location = db.execute("SELECT metadata_location FROM catalog_objects").fetchone()[0]
+                db.execute("DELETE FROM object_roots WHERE kind = 'table'")
+            current = Path(urllib.parse.unquote(urllib.parse.urlparse(location).path))
+            first = sorted(current.parent.glob("00000-*.metadata.json"))[0]
+            first.unlink()
+            assert "its metadata log names a missing file" in reported(model)
+            assert "has no recorded roots" in reported(model)
+            current.write_bytes(current.read_bytes()[:100])
+            fresh = Checker(gateway.data_dir, [tmp_path / "audit-0.jsonl"], sqlite_path=registry)
+            try:
+                assert "the metadata file does not open" in "\n".join(fresh.check([model]))
+            finally:
+                fresh.close()
         finally:
             checker.close()
