@@ -39,7 +39,8 @@ test: test-deps venv
 
 # The long crash run (docs/operations.md, "What a crash cannot lose"): CRASH_KILLS SIGKILLs per
 # deployment (one gateway on SQLite, two on PostgreSQL); `make test` runs 150 each. Set
-# CEDARBERG_CRASH_SEED to replay a run. Not part of `make test`.
+# CEDARBERG_CRASH_SEED to replay a run, CEDARBERG_CRASH_MINUTES to bound it by time. Not part of
+# `make test`.
 CRASH_KILLS ?= 1500
 soak: test-deps venv
 	CEDARBERG_CRASH_KILLS=$(CRASH_KILLS) $(BIN)/pytest -s tests/e2e/test_crash_consistency.py $(PYTEST_ARGS)
