@@ -112,9 +112,9 @@ def _run(label: str, gateways: list[GatewayProcess], checker: Checker) -> None:
             with pause.paused():
                 violations += [v for c in clients for v in c.violations]
                 violations += checker.check(c.model for c in clients)
-                failed = [c for c in clients if c.error is not None]
-                if failed:
-                    raise failed[0].error  # type: ignore[misc]
+                for client in clients:
+                    if client.error is not None:
+                        raise client.error
             if killer.kills % 10 == 0:
                 _write_figures(label, history, killer, checker, violations, started, final=False)
     finally:
