@@ -55,6 +55,9 @@ MINUTES_ENV = "CEDARBERG_CRASH_MINUTES"  # optional: stop killing after this lon
 CLIENTS = 4
 WORKERS = 2
 LOAD_SECONDS = (0.25, 0.45)
+# How long a restarted gateway may take to answer: a crowded machine (load 50 on 2 cores) has
+# taken longer than the suite's usual 30 s, which is no finding about what a crash loses.
+RESTART_SECONDS = 120.0
 # A purge a kill interrupts counts as an attempt: the next waits the retry delay (60 s by default),
 # shortened here so that the checker's deadline (`crash_checks.PURGE_SECONDS`) can require it.
 # Clients read what they just wrote through any process: the registry cache lets a process see
@@ -77,6 +80,7 @@ def _gateways(tmp_path: Path, count: int, store_url: str | None) -> list[Gateway
             store_url=store_url,
             config={"workers": WORKERS, "audit": audit, "cache": NO_REGISTRY_CACHE, **PURGE_RETRIES},
             log_path=tmp_path / f"gateway-{index}.log",
+            ready_timeout=RESTART_SECONDS,
         )
         gateway.config_path = tmp_path / f"gateway-{index}.toml"
         gateways.append(gateway)

@@ -210,16 +210,16 @@ class Killer:
         )
 
     def _wait_for_replacement(self, gateway: GatewayProcess, dead: int) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + gateway.ready_timeout
         while time.monotonic() < deadline:
             children = _children(gateway)
             if len(children) == self.workers and dead not in children:
                 gateway.wait_ready()
                 return
             time.sleep(0.01)
-        raise Violation(
-            f"gateway {gateway.url}: no new worker 30 s after a kill\n{gateway.log_text()[-3000:]}"
-        )
+        tail = gateway.log_text()[-3000:]
+        waited = gateway.ready_timeout
+        raise Violation(f"gateway {gateway.url}: no new worker {waited:.0f} s after a kill\n{tail}")
 
 
 def _children(gateway: GatewayProcess) -> list[int]:
