@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 ARGS ?=
 
 .DEFAULT_GOAL := test
-.PHONY: venv test-deps test lint format bench demo demo-clean clean distclean
+.PHONY: venv test-deps test soak lint format bench demo demo-clean clean distclean
 
 # Prerequisites run in the order written: test-deps (which may install the interpreter's venv
 # support) before the venv.
@@ -36,6 +36,14 @@ test-deps:
 
 test: test-deps venv
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The long crash run (docs/operations.md, "What a crash cannot lose"): CRASH_KILLS SIGKILLs per
+# deployment (one gateway on SQLite, two on PostgreSQL); `make test` runs 150 each. Set
+# CEDARBERG_CRASH_SEED to replay a run, CEDARBERG_CRASH_MINUTES to bound it by time. Not part of
+# `make test`.
+CRASH_KILLS ?= 1500
+soak: test-deps venv
+	CEDARBERG_CRASH_KILLS=$(CRASH_KILLS) $(BIN)/pytest -s tests/e2e/test_crash_consistency.py $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -3,13 +3,18 @@
 Engines cannot read sealed metadata files, so in a sealing warehouse the gateway, not the engine,
 deletes a table's files. A drop therefore:
 1. opens the object's metadata (so a KMS outage fails the drop before anything moves),
-2. moves its metadata files away from their published location into
-   `<object location>/cedarberg-dropped/<drop id>/` — an engine that parses the metadata file
-   after dropping (Spark's `DROP TABLE ... PURGE`) finds none and leaves the files alone,
-3. in one transaction deletes the pointer (only if unchanged) and records the soft-deleted row
-   (sealed metadata copy and wrapped key kept) with its purge time.
-Undrop reverses 2 and 3 exactly. The purge, once the retention has passed, deletes data, manifests
-and metadata files, then the row — and with it the only copy of the wrapped data key.
+2. in one transaction deletes the pointer (only if unchanged) and records the soft-deleted row
+   (sealed metadata copy and wrapped key kept) with its purge time and the moves of step 3,
+3. then moves its metadata files away from their published location into
+   `<object location>/cedarberg-dropped/<drop id>/` before it answers — an engine that parses
+   the metadata file after dropping (Spark's `DROP TABLE ... PURGE`) finds none and leaves the
+   files alone.
+The registry changes before any file moves: a live entry never names a moved file, whenever the
+process dies. A process that dies between 2 and 3 leaves a dropped object whose files are still
+published (some or all); undrop and purge take each file from wherever it is. Undrop moves the
+files back first, then restores the pointer in one transaction (a live entry again needs its
+files). The purge, once the retention has passed, deletes data, manifests and metadata files at
+both places, then the row — and with it the only copy of the wrapped data key.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from cedarberg.catalog.store.sql import DroppedRow
 log = logging.getLogger(__name__)
 
 PARKING_DIR = "cedarberg-dropped"
+# How long a drop holds off the first purge of what it dropped while it moves the files.
+PARKING_HOLD_MS = 30_000
 
 
 class _PointerMoved(Exception):
@@ -78,6 +85,18 @@ def _move_all(moves: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return done
 
 
+def _park(moves: list[tuple[str, str]]) -> None:
+    """Move a dropped object's published metadata files to their parking place; a file already
+    gone is skipped, one that cannot be moved is logged and left (the drop has happened)."""
+    for source, target in moves:
+        try:
+            fileio.move_file(source, target)
+        except FileNotFoundError:
+            continue
+        except CatalogError:
+            log.exception("could not park %s at %s; it is purged where it is", source, target)
+
+
 def _move_back(moves: list[tuple[str, str]]) -> None:
     for source, target in reversed(moves):
         try:
@@ -99,9 +118,12 @@ async def soft_drop(
         )
         drop_id = str(uuid.uuid4())
         moves = [(path, _parked(object_location, drop_id, path)) for path in published]
-        moved = await asyncio.to_thread(_move_all, moves)
         now = _now_ms()
-        dropped = DroppedRow(drop_id, row, moved, now, now + warehouse.drop_retention_seconds * 1000)
+        purge_after = now + warehouse.drop_retention_seconds * 1000
+        # No purge starts while this drop still moves the files (it would race the moves and
+        # leave files or directories behind); a drop that dies meanwhile is purged after the hold.
+        held = max(purge_after, now + PARKING_HOLD_MS)
+        dropped = DroppedRow(drop_id, row, moves, now, purge_after, next_purge_attempt_ms=held)
         try:
             async with ctx.store.write() as tx:
                 ns, name = identifier.namespace.key, identifier.name
@@ -112,11 +134,12 @@ async def soft_drop(
                 if rec is not None:
                     await rec.record(tx, None)
         except _PointerMoved:
-            await asyncio.to_thread(_move_back, moved)
             continue
-        except BaseException:
-            await asyncio.to_thread(_move_back, moved)
-            raise
+        # Dropped now: a file that cannot be parked stays published and is purged from there.
+        await asyncio.to_thread(_park, moves)
+        if held > purge_after:
+            async with ctx.store.write() as tx:
+                await tx.release_purge(drop_id, purge_after)
         log.info("soft-deleted %s %s (drop id %s)", kind, identifier, drop_id)
         return
     raise CommitFailedError("the object changed concurrently too many times; retry the drop")

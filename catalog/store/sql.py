@@ -323,6 +323,11 @@ _RECORD_PURGE_FAILURE = Sql(
     .where(_drop.drop_id == param("drop_id"), _drop.purge_attempts == param("attempts"))
     .values(last_purge_error=param("error"), next_purge_attempt_ms=param("next_attempt_ms"))
 )
+_RELEASE_PURGE = Sql(
+    update(dropped_objects)
+    .where(_drop.drop_id == param("drop_id"), _drop.purge_attempts == 0)
+    .values(next_purge_attempt_ms=param("next_attempt_ms"))
+)
 _DELETE_DROPPED = Sql(delete(dropped_objects).where(_drop.drop_id == param("drop_id")))
 
 
@@ -700,6 +705,14 @@ class StoreTx:
         result = await self._conn.execute(
             _RECORD_PURGE_FAILURE,
             {"drop_id": drop_id, "attempts": attempts, "error": error, "next_attempt_ms": next_attempt_ms},
+        )
+        return result.rowcount == 1
+
+    async def release_purge(self, drop_id: str, next_attempt_ms: int) -> bool:
+        """Let the first purge of `drop_id` start at `next_attempt_ms` (a drop holds it off
+        while it moves the object's files); False if an attempt has started or the row is gone."""
+        result = await self._conn.execute(
+            _RELEASE_PURGE, {"drop_id": drop_id, "next_attempt_ms": next_attempt_ms}
         )
         return result.rowcount == 1
 
