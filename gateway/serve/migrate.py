@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from cedarberg.catalog.errors import CatalogError, StorageUnavailableError
+from cedarberg.catalog.errors import CatalogError
 from cedarberg.catalog.store.engine import MIGRATIONS as CATALOG_MIGRATIONS
+from cedarberg.catalog.store.engine import on_schema_connection
 from cedarberg.catalog.store.sql import Store
 from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
 from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
@@ -85,14 +84,7 @@ async def schema_states(url: str) -> list[SchemaState]:
     """Where each migration tree of the registry at `url` is. Raises StorageUnavailableError."""
     if missing_sqlite_file(url):  # report an empty registry without creating its file
         return [SchemaState(state.tree, None, state.head) for state in _heads()]
-    engine = create_async_engine(url, pool_size=1, max_overflow=0)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(_states)
-    except (SQLAlchemyError, OSError) as err:
-        raise StorageUnavailableError(f"cannot read the registry schema: {type(err).__name__}") from err
-    finally:
-        await engine.dispose()
+    return await on_schema_connection(url, _states, failure="cannot read the registry schema", write=False)
 
 
 async def upgrade(url: str) -> list[SchemaState]:
