@@ -25,8 +25,8 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
+from cedarberg.catalog.store.engine import on_schema_connection
 from cedarberg.gateway.authn.key_store import MIGRATIONS as GATEWAY_MIGRATIONS
 from cedarberg.gateway.authn.key_store import VERSION_TABLE as GATEWAY_VERSION_TABLE
 from tests.support.cli import run_cedarberg
@@ -155,25 +155,16 @@ def _downgrade(connection: Connection, revision: str) -> None:
 def _downgrade_gateway_schema(url: str, revision: str) -> None:
     """Put the gateway's migrations back where the previous release left them."""
 
-    async def run() -> None:
-        engine = create_async_engine(url)
-        async with engine.begin() as connection:
-            await connection.run_sync(_downgrade, revision)
-        await engine.dispose()
-
-    asyncio.run(run())
+    asyncio.run(
+        on_schema_connection(url, lambda connection: _downgrade(connection, revision), failure="downgrade")
+    )
 
 
 def _gateway_revision(url: str) -> str:
-    async def run() -> str:
-        engine = create_async_engine(url)
-        async with engine.connect() as connection:
-            result = await connection.execute(text(f"SELECT version_num FROM {GATEWAY_VERSION_TABLE}"))
-            revision = result.scalar_one()
-        await engine.dispose()
-        return str(revision)
+    def read(connection: Connection) -> str:
+        return str(connection.execute(text(f"SELECT version_num FROM {GATEWAY_VERSION_TABLE}")).scalar_one())
 
-    return asyncio.run(run())
+    return asyncio.run(on_schema_connection(url, read, failure="read", write=False))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
