@@ -1,0 +1,197 @@
+"""One store stack: every runtime store (the registry, API keys, the user directory, console
+sessions) runs on the registry's drivers; SQLAlchemy's asynchronous extension is for PostgreSQL
+migrations only, and aiosqlite is never imported.
+
+Two proofs, because each misses what the other sees:
+- a gateway serving on SQLite (two workers: keys created, verified, listed and revoked, the
+  catalog written and read) runs with an import watch installed in every one of its processes
+  (a `sitecustomize` on PYTHONPATH), which records any import of `aiosqlite` or
+  `sqlalchemy.ext.asyncio`, with its stack, the moment it happens: what the gateway does, not
+  what its source seems to say;
+- a scan of the product's source for those imports (any spelling: `import`, `from ... import`,
+  `importlib.import_module`), outside the one module allowed to migrate PostgreSQL with them: it
+  covers code the request path above does not run.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support import gateway as gateway_support
+from tests.support.gateway import REPO_ROOT, GatewayProcess
+from tests.support.ports import free_port
+
+WATCHED = ("aiosqlite", "sqlalchemy.ext.asyncio")
+REPORT_ENV = "STORE_STACK_IMPORT_REPORT"
+# The asynchronous extension drives PostgreSQL migrations (Alembic needs a synchronous
+# connection; asyncpg is the only PostgreSQL driver installed). Nothing else may import it.
+ALLOWED = {Path("catalog/store/engine.py")}
+PRODUCT_PACKAGES = ("catalog", "gateway", "kms")
+
+_HOOK = textwrap.dedent(
+    f"""
+    import os, sys, traceback
+
+    _REPORT = os.environ.get({REPORT_ENV!r})
+    _WATCHED = {WATCHED!r}
+
+
+    class _ImportWatch:
+        def find_spec(self, name, path=None, target=None):
+            if any(name == w or name.startswith(w + ".") for w in _WATCHED):
+                with open(os.path.join(_REPORT, f"import-{{os.getpid()}}-{{name}}.txt"), "w") as out:
+                    out.write("".join(traceback.format_stack()))
+            return None
+
+
+    def _started():
+        open(os.path.join(_REPORT, f"process-{{os.getpid()}}"), "w").close()
+
+
+    if _REPORT:
+        sys.meta_path.insert(0, _ImportWatch())
+        _started()
+        os.register_at_fork(after_in_child=_started)  # forked workers keep the watch: say so
+    """
+)
+
+
+def _watched_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """Environment additions that install the import watch in every Python process started
+    with them, and the directory where it reports."""
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(_HOOK)
+    report = tmp_path / "imports"
+    report.mkdir()
+    path = os.pathsep.join([str(hook_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"PYTHONPATH": path, REPORT_ENV: str(report)}, report
+
+
+def _imports(report: Path) -> dict[str, str]:
+    return {entry.name: entry.read_text() for entry in report.glob("import-*")}
+
+
+def test_a_gateway_serving_on_sqlite_never_imports_the_async_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, report = _watched_env(tmp_path)
+    # A plain process per gateway (the fork server imported everything before any watch).
+    monkeypatch.setattr(gateway_support, "fork_server", lambda: None)
+    with GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"], env=env) as gw:
+        admin = {"Authorization": f"Bearer {gw.admin_key}"}  # a key created through the store
+        for i in range(6):  # across both workers: key verification, registry writes and reads
+            created = requests.post(
+                f"{gw.url}/v1/namespaces", json={"namespace": [f"ns{i}"]}, headers=admin, timeout=30
+            )
+            assert created.status_code == 200, created.text
+            assert requests.get(f"{gw.url}/v1/namespaces/ns{i}", headers=admin, timeout=30).status_code == 200
+        made = requests.post(
+            f"{gw.url}/admin/v1/api-keys",
+            json={"principal": "etl", "kind": "service", "groups": ["etl"]},
+            headers=admin,
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        key_id = made.json()["id"]
+        listed = requests.get(f"{gw.url}/admin/v1/api-keys", headers=admin, timeout=30)
+        assert listed.status_code == 200
+        assert key_id in listed.text
+        revoked = requests.delete(f"{gw.url}/admin/v1/api-keys/{key_id}", headers=admin, timeout=30)
+        assert revoked.status_code == 200, revoked.text  # a change feed write
+        assert revoked.json()["revoked_at"] is not None
+        assert gw.is_running
+    started = list(report.glob("process-*"))
+    assert len(started) >= 3, "the watch ran in the gateway's processes (supervisor, two workers)"
+    assert _imports(report) == {}
+
+
+def test_the_watch_sees_the_postgres_migration_path_import_the_async_extension(tmp_path: Path) -> None:
+    """Control: the watch does report the import where it happens (a PostgreSQL migration, here
+    on an unreachable server), so its silence above means something."""
+    env, report = _watched_env(tmp_path)
+    probe = (
+        "import asyncio\n"
+        "from cedarberg.catalog.errors import StorageUnavailableError\n"
+        "from cedarberg.gateway.authn.key_store import migrate_gateway\n"
+        "try:\n"
+        f"    asyncio.run(migrate_gateway('postgresql+asyncpg://nobody@127.0.0.1:{free_port()}/none'))\n"
+        "except StorageUnavailableError as err:\n"
+        "    print(err)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the key store is unavailable" in done.stdout
+    seen = _imports(report)
+    assert any(name.endswith("-sqlalchemy.ext.asyncio.txt") for name in seen), seen
+    assert not any("aiosqlite" in name for name in seen)
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    """Every module a source file imports, in any spelling (`import a.b`, `from a import b`
+    counts a and a.b, `importlib.import_module("a.b")` / `__import__("a.b")` with a literal)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in {"import_module", "__import__"} and isinstance(node.args[0].value, str):
+                names.add(node.args[0].value)
+    return names
+
+
+def _forbidden(names: set[str]) -> set[str]:
+    return {n for n in names if any(n == w or n.startswith(w + ".") for w in WATCHED)}
+
+
+def test_no_product_module_imports_the_async_stack_outside_postgres_migrations() -> None:
+    offenders: dict[str, set[str]] = {}
+    scanned = 0
+    for package in PRODUCT_PACKAGES:
+        for source in sorted((REPO_ROOT / package).rglob("*.py")):
+            relative = source.relative_to(REPO_ROOT)
+            scanned += 1
+            found = _forbidden(_imported_names(ast.parse(source.read_text(), str(source))))
+            if found and relative not in ALLOWED:
+                offenders[str(relative)] = found
+    assert scanned > 100
+    assert offenders == {}
+    # The one allowed module does use it (for PostgreSQL), so the scan recognises the spelling.
+    allowed = REPO_ROOT / "catalog/store/engine.py"
+    assert "sqlalchemy.ext.asyncio" in _forbidden(_imported_names(ast.parse(allowed.read_text())))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import aiosqlite",
+        "from sqlalchemy.ext.asyncio import create_async_engine",
+        "from sqlalchemy.ext import asyncio",
+        "import sqlalchemy.ext.asyncio as sa_async",
+        "importlib.import_module('aiosqlite')",
+        "__import__('sqlalchemy.ext.asyncio')",
+    ],
+)
+def test_the_scan_recognises_every_spelling(source: str) -> None:
+    assert _forbidden(_imported_names(ast.parse(source)))
