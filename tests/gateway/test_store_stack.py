@@ -25,6 +25,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.gateway.authn.directory import UserDirectory
+from cedarberg.gateway.authn.key_store import connect_key_store, migrate_gateway, open_key_store
+from cedarberg.gateway.config.settings import SettingsError, load_settings
 from tests.support import gateway as gateway_support
 from tests.support.gateway import REPO_ROOT, GatewayProcess
 from tests.support.ports import free_port
@@ -195,3 +199,63 @@ def test_no_product_module_imports_the_async_stack_outside_postgres_migrations()
 )
 def test_the_scan_recognises_every_spelling(source: str) -> None:
     assert _forbidden(_imported_names(ast.parse(source)))
+
+
+# -- store URLs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///{dir}/catalog.db",
+        "sqlite+aiosqlite:///{dir}/catalog.db",
+        "postgresql+asyncpg://gw@127.0.0.1:5432/registry",
+        "postgresql://gw@127.0.0.1:5432/registry",
+    ],
+)
+def test_settings_accept_both_spellings_of_each_store(url: str, tmp_path: Path) -> None:
+    settings = load_settings(None, {"CEDARBERG_STORE_URL": url.format(dir=tmp_path)}, {})
+    assert settings.effective_store_url() == url.format(dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://gw@127.0.0.1/registry", "sqlite+pysqlcipher:///x.db", "postgresql+psycopg2://gw@h/db"]
+)
+def test_any_other_store_url_is_refused_naming_the_forms(url: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(None, {"CEDARBERG_STORE_URL": url}, {})
+    message = str(refused.value)
+    assert "store_url" in message
+    assert "sqlite:///PATH" in message
+    assert "postgresql+asyncpg://" in message
+    assert url not in message  # a URL may carry a password: never echoed
+
+
+def test_the_default_store_is_the_plain_sqlite_url(tmp_path: Path) -> None:
+    settings = load_settings(None, {}, {"data_dir": tmp_path})
+    assert settings.effective_store_url() == f"sqlite:///{(tmp_path / 'catalog.db').resolve()}"
+
+
+async def test_both_sqlite_spellings_open_the_same_file(tmp_path: Path) -> None:
+    """Deployments keep their `sqlite+aiosqlite:///` setting: it names the same database as the
+    plain form, on the same driver (no aiosqlite behind it)."""
+    path = tmp_path / "catalog.db"
+    old = await open_key_store(f"sqlite+aiosqlite:///{path}")
+    new = await open_key_store(f"sqlite:///{path}")
+    try:
+        directory = UserDirectory(old)
+        await directory.put("alice", ["analysts"])
+        seen = await UserDirectory(new).get("alice")
+        assert seen is not None
+        assert seen.groups == ("analysts",)
+        assert "aiosqlite" not in sys.modules
+    finally:
+        await old.close()
+        await new.close()
+
+
+async def test_an_unsupported_url_opens_no_store() -> None:
+    with pytest.raises(StorageUnavailableError, match=r"sqlite:///PATH .* postgresql\+asyncpg://"):
+        connect_key_store("mysql://gw@127.0.0.1/registry")
+    with pytest.raises(StorageUnavailableError, match=r"sqlite:///PATH .* postgresql\+asyncpg://"):
+        await migrate_gateway("mysql://gw@127.0.0.1/registry")
