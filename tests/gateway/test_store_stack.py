@@ -20,14 +20,18 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
+from sqlalchemy import Connection, insert, select
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.gateway.authn.directory import UserDirectory
-from cedarberg.gateway.authn.key_store import connect_key_store, migrate_gateway, open_key_store
+from cedarberg.catalog.store.engine import on_schema_connection
+from cedarberg.gateway.authn.directory import UserDirectory, directory_users
+from cedarberg.gateway.authn.key_store import api_keys, connect_key_store, migrate_gateway, open_key_store
 from cedarberg.gateway.config.settings import SettingsError, load_settings
 from tests.support import gateway as gateway_support
 from tests.support.gateway import REPO_ROOT, GatewayProcess
@@ -259,3 +263,59 @@ async def test_an_unsupported_url_opens_no_store() -> None:
         connect_key_store("mysql://gw@127.0.0.1/registry")
     with pytest.raises(StorageUnavailableError, match=r"sqlite:///PATH .* postgresql\+asyncpg://"):
         await migrate_gateway("mysql://gw@127.0.0.1/registry")
+
+
+# -- rows as SQLAlchemy's engines wrote them --------------------------------------------------------
+
+CREATED = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+
+
+async def test_rows_read_and_written_as_sqlalchemy_engines_did(tmp_path: Path, store_url: str | None) -> None:
+    """Existing databases hold rows SQLAlchemy's engines wrote (through its type processing);
+    the drivers read them back as the same values, and what the drivers write SQLAlchemy reads
+    back as it always did: one format, whichever stack wrote a row."""
+    url = store_url or f"sqlite:///{tmp_path / 'catalog.db'}"
+    store = await open_key_store(url)
+    old_row = {
+        "id": "k" * 16,
+        "principal": "etl",
+        "kind": "service",
+        "groups": ["b", "a"],
+        "secret_hash": "$argon2id$hash",
+        "created_at": CREATED,
+        "expires_at": CREATED + timedelta(days=3),
+        "description": "written by an engine",
+    }
+
+    def write_old(conn: Connection) -> None:
+        conn.execute(insert(api_keys).values(old_row))
+        conn.execute(
+            insert(directory_users).values(name="alice", groups=["x"], created_at=CREATED, updated_at=CREATED)
+        )
+
+    try:
+        await on_schema_connection(url, write_old, failure="write")
+        stored = await store.get(old_row["id"])
+        assert stored is not None
+        assert stored.secret_hash == old_row["secret_hash"]
+        assert (stored.record.groups, stored.record.created_at) == (("b", "a"), CREATED)
+        assert stored.record.expires_at == old_row["expires_at"]
+        alice = await UserDirectory(store).get("alice")
+        assert alice is not None
+        assert (alice.groups, alice.created_at) == (("x",), CREATED)
+
+        await UserDirectory(store).put("bob", ["y", "z"])
+        revoked_at = CREATED + timedelta(hours=1)
+        assert await store.revoke(old_row["id"], revoked_at) == 1
+
+        def read_new(conn: Connection) -> tuple[Any, Any]:
+            key = conn.execute(select(api_keys).where(api_keys.c.id == old_row["id"])).one()
+            bob = conn.execute(select(directory_users).where(directory_users.c.name == "bob")).one()
+            return key, bob
+
+        key, bob = await on_schema_connection(url, read_new, failure="read", write=False)
+        assert key.groups == ["b", "a"]
+        assert key.revoked_at.replace(tzinfo=UTC) == revoked_at
+        assert bob.groups == ["y", "z"]
+    finally:
+        await store.close()
