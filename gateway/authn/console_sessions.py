@@ -51,6 +51,7 @@ from sqlalchemy import (
     update,
 )
 
+from cedarberg.catalog.store.sql import values_of
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.gateway.authn.key_store import KeyStore, metadata
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
@@ -88,10 +89,11 @@ _COUNT_LIVE = Sql(select(func.count()).select_from(console_sessions).where(_live
 _DELETE_ENDED = Sql(delete(console_sessions).where((_s.state == ACTIVE) & ~_live))
 _INSERT = Sql(
     insert(console_sessions).values(
-        {name: bindparam(name, type_=console_sessions.c[name].type) for name in
-         ("id_hash", "state", "document", "created_at", "last_seen_at", "expires_at")}
+        values_of(
+            console_sessions, "id_hash", "state", "document", "created_at", "last_seen_at", "expires_at"
+        )
     )
-)  # fmt: skip
+)
 _FIND = Sql(select(console_sessions).where(_key, _s.state == ACTIVE))
 _TOUCH = Sql(update(console_sessions).where(_key).values(last_seen_at=_now))
 _DELETE = Sql(delete(console_sessions).where(_key))

@@ -52,7 +52,7 @@ from sqlalchemy import (
 from cedarberg.catalog.errors import CommitStateUnknownError, StorageUnavailableError
 from cedarberg.catalog.store.driver import Connection, DatabaseError, Driver, IntegrityViolation
 from cedarberg.catalog.store.engine import on_schema_connection, run_migrations
-from cedarberg.catalog.store.sql import open_driver
+from cedarberg.catalog.store.sql import open_driver, values_of
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row, utc
 
@@ -140,19 +140,17 @@ _feed = api_key_changes.c
 _LIMIT = bindparam("limit", type_=Integer)
 _INSERT_KEY = Sql(
     insert(api_keys).values(
-        {
-            name: bindparam(name, type_=api_keys.c[name].type)
-            for name in (
-                "id",
-                "principal",
-                "kind",
-                "groups",
-                "secret_hash",
-                "created_at",
-                "expires_at",
-                "description",
-            )
-        }
+        values_of(
+            api_keys,
+            "id",
+            "principal",
+            "kind",
+            "groups",
+            "secret_hash",
+            "created_at",
+            "expires_at",
+            "description",
+        )
     )
 )
 _GET_KEY = Sql(select(api_keys).where(_key.id == bindparam("id")))
@@ -176,10 +174,7 @@ _REVOKE = Sql(
 _LOCK_FEED = Sql(text(f"SELECT pg_advisory_xact_lock({_PG_FEED_LOCK})"))
 _APPEND_CHANGE = Sql(
     insert(api_key_changes).values(
-        {
-            name: bindparam(name, type_=api_key_changes.c[name].type)
-            for name in ("key_id", "changed_at", "generation", "previous_until")
-        }
+        values_of(api_key_changes, "key_id", "changed_at", "generation", "previous_until")
     )
 )
 _PRUNE_CHANGES = Sql(
