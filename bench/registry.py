@@ -198,9 +198,7 @@ def main() -> None:
         work = Path(tmp)
         if args.store in ("sqlite", "both"):
             (work / "sqlite").mkdir()
-            asyncio.run(
-                _run("sqlite", f"sqlite+aiosqlite:///{work / 'sqlite' / 'registry.db'}", work / "sqlite", n)
-            )
+            asyncio.run(_run("sqlite", f"sqlite:///{work / 'sqlite' / 'registry.db'}", work / "sqlite", n))
         if args.store in ("postgres", "both"):
             from tests.support import postgres
 

@@ -1,6 +1,11 @@
-"""SQLAlchemy async engines on the registry's database: for Alembic migrations (run once at
-start-up) and the gateway's API key store. The registry's own statements do not use them: they
-run on catalog.store.sqlite_driver / catalog.store.postgres_driver.
+"""SQLAlchemy engines on the registry's database, for Alembic migrations only (run at start-up and
+by `cedarberg db`). No runtime statement uses them: the registry and the gateway's tables (API
+keys, the user directory, console sessions) run on catalog.store.sqlite_driver /
+catalog.store.postgres_driver.
+
+On SQLite the engine is synchronous, on the stdlib driver (`sqlite://`), and runs in a thread;
+on PostgreSQL it is SQLAlchemy's asyncpg dialect (the only PostgreSQL driver installed), imported
+here only when a PostgreSQL schema is migrated. aiosqlite is never needed.
 
 Durability is the same on every path: SQLite in WAL mode with synchronous=FULL syncs the WAL at
 every commit (NORMAL may lose the last commits); PostgreSQL sessions keep synchronous_commit on
@@ -9,49 +14,32 @@ whatever the server's default says.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store.history import adopt_two_histories, migration_config
 from cedarberg.catalog.store.postgres_driver import POSTGRES_SERVER_SETTINGS
 from cedarberg.catalog.store.sqlite_driver import SQLITE_PRAGMAS
+from cedarberg.catalog.store.urls import migration_url
+from cedarberg.catalog.store.urls import sqlite_path as _sqlite_path
 
+T = TypeVar("T")
 PG_MIGRATION_LOCK = 0x6365646172  # "cedar": serialises migrations of several starting gateways
-SQLITE_BUSY_TIMEOUT_MS = 10_000  # these engines wait on their driver thread, not on the loop
+SQLITE_BUSY_TIMEOUT_MS = 10_000  # migrations wait on their own thread, not on the loop
 
 
-def sqlite_path(url: str) -> str:
-    """The file of a `sqlite+aiosqlite:///path` URL."""
-    return url.split("///", 1)[-1]
-
-
-def create_engine(url: str, pool_size: int, max_overflow: int) -> AsyncEngine:
-    """An engine for `url` (SQLite or PostgreSQL) with the durable settings."""
-    if url.startswith("sqlite"):
-        db_path = sqlite_path(url)
-        if db_path and db_path != ":memory:":
-            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, pool_size=pool_size, max_overflow=max_overflow)
-        prepare_sqlite(engine)
-        return engine
-    return create_async_engine(
-        url,
-        pool_size=pool_size,
-        max_overflow=max_overflow,
-        pool_pre_ping=True,
-        connect_args={"server_settings": POSTGRES_SERVER_SETTINGS},
-    )
-
-
-def prepare_sqlite(engine: AsyncEngine) -> None:
+def prepare_sqlite(engine: Engine) -> None:
     """Take transaction control from pysqlite so BEGIN is explicit (and IMMEDIATE for writers)."""
 
-    @event.listens_for(engine.sync_engine, "connect")
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -60,12 +48,64 @@ def prepare_sqlite(engine: AsyncEngine) -> None:
             cursor.execute(pragma)
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # Writers take the lock up front; readers use WAL snapshots per statement and need no
         # transaction at all.
         if conn.get_execution_options().get("cedarberg_write", False):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _on_sqlite(engine_url: str, work: Callable[[Connection], T], write: bool) -> T:
+    """`work` in one transaction on a synchronous stdlib-sqlite3 engine (disposed after)."""
+    path = _sqlite_path(engine_url)
+    if write and path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_sync_engine(engine_url, poolclass=NullPool)
+    prepare_sqlite(engine)
+    try:
+        with engine.connect() as plain:
+            conn = plain.execution_options(cedarberg_write=True) if write else plain
+            with conn.begin():
+                return work(conn)
+    finally:
+        engine.dispose()
+
+
+async def _on_postgres(engine_url: str, work: Callable[[Connection], T], lock: int | None) -> T:
+    """`work` in one transaction on SQLAlchemy's asyncpg dialect, after taking advisory `lock`."""
+    # Imported here: the asynchronous extension is for PostgreSQL migrations only.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(
+        engine_url, poolclass=NullPool, connect_args={"server_settings": POSTGRES_SERVER_SETTINGS}
+    )
+    try:
+        async with engine.connect() as conn, conn.begin():
+            if lock is not None:
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock})
+            return await conn.run_sync(work)
+    finally:
+        await engine.dispose()
+
+
+async def on_schema_connection(
+    url: str, work: Callable[[Connection], T], *, failure: str, write: bool = True, lock: int | None = None
+) -> T:
+    """Run `work` (Alembic, schema inspection) on a synchronous SQLAlchemy connection to `url`
+    in one transaction: on SQLite under the write lock (`write`) in a thread, on PostgreSQL
+    under the advisory `lock` (if given). Raises StorageUnavailableError("`failure`: <class>")
+    if the database fails (its message never leaves)."""
+    try:
+        engine_url = migration_url(url)
+    except ValueError as err:
+        raise StorageUnavailableError(str(err)) from None
+    try:
+        if _sqlite_path(engine_url) is not None:
+            return await asyncio.to_thread(_on_sqlite, engine_url, work, write)
+        return await _on_postgres(engine_url, work, lock)
+    except (OSError, SQLAlchemyError) as err:
+        raise StorageUnavailableError(f"{failure}: {type(err).__name__}") from err
 
 
 def run_migrations(connection: Connection) -> None:
@@ -81,18 +121,8 @@ def run_migrations(connection: Connection) -> None:
 
 
 async def migrate_registry(url: str) -> None:
-    """Upgrade the registry's schema at `url` to head, on an engine of its own (disposed after),
-    under a lock against gateways starting at the same time. Raises StorageUnavailableError."""
-    engine = create_engine(url, 1, 0)
-    is_sqlite = engine.dialect.name == "sqlite"
-    try:
-        async with engine.connect() as plain:
-            conn = await plain.execution_options(cedarberg_write=True) if is_sqlite else plain
-            async with conn.begin():
-                if not is_sqlite:
-                    await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-                await conn.run_sync(run_migrations)
-    except (OSError, SQLAlchemyError) as err:
-        raise StorageUnavailableError(f"cannot open the registry: {type(err).__name__}") from err
-    finally:
-        await engine.dispose()
+    """Upgrade the registry's schema at `url` to head, under a lock against gateways starting at
+    the same time. Raises StorageUnavailableError."""
+    await on_schema_connection(
+        url, run_migrations, failure="cannot open the registry", lock=PG_MIGRATION_LOCK
+    )

@@ -39,7 +39,7 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.store.cache import RegistryCache, Touched, note_uncached_read
 from cedarberg.catalog.store.driver import Connection, DatabaseError, Driver, IntegrityViolation
-from cedarberg.catalog.store.engine import migrate_registry, sqlite_path
+from cedarberg.catalog.store.engine import migrate_registry
 from cedarberg.catalog.store.postgres_driver import PostgresDriver
 from cedarberg.catalog.store.schema import (
     catalog_objects,
@@ -51,6 +51,7 @@ from cedarberg.catalog.store.schema import (
 )
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.urls import SUPPORTED_FORMS, is_postgres, sqlite_path
 from cedarberg.kms.keys import WrappedKey
 
 T = TypeVar("T")
@@ -806,15 +807,17 @@ def _unavailable(dialect: str, err: Exception) -> StorageUnavailableError:
     )
 
 
-def open_driver(url: str, capacity: int) -> Driver:
-    """The driver for a `sqlite+aiosqlite:///path` or `postgresql+asyncpg://` URL (on SQLite a
-    writer waits up to SQLITE_BUSY_TIMEOUT_SECONDS for another process's write lock)."""
-    if url.startswith("sqlite"):
-        path = sqlite_path(url)
-        return SqliteDriver(path, readers=SQLITE_READERS, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
-    if url.startswith("postgresql"):
+def open_driver(url: str, capacity: int, *, sqlite_readers: int = SQLITE_READERS) -> Driver:
+    """The driver for a registry URL (catalog.store.urls: SQLite or PostgreSQL, either spelling),
+    opening at most `capacity` PostgreSQL connections or `sqlite_readers` idle SQLite readers (on
+    SQLite a writer waits up to SQLITE_BUSY_TIMEOUT_SECONDS for another process's write lock).
+    Connects lazily. Raises StorageUnavailableError for any other URL."""
+    path = sqlite_path(url)
+    if path is not None:
+        return SqliteDriver(path, readers=sqlite_readers, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+    if is_postgres(url):
         return PostgresDriver(url, capacity)
-    raise StorageUnavailableError("the registry URL names neither SQLite nor PostgreSQL")
+    raise StorageUnavailableError(f"the registry URL must be {SUPPORTED_FORMS}")
 
 
 class Store:

@@ -6,7 +6,7 @@ Format `cbk_<id>_<secret>` (see `gateway.authn.key_format`); records in the `api
 
 Public API::
 
-    store = await open_key_store(url)                       # or KeyStore(engine); await store.migrate()
+    store = await open_key_store(url)                       # migrated; connect_key_store(url): as is
     keys = ApiKeyAuthenticator(store, ApiKeySettings())
     principal = await keys.authenticate("cbk_...", client)  # raises AuthenticationError
     principal = await keys.authenticate_parts(key_id, secret, client)   # OAuth2 client id / secret

@@ -35,10 +35,27 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Column, Float, Index, String, Table, delete, func, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    Index,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
+from cedarberg.catalog.store.sql import values_of
+from cedarberg.catalog.store.statements import Sql
 from cedarberg.gateway.authn.key_store import KeyStore, metadata
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
+from cedarberg.gateway.authn.stored_values import json_value
 from cedarberg.gateway.config.console import ConsoleSettings
 
 ACTIVE = "active"
@@ -59,6 +76,42 @@ console_sessions = Table(
     Column("expires_at", Float, nullable=False),
     Index("ix_console_sessions_state_expires", "state", "expires_at"),
 )
+
+
+_s = console_sessions.c
+_now = bindparam("now", type_=Float)
+_key = _s.id_hash == bindparam("key")
+# Live: active, within its absolute lifetime, used within the idle timeout (`idle_since`).
+_live = (
+    (_s.state == ACTIVE) & (_s.expires_at > _now) & (_s.last_seen_at > bindparam("idle_since", type_=Float))
+)
+_COUNT_LIVE = Sql(select(func.count()).select_from(console_sessions).where(_live))
+_DELETE_ENDED = Sql(delete(console_sessions).where((_s.state == ACTIVE) & ~_live))
+_INSERT = Sql(
+    insert(console_sessions).values(
+        values_of(
+            console_sessions, "id_hash", "state", "document", "created_at", "last_seen_at", "expires_at"
+        )
+    )
+)
+_FIND = Sql(select(console_sessions).where(_key, _s.state == ACTIVE))
+_TOUCH = Sql(update(console_sessions).where(_key).values(last_seen_at=_now))
+_DELETE = Sql(delete(console_sessions).where(_key))
+_pending = _s.state == PENDING
+_DELETE_EXPIRED_SIGNINS = Sql(delete(console_sessions).where(_pending & (_s.expires_at <= _now)))
+_COUNT_SIGNINS = Sql(select(func.count()).select_from(console_sessions).where(_pending))
+_DROP_OLDEST_SIGNINS = Sql(
+    delete(console_sessions).where(
+        _s.id_hash.in_(
+            select(_s.id_hash)
+            .where(_pending)
+            .order_by(_s.created_at)
+            .limit(bindparam("excess", type_=Integer))
+            .scalar_subquery()
+        )
+    )
+)
+_FIND_SIGNIN = Sql(select(_s.document, _s.expires_at).where(_key, _pending))
 
 
 class SessionStoreFullError(Exception):
@@ -109,7 +162,7 @@ class Session:
 
 
 class ConsoleSessions:
-    """Reads and writes `console_sessions` on the key store's engine."""
+    """Reads and writes `console_sessions` on the key store's driver."""
 
     def __init__(self, store: KeyStore, settings: ConsoleSettings) -> None:
         self._store = store
@@ -122,25 +175,22 @@ class ConsoleSessions:
         Raises SessionStoreFullError, StorageUnavailableError."""
         secret, now = new_secret(), time.time()
         settings = self._settings
+        window = {"now": now, "idle_since": now - settings.idle_timeout_seconds}
         async with self._store.writing() as conn:
-            live = (
-                (console_sessions.c.state == ACTIVE)
-                & (console_sessions.c.expires_at > now)
-                & (console_sessions.c.last_seen_at > now - settings.idle_timeout_seconds)
-            )
-            count = (await conn.execute(select(func.count()).where(live))).scalar_one()
+            count = (await conn.execute(_COUNT_LIVE, window)).scalar_one()
             if count >= settings.max_sessions:
                 raise SessionStoreFullError
-            await conn.execute(delete(console_sessions).where((console_sessions.c.state == ACTIVE) & ~live))
+            await conn.execute(_DELETE_ENDED, window)
             await conn.execute(
-                insert(console_sessions).values(
-                    id_hash=_digest(secret),
-                    state=ACTIVE,
-                    document=principal_document(principal),
-                    created_at=now,
-                    last_seen_at=now,
-                    expires_at=now + settings.absolute_timeout_seconds,
-                )
+                _INSERT,
+                {
+                    "id_hash": _digest(secret),
+                    "state": ACTIVE,
+                    "document": principal_document(principal),
+                    "created_at": now,
+                    "last_seen_at": now,
+                    "expires_at": now + settings.absolute_timeout_seconds,
+                },
             )
         return secret
 
@@ -149,13 +199,7 @@ class ConsoleSessions:
         ended, idle past the timeout or past its absolute lifetime). Raises StorageUnavailableError."""
         key, now = _digest(secret), time.time()
         async with self._store.reading() as conn:
-            row = (
-                await conn.execute(
-                    select(console_sessions).where(
-                        console_sessions.c.id_hash == key, console_sessions.c.state == ACTIVE
-                    )
-                )
-            ).first()
+            row = (await conn.execute(_FIND, {"key": key})).first()
         if row is None:
             return None
         idle = self._settings.idle_timeout_seconds
@@ -163,15 +207,13 @@ class ConsoleSessions:
             await self._remove(key)
             return None
         try:
-            principal = principal_of(row.document)
+            principal = principal_of(json_value(row.document))
         except (KeyError, ValueError, TypeError):
             await self._remove(key)
             return None
         if now - row.last_seen_at >= idle * _TOUCH_EVERY:
             async with self._store.writing() as conn:
-                await conn.execute(
-                    update(console_sessions).where(console_sessions.c.id_hash == key).values(last_seen_at=now)
-                )
+                await conn.execute(_TOUCH, {"key": key, "now": now})
         return Session(principal, float(row.created_at))
 
     async def end(self, secret: str) -> bool:
@@ -180,7 +222,7 @@ class ConsoleSessions:
 
     async def _remove(self, key: str) -> bool:
         async with self._store.writing() as conn:
-            done = await conn.execute(delete(console_sessions).where(console_sessions.c.id_hash == key))
+            done = await conn.execute(_DELETE, {"key": key})
         return bool(done.rowcount)
 
     # -- sign-ins at the issuer -------------------------------------------------------------------
@@ -190,30 +232,22 @@ class ConsoleSessions:
         now; returns its `state`. The oldest sign-ins in progress make room past the bound."""
         state, now = new_secret(), time.time()
         settings = self._settings
-        pending = console_sessions.c.state == PENDING
         async with self._store.writing() as conn:
-            await conn.execute(
-                delete(console_sessions).where(pending & (console_sessions.c.expires_at <= now))
-            )
-            count = (await conn.execute(select(func.count()).where(pending))).scalar_one()
+            await conn.execute(_DELETE_EXPIRED_SIGNINS, {"now": now})
+            count = (await conn.execute(_COUNT_SIGNINS)).scalar_one()
             excess = count - settings.max_pending_signins + 1
             if excess > 0:
-                oldest = (
-                    select(console_sessions.c.id_hash)
-                    .where(pending)
-                    .order_by(console_sessions.c.created_at)
-                    .limit(excess)
-                )
-                await conn.execute(delete(console_sessions).where(console_sessions.c.id_hash.in_(oldest)))
+                await conn.execute(_DROP_OLDEST_SIGNINS, {"excess": excess})
             await conn.execute(
-                insert(console_sessions).values(
-                    id_hash=_digest(state),
-                    state=PENDING,
-                    document=data,
-                    created_at=now,
-                    last_seen_at=now,
-                    expires_at=now + settings.signin_timeout_seconds,
-                )
+                _INSERT,
+                {
+                    "id_hash": _digest(state),
+                    "state": PENDING,
+                    "document": data,
+                    "created_at": now,
+                    "last_seen_at": now,
+                    "expires_at": now + settings.signin_timeout_seconds,
+                },
             )
         return state
 
@@ -222,16 +256,11 @@ class ConsoleSessions:
         is unknown, used already or past `signin_timeout_seconds`."""
         key = _digest(state)
         async with self._store.writing() as conn:
-            row = (
-                await conn.execute(
-                    select(console_sessions.c.document, console_sessions.c.expires_at).where(
-                        console_sessions.c.id_hash == key, console_sessions.c.state == PENDING
-                    )
-                )
-            ).first()
+            row = (await conn.execute(_FIND_SIGNIN, {"key": key})).first()
             if row is None:
                 return None
-            await conn.execute(delete(console_sessions).where(console_sessions.c.id_hash == key))
-        if time.time() >= row.expires_at or not isinstance(row.document, dict):
+            await conn.execute(_DELETE, {"key": key})
+        document = json_value(row.document)
+        if time.time() >= row.expires_at or not isinstance(document, dict):
             return None
-        return dict(row.document)
+        return dict(document)

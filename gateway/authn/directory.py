@@ -22,12 +22,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, String, Table, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    delete,
+    insert,
+    select,
+    update,
+)
 
+from cedarberg.catalog.store.driver import IntegrityViolation
+from cedarberg.catalog.store.statements import Sql
 from cedarberg.gateway.authn.key_store import KeyStore, metadata
+from cedarberg.gateway.authn.stored_values import json_value, utc
 from cedarberg.gateway.authn.subject_token import MAX_NAME_LENGTH, valid_user_name
 
 MAX_GROUPS = 64
@@ -45,10 +60,6 @@ directory_users = Table(
 
 class InvalidDirectoryRequestError(ValueError):
     """A user name or group list the directory does not accept (the message says why)."""
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +81,37 @@ class DirectoryUser:
 
 
 def _record(row: Any) -> DirectoryUser:
-    return DirectoryUser(row.name, tuple(row.groups), _utc(row.created_at), _utc(row.updated_at))
+    created_at, updated_at = utc(row.created_at), utc(row.updated_at)
+    assert created_at is not None  # NOT NULL columns
+    assert updated_at is not None
+    return DirectoryUser(row.name, tuple(json_value(row.groups)), created_at, updated_at)
+
+
+_user = directory_users.c
+_at = bindparam("at", type_=_user.updated_at.type)
+_UPDATE_USER = Sql(
+    update(directory_users)
+    .where(_user.name == bindparam("name"))
+    .values(groups=bindparam("groups", type_=_user.groups.type), updated_at=_at)
+)
+_INSERT_USER = Sql(
+    insert(directory_users).values(
+        name=bindparam("name", type_=_user.name.type),
+        groups=bindparam("groups", type_=_user.groups.type),
+        created_at=_at,
+        updated_at=_at,
+    )
+)
+_GET_USER = Sql(select(directory_users).where(_user.name == bindparam("name")))
+_DELETE_USER = Sql(delete(directory_users).where(_user.name == bindparam("name")))
+
+
+@lru_cache(maxsize=2)
+def _list_users(after: bool) -> Sql:
+    query = select(directory_users).order_by(_user.name).limit(bindparam("limit", type_=Integer))
+    if after:
+        query = query.where(_user.name > bindparam("after"))
+    return Sql(query)
 
 
 def clean_groups(groups: list[str]) -> tuple[str, ...]:
@@ -87,7 +128,7 @@ def clean_groups(groups: list[str]) -> tuple[str, ...]:
 
 
 class UserDirectory:
-    """Reads and writes `directory_users` on the key store's engine."""
+    """Reads and writes `directory_users` on the key store's driver."""
 
     def __init__(self, store: KeyStore) -> None:
         self._store = store
@@ -103,26 +144,18 @@ class UserDirectory:
         members = clean_groups(groups)
         try:
             return await self._upsert(name, members)
-        except IntegrityError:
+        except IntegrityViolation:
             # Another writer listed the same name between our update and insert: it exists now,
             # so the second attempt replaces it.
             return await self._upsert(name, members)
 
     async def _upsert(self, name: str, members: tuple[str, ...]) -> DirectoryUser:
-        now = datetime.now(UTC)
+        params = {"name": name, "groups": list(members), "at": datetime.now(UTC)}
         async with self._store.writing() as conn:
-            changed = await conn.execute(
-                update(directory_users)
-                .where(directory_users.c.name == name)
-                .values(groups=list(members), updated_at=now)
-            )
+            changed = await conn.execute(_UPDATE_USER, params)
             if changed.rowcount == 0:
-                await conn.execute(
-                    insert(directory_users).values(
-                        name=name, groups=list(members), created_at=now, updated_at=now
-                    )
-                )
-            row = (await conn.execute(select(directory_users).where(directory_users.c.name == name))).one()
+                await conn.execute(_INSERT_USER, params)
+            row = (await conn.execute(_GET_USER, params)).first()
         return _record(row)
 
     async def get(self, name: str) -> DirectoryUser | None:
@@ -130,20 +163,17 @@ class UserDirectory:
         if not valid_user_name(name):
             return None
         async with self._store.reading() as conn:
-            row = (await conn.execute(select(directory_users).where(directory_users.c.name == name))).first()
+            row = (await conn.execute(_GET_USER, {"name": name})).first()
         return None if row is None else _record(row)
 
     async def list(self, after: str | None = None, limit: int = 100) -> list[DirectoryUser]:
         """Up to `limit` users in name order, after `after`. Raises StorageUnavailableError."""
-        query = select(directory_users).order_by(directory_users.c.name).limit(limit)
-        if after is not None:
-            query = query.where(directory_users.c.name > after)
         async with self._store.reading() as conn:
-            rows = (await conn.execute(query)).all()
+            rows = await conn.execute(_list_users(after is not None), {"after": after, "limit": limit})
         return [_record(row) for row in rows]
 
     async def delete(self, name: str) -> bool:
         """Unlist `name`; False if it was not listed. Raises StorageUnavailableError."""
         async with self._store.writing() as conn:
-            removed = await conn.execute(delete(directory_users).where(directory_users.c.name == name))
+            removed = await conn.execute(_DELETE_USER, {"name": name})
         return bool(removed.rowcount)

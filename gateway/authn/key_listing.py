@@ -25,7 +25,8 @@ from typing import Any
 
 from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row
 
-_URL_PREFIX = "sqlite+aiosqlite:///"
+# The SQLite spellings of catalog.store.urls (not imported: that package imports SQLAlchemy).
+_URL_PREFIXES = ("sqlite:///", "sqlite+aiosqlite:///")
 # The columns `record_from_row` reads; a table without one of them is left to the key store.
 RECORD_COLUMNS = frozenset(
     {"id", "principal", "kind", "groups", "created_at", "expires_at", "revoked_at", "rotated_at",
@@ -36,10 +37,11 @@ _BUSY_TIMEOUT_SECONDS = 5.0  # a writer (`keys create`, a gateway) holds the loc
 
 
 def sqlite_file(url: str) -> Path | None:
-    """The file of a plain `sqlite+aiosqlite:///PATH` URL (the gateway's default form), else None."""
-    if not url.startswith(_URL_PREFIX) or "?" in url:
+    """The file of a plain `sqlite:///PATH` (or `sqlite+aiosqlite:///PATH`) URL, else None."""
+    prefix = next((prefix for prefix in _URL_PREFIXES if url.startswith(prefix)), None)
+    if prefix is None or "?" in url:
         return None
-    path = url[len(_URL_PREFIX) :]
+    path = url[len(prefix) :]
     if not path or path == ":memory:":
         return None
     return Path(path)

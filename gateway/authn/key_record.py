@@ -1,23 +1,19 @@
 """`ApiKeyRecord`: what may be shown about an API key, and how a row of `api_keys` becomes one.
 
-Apart from the key store (`key_store`, SQLAlchemy) so that reading keys without SQLAlchemy
+Apart from the key store (`key_store`, on the registry's drivers) so that reading keys without SQLAlchemy
 (`key_listing`, for `cedarberg keys list`) builds exactly the same records.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from cedarberg.gateway.authn.principal import PrincipalKind, key_principal_id
+from cedarberg.gateway.authn.stored_values import json_value, utc
 
-
-def utc(value: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes; every value was written in UTC.
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+__all__ = ["ApiKeyRecord", "record_from_row", "utc"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +81,16 @@ class ApiKeyRecord:
 
 
 def record_from_row(row: Any) -> ApiKeyRecord:
-    """The record of an `api_keys` row (attributes named as the columns, values as SQLAlchemy
-    returns them: datetimes, the groups as a list); its `secret_hash`, if any, is left out."""
+    """The record of an `api_keys` row (attributes named as the columns; timestamps as datetimes
+    or their stored text, the groups as a list or its JSON text: see `stored_values`); its
+    `secret_hash`, if any, is left out."""
     created_at = utc(row.created_at)
     assert created_at is not None  # NOT NULL column
     return ApiKeyRecord(
         key_id=row.id,
         principal=row.principal,
         kind=PrincipalKind(row.kind),
-        groups=tuple(row.groups),
+        groups=tuple(json_value(row.groups)),
         created_at=created_at,
         expires_at=utc(row.expires_at),
         revoked_at=utc(row.revoked_at),

@@ -24,6 +24,7 @@ from pydantic import (
 
 from cedarberg.catalog import json_nesting, locations
 from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.store.urls import SUPPORTED_FORMS, is_supported
 from cedarberg.gateway.config.audit import AuditSettings
 from cedarberg.gateway.config.authn import ApiKeySettings, DelegationSettings, OidcSettings, TokenSettings
 from cedarberg.gateway.config.authz import AuthzSettings
@@ -109,8 +110,8 @@ class Settings(FrozenSettings):
     data_dir: Path = Field(Path(".cedarberg"), description="Directory for all embedded state.")
     store_url: SecretStr | None = Field(
         None,
-        description="SQLAlchemy async URL of the registry (default: SQLite file under data_dir). "
-        "Supported: sqlite+aiosqlite://, postgresql+asyncpg://.",
+        description="URL of the registry (default: SQLite file under data_dir). Supported: "
+        "sqlite:///PATH (or sqlite+aiosqlite:///PATH), postgresql+asyncpg://... (or postgresql://...).",
     )
     store_pool_size: int = Field(
         10,
@@ -240,10 +241,8 @@ class Settings(FrozenSettings):
     @field_validator("store_url")
     @classmethod
     def _supported_store(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().startswith(
-            ("sqlite+aiosqlite://", "postgresql+asyncpg://")
-        ):
-            raise ValueError("must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        if value is not None and not is_supported(value.get_secret_value()):
+            raise ValueError(f"must be {SUPPORTED_FORMS}")
         return value
 
     @field_validator("warehouses")
@@ -305,7 +304,7 @@ class Settings(FrozenSettings):
     def effective_store_url(self) -> str:
         if self.store_url is not None:
             return self.store_url.get_secret_value()
-        return f"sqlite+aiosqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+        return f"sqlite:///{(self.data_dir / 'catalog.db').resolve()}"
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

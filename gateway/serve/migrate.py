@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from cedarberg.catalog.errors import CatalogError, StorageUnavailableError
+from cedarberg.catalog.errors import CatalogError
+from cedarberg.catalog.store.engine import on_schema_connection
 from cedarberg.catalog.store.history import MIGRATIONS, SchemaHistoryError, TwoHistories, two_histories
 from cedarberg.catalog.store.sql import Store
 
@@ -84,15 +83,9 @@ def missing_sqlite_file(url: str) -> bool:
 
 
 async def _read_schema(url: str, read: Callable[[Connection], _T]) -> _T:
-    """Run `read` on a connection of its own to the registry at `url`."""
-    engine = create_async_engine(url, pool_size=1, max_overflow=0)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(read)
-    except (SQLAlchemyError, OSError) as err:
-        raise StorageUnavailableError(f"cannot read the registry schema: {type(err).__name__}") from err
-    finally:
-        await engine.dispose()
+    """Run `read` on a connection of its own to the registry at `url` (nothing written).
+    Raises StorageUnavailableError."""
+    return await on_schema_connection(url, read, failure="cannot read the registry schema", write=False)
 
 
 async def schema_state(url: str) -> SchemaState:

@@ -61,7 +61,7 @@ class Security:
     async def open(cls, settings: Settings) -> Security:
         """Build every service. Raises on unusable configuration (policies, keys, audit file).
 
-        API keys live beside the registry, in its database, on a small engine of their own."""
+        API keys live beside the registry, in its database, on a small driver of their own."""
         policies = PolicyEngine(
             settings.authz.policy_dir,
             entity_cache_size=settings.authz.entity_cache_size,

@@ -43,11 +43,29 @@ async def test_the_sqlite_registry_syncs_every_commit(tmp_path: Path) -> None:
 
 
 async def test_the_sqlite_key_store_syncs_every_commit(tmp_path: Path) -> None:
-    keys = await open_key_store(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}")
+    """The gateway's tables (API keys, the directory, console sessions) run on the registry's
+    driver: the same pragmas on its writer and its readers, in either URL spelling."""
+    for url in (f"sqlite:///{tmp_path / 'keys.db'}", f"sqlite+aiosqlite:///{tmp_path / 'old.db'}"):
+        keys = await open_key_store(url)
+        try:
+            async with keys.writing() as conn:
+                assert (await conn.execute(_SYNCHRONOUS)).scalar_one() == SQLITE_SYNCHRONOUS_FULL
+                assert (await conn.execute(_JOURNAL_MODE)).scalar_one() == "wal"
+            async with keys.reading() as conn:
+                assert (await conn.execute(_SYNCHRONOUS)).scalar_one() == SQLITE_SYNCHRONOUS_FULL
+                assert (await conn.execute(_FOREIGN_KEYS)).scalar_one() == 1
+        finally:
+            await keys.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_key_store_sessions_keep_synchronous_commit_on(postgres_url: str) -> None:
+    keys = await open_key_store(postgres_url)
     try:
-        async with keys._engine.connect() as conn:
-            synchronous = (await conn.execute(text("PRAGMA synchronous"))).scalar_one()
-        assert synchronous == SQLITE_SYNCHRONOUS_FULL
+        async with keys.writing() as conn:
+            assert (await conn.execute(_SYNCHRONOUS_COMMIT)).scalar_one() == "on"
+        async with keys.reading() as conn:
+            assert (await conn.execute(_SYNCHRONOUS_COMMIT)).scalar_one() == "on"
     finally:
         await keys.close()
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store.sql import Store
@@ -40,7 +39,7 @@ from cedarberg.gateway.authn.key_format import (
     parse_parts,
 )
 from cedarberg.gateway.authn.key_guards import CacheEntry, Lockout, VerifiedCache
-from cedarberg.gateway.authn.key_store import KeyStore, open_key_store
+from cedarberg.gateway.authn.key_store import KeyStore, connect_key_store, open_key_store
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.config.authn import ApiKeySettings
 from tests.support.ports import free_port
@@ -132,15 +131,15 @@ def test_the_secret_may_contain_the_separator() -> None:
 
 async def test_malformed_keys_cost_no_lookup_and_no_hash() -> None:
     # A store whose database does not exist: any lookup would raise StorageUnavailableError.
-    engine = create_async_engine(f"postgresql+asyncpg://nobody@127.0.0.1:{free_port()}/none")
-    keys = ApiKeyAuthenticator(KeyStore(engine))
+    store = connect_key_store(f"postgresql+asyncpg://nobody@127.0.0.1:{free_port()}/none")
+    keys = ApiKeyAuthenticator(store)
     try:
         for presented in ["", "cbk_short", "cbk_" + "A" * 60, "x" * 100_000]:
             await _rejected(keys, presented)
         with pytest.raises(StorageUnavailableError):
             await keys.authenticate(generate_key().presented)
     finally:
-        await engine.dispose()
+        await store.close()
     assert keys.hash_count == 0
 
 

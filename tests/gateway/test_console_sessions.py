@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
+from cedarberg.catalog.store.statements import Sql
 from cedarberg.gateway.authn.console_sessions import (
     ConsoleSessions,
     SessionStoreFullError,
@@ -32,6 +33,9 @@ from cedarberg.gateway.config.settings import Settings, SettingsError, load_sett
 from cedarberg.gateway.web.app import CONSOLE_ROUTES, create_app
 from cedarberg.gateway.web.console.session_auth import csrf_token, same_origin
 from cedarberg.gateway.web.keys import ROUTE_TABLE
+
+_CLEAR = Sql(delete(console_sessions))
+_ALL = Sql(select(console_sessions))
 
 DANA = Principal(
     id="oidc:corp/dana",
@@ -60,7 +64,7 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     first = await open_key_store(url)
     second = await open_key_store(url)
     async with first.writing() as conn:  # a shared PostgreSQL outlives one test
-        await conn.execute(console_sessions.delete())
+        await conn.execute(_CLEAR)
     yield first, second
     await first.close()
     await second.close()
@@ -93,7 +97,7 @@ async def test_the_table_holds_a_digest_of_the_secret_never_the_secret(
     sessions = ConsoleSessions(stores[0], _settings())
     secret = await sessions.start(ETL)
     async with stores[0].reading() as conn:
-        rows = (await conn.execute(select(console_sessions))).all()
+        rows = (await conn.execute(_ALL)).rows
     assert [row.id_hash for row in rows] == [hashlib.sha256(secret.encode()).hexdigest()]
     assert secret not in repr(rows)
     assert len(secret) >= 43  # 256 bits, URL-safe base64
@@ -149,7 +153,7 @@ async def test_the_store_is_bounded_and_expired_sessions_make_room(
     third = await sessions.start(DANA)
     assert await sessions.find(third) is not None
     async with stores[0].reading() as conn:
-        assert len((await conn.execute(select(console_sessions))).all()) == 1
+        assert len((await conn.execute(_ALL)).rows) == 1
 
 
 # -- sign-ins at the issuer -----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from cedarberg.gateway.authn.principal import PrincipalKind
 
 
 def _url(path: Path) -> str:
-    return f"sqlite+aiosqlite:///{path.resolve()}"
+    return f"sqlite:///{path.resolve()}"  # the default form (sqlite_file accepts both)
 
 
 async def _populate(url: str) -> None:
@@ -95,6 +95,10 @@ def test_defers_to_the_key_store_when_it_does_not_apply(tmp_path: Path) -> None:
     assert list_sqlite_keys("postgresql+asyncpg://u@127.0.0.1:1/db") is None
     assert sqlite_file(f"sqlite+aiosqlite:///{missing}?mode=ro") is None
     assert sqlite_file("sqlite+aiosqlite:///:memory:") is None
+    assert sqlite_file("sqlite:///:memory:") is None
+    # Both spellings of a plain SQLite URL (the default is `sqlite:///`) name the file.
+    assert sqlite_file(f"sqlite:///{missing}") == missing
+    assert sqlite_file(f"sqlite+aiosqlite:///{missing}") == missing
     # A database without the table (or with an older one lacking a column) is not guessed at.
     bare = tmp_path / "bare.db"
     with sqlite3.connect(bare) as db:

@@ -212,7 +212,7 @@ def test_explain_allows_what_a_live_grant_allows_as_the_gateway_does(deployment:
     assert live.returncode == 0, live.stdout + live.stderr
     assert "decision:  ALLOW" in live.stdout
     assert "readers-read-granted" in live.stdout
-    store = f"sqlite+aiosqlite:///{deployment.gateway.data_dir / 'catalog.db'}"
+    store = f"sqlite:///{deployment.gateway.data_dir / 'catalog.db'}"
     assert f"grants:    live, from the registry at {store}" in live.stdout
     assert f"policies:  {deployment.policies}" in live.stdout
     # From the gateway's directory with no flag: the default ./.cedarberg registry is found.
@@ -261,7 +261,7 @@ def test_offline_explain_decides_on_the_policies_alone(deployment: Deployment) -
 def test_without_a_deployment_explain_says_no_live_grants_were_read(tmp_path: Path) -> None:
     nothing = explain(*reader("bi"), cwd=tmp_path)
     assert nothing.returncode == 1, nothing.stdout + nothing.stderr
-    store = f"sqlite+aiosqlite:///{tmp_path / '.cedarberg' / 'catalog.db'}"
+    store = f"sqlite:///{tmp_path / '.cedarberg' / 'catalog.db'}"
     assert f"no deployment found: no settings named and no registry at {store}" in nothing.stdout
     assert list(tmp_path.iterdir()) == []  # nothing was created to look for grants
 
