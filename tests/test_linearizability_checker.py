@@ -29,7 +29,9 @@ def commit(
     completed: float | None,
     outcome: Outcome = "ack",
 ) -> Commit:
-    return Commit(op=op, client=0, snapshots=dict(snapshots), invoked=invoked, completed=completed, outcome=outcome)
+    return Commit(
+        op=op, client=0, snapshots=dict(snapshots), invoked=invoked, completed=completed, outcome=outcome
+    )
 
 
 def load(op: str, table: str, observed: Sequence[int], invoked: float, completed: float) -> Load:

@@ -14,7 +14,8 @@ the catalog linearized the commits in. The checker, a set of pure functions, ask
 - no snapshot nobody committed, the snapshot log is the chain;
 - the chain order agrees with real time: if A completed before B was invoked, A precedes B;
 - every load saw a prefix of the final chain that contains every commit acknowledged before the
-  load was invoked and nothing invoked after it completed;
+  load was invoked (or, for a system promising reads at most `read_staleness` seconds stale, that
+  long before) and nothing invoked after it completed;
 - one order exists for everything at once: the union of the chain orders, what each load saw and
   real time is acyclic (a cycle means no single order explains the history: e.g. a load that sees
   less than an earlier load, or two multi-table transactions ordered differently on two tables).
@@ -25,6 +26,7 @@ writes it) and exits 1 if it finds a violation.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -32,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 Outcome = Literal["ack", "conflict", "failed", "timeout"]
 OUTCOMES: tuple[Outcome, ...] = ("ack", "conflict", "failed", "timeout")
@@ -78,10 +80,16 @@ class FinalTable:
 
 @dataclass
 class History:
+    """What the clients saw. `read_staleness` (seconds) is how stale a load may be by the
+    system's contract: 0 for linearizable loads; a gateway caching registry reads for a TTL
+    promises only that a load sees every commit acknowledged that long before it was invoked
+    (a load then behaves as if invoked `read_staleness` earlier). Commits are checked strictly."""
+
     seed: int
     commits: list[Commit] = field(default_factory=list)
     loads: list[Load] = field(default_factory=list)
     final: dict[str, FinalTable] = field(default_factory=dict)
+    read_staleness: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -90,14 +98,16 @@ class History:
     def from_json(text: str) -> History:
         raw = json.loads(text)
         commits = [
-            Commit(**{**c, "snapshots": {t: int(s) for t, s in c["snapshots"].items()}}) for c in raw["commits"]
+            Commit(**{**c, "snapshots": {t: int(s) for t, s in c["snapshots"].items()}})
+            for c in raw["commits"]
         ]
         loads = [Load(**{**lo, "observed": [int(s) for s in lo["observed"]]}) for lo in raw["loads"]]
         final = {name: FinalTable(**table) for name, table in raw["final"].items()}
         for commit in commits:
             if commit.outcome not in OUTCOMES:
                 raise ValueError(f"commit {commit.op}: unknown outcome {commit.outcome!r}")
-        return History(seed=int(raw["seed"]), commits=commits, loads=loads, final=final)
+        staleness = float(raw.get("read_staleness", 0.0))
+        return History(int(raw["seed"]), commits, loads, final, staleness)
 
 
 @dataclass(frozen=True)
@@ -147,26 +157,36 @@ def _check_table(table: str, final: FinalTable, owners: Mapping[tuple[str, int],
     for where, ids in (("main", final.chain), ("the snapshot list", final.snapshots)):
         for snapshot, count in sorted(Counter(ids).items()):
             if count > 1:
-                found.append(Violation("duplicated snapshot", f"{table}: {snapshot} is {count} times in {where}"))
+                found.append(
+                    Violation("duplicated snapshot", f"{table}: {snapshot} is {count} times in {where}")
+                )
     if list(final.snapshot_log) != list(final.chain):
         found.append(Violation("snapshot log", f"{table}: log {list(final.snapshot_log)} is not main"))
     in_chain = set(final.chain)
     for snapshot in sorted(set(final.snapshots) | in_chain):
         commit = owners.get((table, snapshot))
         if commit is None:
-            found.append(Violation("unknown snapshot", f"{table}: {snapshot} was added by no recorded commit"))
+            found.append(
+                Violation("unknown snapshot", f"{table}: {snapshot} was added by no recorded commit")
+            )
         elif commit.outcome == "conflict":
-            found.append(Violation("409'd commit present", f"{table}: {commit.op} ({snapshot}) was answered 409"))
+            found.append(
+                Violation("409'd commit present", f"{table}: {commit.op} ({snapshot}) was answered 409")
+            )
         elif snapshot not in in_chain:
             found.append(Violation("half there", f"{table}: {commit.op} ({snapshot}) is a snapshot off main"))
     for (owner_table, snapshot), commit in sorted(owners.items()):
         if owner_table == table and commit.outcome == "ack" and snapshot not in in_chain:
-            found.append(Violation("lost ack", f"{table}: acknowledged {commit.op} ({snapshot}) is not in main"))
+            found.append(
+                Violation("lost ack", f"{table}: acknowledged {commit.op} ({snapshot}) is not in main")
+            )
     found += _check_real_time(table, final.chain, owners)
     return found
 
 
-def _check_real_time(table: str, chain: Sequence[int], owners: Mapping[tuple[str, int], Commit]) -> list[Violation]:
+def _check_real_time(
+    table: str, chain: Sequence[int], owners: Mapping[tuple[str, int], Commit]
+) -> list[Violation]:
     """Each commit in the chain must not follow one that was invoked after it completed (409'd
     commits in the chain are reported as such, not again here)."""
     commits = [owners[(table, s)] for s in chain if (table, s) in owners]
@@ -199,7 +219,9 @@ def _check_atomic(history: History) -> list[Violation]:
         if present and len(present) < len(commit.snapshots):
             missing = sorted(set(commit.snapshots) - set(present))
             found.append(
-                Violation("half there", f"{commit.op} ({commit.outcome}) is on {present} but not on {missing}")
+                Violation(
+                    "half there", f"{commit.op} ({commit.outcome}) is on {present} but not on {missing}"
+                )
             )
     return found
 
@@ -212,12 +234,13 @@ def _check_loads(history: History, owners: Mapping[tuple[str, int], Commit]) -> 
             found.append(Violation("history", f"{load.op} loaded {load.table}, which has no final state"))
             continue
         seen = list(load.observed)
+        since = load.invoked - history.read_staleness  # acknowledged before this, it must be seen
         if seen != list(final.chain[: len(seen)]):
             found.append(Violation("load saw another history", f"{load.op}: {seen} is not a prefix of main"))
             continue
         for snapshot in final.chain[len(seen) :]:
             commit = owners.get((load.table, snapshot))
-            if commit is not None and commit.outcome == "ack" and _ended(commit) < load.invoked:
+            if commit is not None and commit.outcome == "ack" and _ended(commit) < since:
                 found.append(
                     Violation(
                         "stale read",
@@ -228,8 +251,29 @@ def _check_loads(history: History, owners: Mapping[tuple[str, int], Commit]) -> 
         for snapshot in seen:
             commit = owners.get((load.table, snapshot))
             if commit is not None and commit.invoked > load.completed:
-                found.append(Violation("read from the future", f"{load.op} saw {commit.op}, invoked after it"))
+                found.append(
+                    Violation("read from the future", f"{load.op} saw {commit.op}, invoked after it")
+                )
     return found
+
+
+def worst_staleness(history: History) -> float:
+    """The longest any load lagged behind an acknowledgement: max over loads of (invocation minus
+    completion of the earliest acknowledged commit it did not see), 0 if none lagged."""
+    acknowledged = {
+        (table, snapshot): commit.completed
+        for commit in history.commits
+        if commit.outcome == "ack" and commit.completed is not None
+        for table, snapshot in commit.snapshots.items()
+    }
+    worst = 0.0
+    for load in history.loads:
+        final = history.final.get(load.table)
+        missed = final.chain[len(load.observed) :] if final is not None else ()
+        ends = [acknowledged[(load.table, s)] for s in missed if (load.table, s) in acknowledged]
+        if ends:
+            worst = max(worst, load.invoked - min(ends))
+    return worst
 
 
 def _check_one_order(history: History, owners: Mapping[tuple[str, int], Commit]) -> list[Violation]:
@@ -245,11 +289,11 @@ def _check_one_order(history: History, owners: Mapping[tuple[str, int], Commit])
         if commit.op in present:
             ops[commit.op] = (commit.invoked, _ended(commit))
     for load in history.loads:
-        ops[load.op] = (load.invoked, load.completed)
+        ops[load.op] = (load.invoked - history.read_staleness, load.completed)
     edges: dict[str, set[str]] = defaultdict(set)
     for table, final in history.final.items():
         chain_ops = [owners[(table, s)].op for s in final.chain if (table, s) in owners]
-        for before, after in zip(chain_ops, chain_ops[1:], strict=False):
+        for before, after in itertools.pairwise(chain_ops):
             edges[before].add(after)
     for load in history.loads:
         chain = history.final[load.table].chain
@@ -266,9 +310,9 @@ def _check_one_order(history: History, owners: Mapping[tuple[str, int], Commit])
             edges[marks[i]].add(marks[i + 1])
     ends = [end for end, _op in completions]
     for op, (start, _end) in ops.items():
-        before = _count_below(ends, start)
-        if before:
-            edges[marks[before - 1]].add(op)
+        completed_before = _count_below(ends, start)
+        if completed_before:
+            edges[marks[completed_before - 1]].add(op)
     cycle = _find_cycle(edges)
     if cycle is None:
         return []
@@ -321,7 +365,8 @@ def main(argv: Sequence[str]) -> int:
     counts = Counter(c.outcome for c in history.commits)
     print(
         f"seed {history.seed}: {len(history.commits)} commits ({dict(sorted(counts.items()))}), "
-        f"{len(history.loads)} loads, {len(history.final)} tables: {len(violations)} violations"
+        f"{len(history.loads)} loads, {len(history.final)} tables, reads at most "
+        f"{history.read_staleness} s stale: {len(violations)} violations"
     )
     for violation in violations:
         print(f"  {violation}")
