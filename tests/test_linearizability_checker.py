@@ -19,6 +19,7 @@ from tests.support.linearizability import (
     Outcome,
     check,
     main,
+    worst_staleness,
 )
 
 
@@ -142,6 +143,31 @@ def test_a_load_missing_an_earlier_ack_is_rejected() -> None:
     assert kinds(history) == ["stale read"]
 
 
+def test_a_load_lagging_within_the_promised_staleness_passes_and_beyond_it_is_rejected() -> None:
+    """l6 misses c2 (acknowledged at 3.0) at 3.5: linearizable reads forbid it; reads promised at
+    most 1 s stale allow it, and then measure 0.5 s of lag; at 4.5 even those forbid it."""
+    history = correct_history()
+    history.loads.append(load("l6", "a", [1], 3.5, 3.6))
+    history.read_staleness = 1.0
+    assert check(history) == []
+    assert worst_staleness(history) == pytest.approx(0.5)
+    history.loads[-1] = load("l6", "a", [1], 4.5, 4.6)
+    assert kinds(history) == ["stale read"]
+
+
+def test_loads_lagging_within_the_staleness_still_need_one_order() -> None:
+    """l3 saw c3 (before its acknowledgement at 6.0) and completed at 5.6. A load promised at
+    most 0.5 s stale may miss c3 if it began by 6.1 (it may take effect before l3 did); one that
+    began later must see c3, though c3's acknowledgement is less than 0.5 s old."""
+    history = correct_history()
+    history.read_staleness = 0.5
+    history.loads[2] = load("l3", "a", [1, 2, 4, 3], 5.5, 5.6)
+    history.loads.append(load("l6", "a", [1, 2, 4], 6.05, 6.1))
+    assert check(history) == []
+    history.loads[-1] = load("l6", "a", [1, 2, 4], 6.15, 6.2)
+    assert kinds(history) == ["no single order"]
+
+
 def test_a_load_seeing_another_history_is_rejected() -> None:
     history = correct_history()
     history.loads.append(load("l6", "a", [1, 4], 5.5, 5.6))
@@ -188,6 +214,7 @@ def test_a_recorded_history_replays_from_its_file(
     if broken:
         history.loads = []
         history.final["a"] = final(1, 4, 3, 6, 8)
+    history.read_staleness = 0.25
     path = tmp_path / "history.json"
     path.write_text(history.to_json())
     assert History.from_json(path.read_text()) == history
