@@ -226,53 +226,74 @@ def _check_atomic(history: History) -> list[Violation]:
     return found
 
 
+@dataclass(frozen=True)
+class _ChainIndex:
+    """One table's final chain with what loads are checked against, each answer O(1):
+    `earliest_ack_from[i]`, the acknowledged commit at position >= i that completed first;
+    `latest_invoked_before[k]`, the commit among the first k that was invoked last."""
+
+    chain: list[int]
+    earliest_ack_from: list[Commit | None]
+    latest_invoked_before: list[Commit | None]
+
+    @staticmethod
+    def build(table: str, chain: Sequence[int], owners: Mapping[tuple[str, int], Commit]) -> _ChainIndex:
+        commits = [owners.get((table, snapshot)) for snapshot in chain]
+        earliest: list[Commit | None] = [None] * (len(commits) + 1)
+        for i in range(len(commits) - 1, -1, -1):
+            commit, best = commits[i], earliest[i + 1]
+            if commit is not None and commit.outcome == "ack":
+                best = commit if best is None or _ended(commit) < _ended(best) else best
+            earliest[i] = best
+        latest: list[Commit | None] = [None] * (len(commits) + 1)
+        for k, commit in enumerate(commits):
+            best = latest[k]
+            later = commit is not None and (best is None or commit.invoked > best.invoked)
+            latest[k + 1] = commit if later else best
+        return _ChainIndex(list(chain), earliest, latest)
+
+
 def _check_loads(history: History, owners: Mapping[tuple[str, int], Commit]) -> list[Violation]:
+    """Each load saw a prefix of the final chain, missed no commit acknowledged before it was
+    invoked (less `read_staleness`), and saw no commit invoked after it completed."""
     found = []
+    index = {table: _ChainIndex.build(table, final.chain, owners) for table, final in history.final.items()}
     for load in history.loads:
-        final = history.final.get(load.table)
-        if final is None:
+        chain = index.get(load.table)
+        if chain is None:
             found.append(Violation("history", f"{load.op} loaded {load.table}, which has no final state"))
             continue
         seen = list(load.observed)
-        since = load.invoked - history.read_staleness  # acknowledged before this, it must be seen
-        if seen != list(final.chain[: len(seen)]):
+        if seen != chain.chain[: len(seen)]:
             found.append(Violation("load saw another history", f"{load.op}: {seen} is not a prefix of main"))
             continue
-        for snapshot in final.chain[len(seen) :]:
-            commit = owners.get((load.table, snapshot))
-            if commit is not None and commit.outcome == "ack" and _ended(commit) < since:
-                found.append(
-                    Violation(
-                        "stale read",
-                        f"{load.op} on {load.table} (invoked {load.invoked}) misses {commit.op}, "
-                        f"acknowledged at {commit.completed}",
-                    )
-                )
-        for snapshot in seen:
-            commit = owners.get((load.table, snapshot))
-            if commit is not None and commit.invoked > load.completed:
-                found.append(
-                    Violation("read from the future", f"{load.op} saw {commit.op}, invoked after it")
-                )
+        missed = chain.earliest_ack_from[len(seen)]
+        if missed is not None and _ended(missed) < load.invoked - history.read_staleness:
+            detail = (
+                f"{load.op} on {load.table} (invoked {load.invoked}) misses {missed.op}, "
+                f"acknowledged at {missed.completed}"
+            )
+            found.append(Violation("stale read", detail))
+        future = chain.latest_invoked_before[len(seen)]
+        if future is not None and future.invoked > load.completed:
+            detail = f"{load.op} saw {future.op}, invoked after it completed"
+            found.append(Violation("read from the future", detail))
     return found
 
 
 def worst_staleness(history: History) -> float:
     """The longest any load lagged behind an acknowledgement: max over loads of (invocation minus
     completion of the earliest acknowledged commit it did not see), 0 if none lagged."""
-    acknowledged = {
-        (table, snapshot): commit.completed
-        for commit in history.commits
-        if commit.outcome == "ack" and commit.completed is not None
-        for table, snapshot in commit.snapshots.items()
-    }
+    owners = {(t, s): c for c in history.commits for t, s in c.snapshots.items()}
+    index = {table: _ChainIndex.build(table, final.chain, owners) for table, final in history.final.items()}
     worst = 0.0
     for load in history.loads:
-        final = history.final.get(load.table)
-        missed = final.chain[len(load.observed) :] if final is not None else ()
-        ends = [acknowledged[(load.table, s)] for s in missed if (load.table, s) in acknowledged]
-        if ends:
-            worst = max(worst, load.invoked - min(ends))
+        chain = index.get(load.table)
+        if chain is None or len(load.observed) > len(chain.chain):
+            continue  # reported by check()
+        missed = chain.earliest_ack_from[len(load.observed)]
+        if missed is not None and missed.completed is not None:
+            worst = max(worst, load.invoked - missed.completed)
     return worst
 
 
