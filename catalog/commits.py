@@ -176,8 +176,14 @@ async def _swap_all(
     rec: Recorder | None,
     body: Body,
 ) -> None:
+    # Rows are locked in one order, the objects' names, whatever order the request listed them in:
+    # two multi-table transactions naming the same tables in opposite orders through different
+    # processes would otherwise each hold one row and wait for the other until PostgreSQL aborts
+    # one ("deadlock detected", answered 503). The commit locks order them only within a process.
+    # The sort is stable, so changes to one object keep their order.
+    ordered = sorted(changes, key=lambda change: (change.identifier.namespace.key, change.identifier.name))
     async with ctx.store.write() as tx:
-        for change in changes:
+        for change in ordered:
             if change.check_uuid_free:
                 await registration.check_uuid(tx, change.object_uuid)
             await confinement.claim(
