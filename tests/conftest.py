@@ -156,13 +156,17 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> str:
+def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> Iterator[str]:
     """A fresh registry for `Store.open` on ``store_kind``'s store: a SQLite file in ``tmp_path``
-    (created by the first `Store.open`) or a PostgreSQL database already at schema head."""
-    if store_kind == "postgres":
-        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        return server.migrated_database()
-    return f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+    (created by the first `Store.open`) or a PostgreSQL database already at schema head (dropped
+    after the test)."""
+    if store_kind != "postgres":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+        return
+    server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.migrated_database()
+    yield url
+    server.drop_database(postgres.database_name(url))
 
 
 # -- gateways ----------------------------------------------------------------------------------
@@ -174,10 +178,13 @@ def gateway(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> 
     store (SQLite in the data directory, or a fresh PostgreSQL database)."""
     url = None
     if store_kind == "postgres":
-        url = request.getfixturevalue("postgres_server").migrated_database()
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        url = server.migrated_database()
     with GatewayProcess(tmp_path / "gateway", store_url=url) as gw:
         yield gw
         _print_log_if_failed(request, gw)
+    if url is not None:
+        server.drop_database(postgres.database_name(url))
 
 
 @pytest.fixture(

@@ -278,6 +278,11 @@ def _run_outside_loop(migrate: Callable[[str], Coroutine[Any, Any, None]], url: 
         raise PostgresError(f"migrating the template database failed: {failures[0]!r}") from failures[0]
 
 
+def database_name(url: str) -> str:
+    """The database a ``PostgresServer.url`` names."""
+    return url.rsplit("/", 1)[1]
+
+
 def _as_root() -> bool:
     return os.geteuid() == 0
 
