@@ -17,6 +17,7 @@ migrated template (``PostgresServer.migrated_database``), so a test pays no migr
 - ``gateway``: a fresh gateway per test, on ``store_kind``'s store (SQLite outside
   ``STORE_BEHAVIOUR``).
 - ``registry_url``: the URL of a fresh registry (migrated on PostgreSQL) on ``store_kind``'s store.
+- ``module_store_url`` (module): the store of a gateway a behaviour module shares (``None``: SQLite).
 - ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
 - ``catalog_gateway``: the same on each store (``store-sqlite``, ``store-postgres``, both with the
   local KEK) and on SQLite with each remote KEK provider (``kms-aws``, ``kms-vault``, ``kms-gcp``,
@@ -145,10 +146,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         and not names & _CHOOSES_ITS_STORES
         and is_store_behaviour(Path(str(metafunc.definition.path)))
     ):
-        metafunc.parametrize("store_kind", STORES, indirect=True)
+        # Module scope: the SQLite half of a module runs before its PostgreSQL half, and a module's
+        # shared gateway (`module_store_url`) is made once per store.
+        metafunc.parametrize("store_kind", STORES, indirect=True, scope="module")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def store_kind(request: pytest.FixtureRequest) -> str:
     """``"sqlite"`` or ``"postgres"``: the store of this run of a store behaviour test (SQLite for
     tests outside ``STORE_BEHAVIOUR``)."""
@@ -162,6 +165,19 @@ def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path
     after the test)."""
     if store_kind != "postgres":
         yield f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+        return
+    server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.migrated_database()
+    yield url
+    server.drop_database(postgres.database_name(url))
+
+
+@pytest.fixture(scope="module")
+def module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """For a gateway a store behaviour module shares between its tests: ``None`` (SQLite in the
+    gateway's data directory) or a PostgreSQL database already at schema head (dropped after)."""
+    if store_kind != "postgres":
+        yield None
         return
     server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
     url = server.migrated_database()
