@@ -1,12 +1,29 @@
 """Fixtures shared by all tests: gateway processes, PostgreSQL, Spark, DuckDB, pyiceberg.
 
-- ``gateway``: a fresh SQLite-backed gateway per test.
+One behaviour suite on both stores (as pyiceberg runs one catalog suite over its back-ends).
+The rule: a test is a *store behaviour test* when it lives in ``STORE_BEHAVIOUR`` (the catalog
+below the gateway, the gateway's own suites, and the end-to-end modules that drive the catalog
+through the REST API without an engine) **and** gets its store from a shared store fixture:
+``gateway`` (a process), ``template`` / ``make_gateway`` / ``gw`` (the in-process application,
+tests/gateway/web) or ``registry_url`` (a `Store` below the gateway). Such a test runs once per
+store, ids ``store-sqlite`` and ``store-postgres`` (``pytest_generate_tests`` parametrizes the
+``store_kind`` fixture they all depend on). Tests that need no store (parsing, CLI help, policy
+evaluation) use none of these fixtures and run once; engine modules (Spark, Trino, DuckDB,
+ClickHouse, Java clients) test the engines' interoperability and run on SQLite; tests that pick
+their stores themselves take ``store_url`` / ``store_gateway`` / ``catalog_gateway``. Whatever
+differs between the two stores is a bug in one of them. PostgreSQL databases are clones of one
+migrated template (``PostgresServer.migrated_database``), so a test pays no migration.
+
+- ``gateway``: a fresh gateway per test, on ``store_kind``'s store (SQLite outside
+  ``STORE_BEHAVIOUR``).
+- ``registry_url``: the URL of a fresh registry (migrated on PostgreSQL) on ``store_kind``'s store.
+- ``module_store_url`` (module): the store of a gateway a behaviour module shares (``None``: SQLite).
 - ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
 - ``catalog_gateway``: the same on each store (``store-sqlite``, ``store-postgres``, both with the
   local KEK) and on SQLite with each remote KEK provider (``kms-aws``, ``kms-vault``, ``kms-gcp``,
   ``kms-azure``: moto, OpenBao, and the GCP / Azure wire-protocol servers, one each per session).
 - ``store_url``: just the store (``None`` = embedded SQLite), for tests running several gateways.
-- ``postgres_server`` (session) / ``postgres_url`` (a fresh database per test).
+- ``postgres_server`` (session) / ``postgres_url`` (a fresh, empty database per test).
 - ``session_gateway`` (session): one SQLite gateway shared by the engine tests.
 - ``spark`` (session): a SparkSession whose catalog ``cat`` is ``session_gateway``.
 - ``duckdb_conn``: DuckDB with ``session_gateway`` attached as ``cat``.
@@ -89,15 +106,101 @@ def postgres_url(postgres_server: postgres.PostgresServer) -> str:
     return postgres_server.create_database()
 
 
+# -- one behaviour suite on both stores ------------------------------------------------------
+
+# Where store behaviour tests live (paths relative to tests/, a directory ends in "/"); see the
+# module docstring for the rule.
+STORE_BEHAVIOUR = (
+    "catalog/",
+    "gateway/",
+    "e2e/test_load_read_restrictions.py",
+    "e2e/test_principal_namespaces.py",
+    "e2e/test_scan_planning.py",
+    "e2e/test_scan_restrictions.py",
+    "e2e/test_sealing.py",
+)
+# Fixtures that pick their stores themselves: a test using one is already parametrized.
+_CHOOSES_ITS_STORES = {"store_url", "store_gateway", "catalog_gateway"}
+_TESTS_DIR = Path(__file__).resolve().parent
+STORES = [
+    pytest.param("sqlite", id="store-sqlite"),
+    pytest.param("postgres", id="store-postgres", marks=pytest.mark.postgres),
+]
+
+
+def is_store_behaviour(path: Path) -> bool:
+    """Whether the test module at `path` is in ``STORE_BEHAVIOUR``."""
+    try:
+        relative = path.resolve().relative_to(_TESTS_DIR).as_posix()
+    except ValueError:
+        return False
+    return any(
+        relative.startswith(entry) if entry.endswith("/") else relative == entry for entry in STORE_BEHAVIOUR
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = set(metafunc.fixturenames)
+    if (
+        "store_kind" in names
+        and not names & _CHOOSES_ITS_STORES
+        and is_store_behaviour(Path(str(metafunc.definition.path)))
+    ):
+        # Module scope: the SQLite half of a module runs before its PostgreSQL half, and a module's
+        # shared gateway (`module_store_url`) is made once per store.
+        metafunc.parametrize("store_kind", STORES, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """``"sqlite"`` or ``"postgres"``: the store of this run of a store behaviour test (SQLite for
+    tests outside ``STORE_BEHAVIOUR``)."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh registry for `Store.open` on ``store_kind``'s store: a SQLite file in ``tmp_path``
+    (created by the first `Store.open`) or a PostgreSQL database already at schema head (dropped
+    after the test)."""
+    if store_kind != "postgres":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+        return
+    server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.migrated_database()
+    yield url
+    server.drop_database(postgres.database_name(url))
+
+
+@pytest.fixture(scope="module")
+def module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """For a gateway a store behaviour module shares between its tests: ``None`` (SQLite in the
+    gateway's data directory) or a PostgreSQL database already at schema head (dropped after)."""
+    if store_kind != "postgres":
+        yield None
+        return
+    server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.migrated_database()
+    yield url
+    server.drop_database(postgres.database_name(url))
+
+
 # -- gateways ----------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayProcess]:
-    """A fresh gateway on embedded defaults (SQLite, local warehouse) in ``tmp_path``."""
-    with GatewayProcess(tmp_path / "gateway") as gw:
+def gateway(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A fresh gateway on embedded defaults (local warehouse) in ``tmp_path``, on ``store_kind``'s
+    store (SQLite in the data directory, or a fresh PostgreSQL database)."""
+    url = None
+    if store_kind == "postgres":
+        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
+        url = server.migrated_database()
+    with GatewayProcess(tmp_path / "gateway", store_url=url) as gw:
         yield gw
         _print_log_if_failed(request, gw)
+    if url is not None:
+        server.drop_database(postgres.database_name(url))
 
 
 @pytest.fixture(
@@ -110,7 +213,7 @@ def store_url(request: pytest.FixtureRequest) -> str | None:
     """The catalog store to test on: ``None`` (embedded SQLite) or a fresh PostgreSQL database."""
     if request.param == "postgres":
         server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        return server.create_database()
+        return server.migrated_database()
     return None
 
 
@@ -153,7 +256,7 @@ def catalog_gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     store, kms = request.param
     url = None
     if store == "postgres":
-        url = request.getfixturevalue("postgres_server").create_database()
+        url = request.getfixturevalue("postgres_server").migrated_database()
     config = {}
     if kms != "local":
         config["kms"] = request.getfixturevalue(_KMS_FIXTURES[kms]).kms_config

@@ -130,8 +130,8 @@ KINDS = [Kind(TABLE), Kind(VIEW)]
 
 
 @pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[CatalogContext]:
-    async with catalog_context(tmp_path, store_class=UnconfirmedStore) as opened:
+async def ctx(tmp_path: Path, registry_url: str) -> AsyncIterator[CatalogContext]:
+    async with catalog_context(tmp_path, url=registry_url, store_class=UnconfirmedStore) as opened:
         await NamespaceService(opened).create(None, NAMESPACE, {}, None)
         yield opened
 
@@ -309,10 +309,12 @@ async def test_a_refused_effect_writes_nothing(ctx: CatalogContext, kind: Kind, 
 # -- the commit lock -----------------------------------------------------------------------------
 
 
-async def test_concurrent_view_replaces_in_one_process_run_one_at_a_time(tmp_path: Path) -> None:
+async def test_concurrent_view_replaces_in_one_process_run_one_at_a_time(
+    tmp_path: Path, registry_url: str
+) -> None:
     kind = Kind(VIEW)
     # One attempt each: a replace that raced another would fail instead of retrying.
-    async with catalog_context(tmp_path, limits=Limits(commit_retries=1)) as ctx:
+    async with catalog_context(tmp_path, url=registry_url, limits=Limits(commit_retries=1)) as ctx:
         await NamespaceService(ctx).create(None, NAMESPACE, {}, None)
         await kind.create(ctx)
         in_gate = 0

@@ -54,8 +54,8 @@ class Catalogs:
 
 
 @pytest.fixture
-async def catalogs(tmp_path: Path) -> AsyncIterator[Catalogs]:
-    async with catalog_context(tmp_path) as strict:
+async def catalogs(tmp_path: Path, registry_url: str) -> AsyncIterator[Catalogs]:
+    async with catalog_context(tmp_path, url=registry_url) as strict:
         warehouse = strict.warehouses[WAREHOUSE]
         legacy = dataclasses.replace(
             strict,

@@ -68,8 +68,8 @@ async def allow(_effects: Sequence[Effect]) -> None:
 
 
 @pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[CatalogContext]:
-    async with catalog_context(tmp_path) as context:
+async def ctx(tmp_path: Path, registry_url: str) -> AsyncIterator[CatalogContext]:
+    async with catalog_context(tmp_path, url=registry_url) as context:
         await NamespaceService(context).create(None, NAMESPACE, {}, None)
         yield context
 

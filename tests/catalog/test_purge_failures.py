@@ -1,8 +1,8 @@
 """Purge failures per object: the backoff arithmetic, the safe messages, the due query and the
 claim that makes one sweeper (of any instance) attempt an object at a time.
 
-The store tests run on SQLite and PostgreSQL (`store_url`); migration 0005 runs on both as the
-store opens.
+The store tests run on SQLite and PostgreSQL (`store_url`); migration 0005 runs on SQLite as the
+store opens, on PostgreSQL in the migrated template each test's database is cloned from.
 """
 
 from __future__ import annotations

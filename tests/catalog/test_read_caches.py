@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import pytest
 
@@ -81,13 +80,13 @@ def test_a_zero_ttl_turns_the_cache_off() -> None:
     assert cache.lookup("k") == (False, None)
 
 
-async def _store(tmp_path: Path, ttl: float) -> Store:
-    """A registry on a fresh SQLite file whose reads go through a cache with this TTL."""
-    return await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", cache=RegistryCache(ttl_seconds=ttl))
+async def _store(registry_url: str, ttl: float) -> Store:
+    """A fresh registry (the `registry_url` fixture) whose reads go through a cache with this TTL."""
+    return await Store.open(registry_url, cache=RegistryCache(ttl_seconds=ttl))
 
 
-async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(tmp_path: Path) -> None:
-    store = await _store(tmp_path, ttl=60)
+async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(registry_url: str) -> None:
+    store = await _store(registry_url, ttl=60)
     reads = 0
 
     async def load(tx: object) -> int:
@@ -107,8 +106,8 @@ async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(tmp_p
         await store.close()
 
 
-async def test_a_failed_write_still_forgets_what_it_touched(tmp_path: Path) -> None:
-    store = await _store(tmp_path, ttl=60)
+async def test_a_failed_write_still_forgets_what_it_touched(registry_url: str) -> None:
+    store = await _store(registry_url, ttl=60)
     key = RegistryKey.namespace("w", "ns")
     try:
         store.cache.store(key, {"old": "grant"}, store.cache.generation)
@@ -153,8 +152,8 @@ async def test_load_results_are_bounded_by_bytes_and_age() -> None:
     assert renders == 1, "an entry past its age is rendered again"
 
 
-async def test_a_stale_entry_is_answered_while_one_read_refreshes_it(tmp_path: Path) -> None:
-    store = await _store(tmp_path, ttl=0.4)
+async def test_a_stale_entry_is_answered_while_one_read_refreshes_it(registry_url: str) -> None:
+    store = await _store(registry_url, ttl=0.4)
     reads = 0
 
     async def load(tx: object) -> int:

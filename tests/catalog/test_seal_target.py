@@ -40,8 +40,10 @@ async def _row(ctx: CatalogContext, target: SealTarget, sealed_for: SealTarget) 
     )
 
 
-async def test_a_registry_copy_opens_for_the_version_it_was_sealed_for(tmp_path: Path) -> None:
-    async with catalog_context(tmp_path) as ctx:
+async def test_a_registry_copy_opens_for_the_version_it_was_sealed_for(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with catalog_context(tmp_path, url=registry_url) as ctx:
         assert await ctx.sealer.open_row(await _row(ctx, TARGET, TARGET)) == DOCUMENT
 
 
@@ -54,16 +56,16 @@ async def test_a_registry_copy_opens_for_the_version_it_was_sealed_for(tmp_path:
     ],
 )
 async def test_a_registry_copy_sealed_for_another_target_is_refused(
-    tmp_path: Path, other: dict[str, str]
+    tmp_path: Path, registry_url: str, other: dict[str, str]
 ) -> None:
-    async with catalog_context(tmp_path) as ctx:
+    async with catalog_context(tmp_path, url=registry_url) as ctx:
         row = await _row(ctx, TARGET, dataclasses.replace(TARGET, **other))
         with pytest.raises(IntegrityCheckError):
             await ctx.sealer.open_row(row)
 
 
-async def test_a_sealed_file_names_its_object(tmp_path: Path) -> None:
-    async with catalog_context(tmp_path) as ctx:
+async def test_a_sealed_file_names_its_object(tmp_path: Path, registry_url: str) -> None:
+    async with catalog_context(tmp_path, url=registry_url) as ctx:
         key = await ctx.sealer.new_object_key(WAREHOUSE, TABLE, TARGET.object_uuid)
         content = ctx.sealer.seal_file(key, TARGET, DOCUMENT)
         opened = await ctx.sealer.open_file(WAREHOUSE, LOCATION, content)

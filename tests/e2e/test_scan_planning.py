@@ -47,6 +47,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestampType
 
+from tests.support import registry
 from tests.support.engines import make_catalog
 from tests.support.gateway import GatewayProcess
 
@@ -479,8 +480,7 @@ def test_a_plan_answers_only_its_owner(background: Tables) -> None:
 
 
 def _plan_rows(gateway: GatewayProcess) -> int:
-    with sqlite3.connect(Path(gateway.data_dir) / "catalog.db") as db:
-        return int(db.execute("SELECT count(*) FROM scan_plans").fetchone()[0])
+    return int(registry.query(gateway, "SELECT count(*) FROM scan_plans")[0][0])
 
 
 def test_plans_expire_and_are_swept(background: Tables) -> None:

@@ -19,6 +19,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from tests.support import registry
 from tests.support.engines import make_catalog
 from tests.support.gateway import GatewayProcess
 
@@ -40,10 +41,6 @@ def _rows(ids: list[int]) -> pa.Table:
 
 def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
-
-
-def _db_bytes(gw: GatewayProcess) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(gw.data_dir.glob("catalog.db*")))
 
 
 def _wait_until(predicate: Any, timeout: float = 20.0) -> bool:
@@ -131,11 +128,12 @@ def test_nothing_readable_at_rest(gateway: GatewayProcess) -> None:
     assert sorted(loaded.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
 
     gateway.stop()
-    at_rest = _db_bytes(gateway)
+    at_rest = registry.dump(gateway)
     metadata_files = [p for p in _files(gateway.warehouse_dir) if p.name.endswith(".metadata.json")]
     assert len(metadata_files) >= 4  # table versions + view
     for marker in MARKERS:
-        assert marker.encode() not in at_rest, f"{marker} readable in the registry"
+        for spelling in registry.at_rest_spellings(marker):
+            assert spelling not in at_rest, f"{marker} readable in the registry"
         for path in metadata_files:
             assert marker.encode() not in path.read_bytes(), f"{marker} readable in {path}"
     # The data files themselves are the engines' business: the column is in their Parquet schema.
@@ -145,13 +143,11 @@ def test_nothing_readable_at_rest(gateway: GatewayProcess) -> None:
 
 
 def _set_metadata(gw: GatewayProcess, name: str, blob: bytes) -> None:
-    with sqlite3.connect(gw.data_dir / "catalog.db") as db:
-        db.execute("UPDATE catalog_objects SET metadata = ? WHERE name = ?", (blob, name))
+    registry.execute(gw, "UPDATE catalog_objects SET metadata = ? WHERE name = ?", blob, name)
 
 
 def _get_metadata(gw: GatewayProcess, name: str) -> bytes:
-    with sqlite3.connect(gw.data_dir / "catalog.db") as db:
-        return bytes(db.execute("SELECT metadata FROM catalog_objects WHERE name = ?", (name,)).fetchone()[0])
+    return bytes(registry.query(gw, "SELECT metadata FROM catalog_objects WHERE name = ?", name)[0][0])
 
 
 def test_sealed_copy_moved_or_rolled_back_is_refused(gateway: GatewayProcess) -> None:
@@ -266,9 +262,8 @@ def test_purge_after_retention_removes_files_and_key(gateway: GatewayProcess) ->
     assert any(p.suffix == ".parquet" for p in _files(location))
     cat.purge_table("shred.t")
     assert _wait_until(lambda: not location.exists()), _files(location)
-    with sqlite3.connect(gateway.data_dir / "catalog.db") as db:
-        assert db.execute("SELECT count(*) FROM dropped_objects").fetchone()[0] == 0
-        assert db.execute("SELECT count(*) FROM catalog_objects").fetchone()[0] == 0
+    assert registry.query(gateway, "SELECT count(*) FROM dropped_objects") == [(0,)]
+    assert registry.query(gateway, "SELECT count(*) FROM catalog_objects") == [(0,)]
     with pytest.raises(NoSuchTableError):
         cat.load_table("shred.t")
 
@@ -288,8 +283,7 @@ def test_rebuild_restores_every_table_and_view(gateway: GatewayProcess) -> None:
         for path in ("r1/tables/a", "r1%1Finner/tables/b", "r1/views/v")
     }
     gateway.stop()
-    for path in gateway.data_dir.glob("catalog.db*"):
-        path.unlink()
+    registry.lose(gateway)
     result = gateway.cli("rebuild")
     assert result.returncode == 0, result.stderr
     assert "3 restored, 0 skipped" in result.stdout, result.stdout

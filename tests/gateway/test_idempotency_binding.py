@@ -9,7 +9,6 @@ recorded response, also after a gateway restart.
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Iterator
 
@@ -17,6 +16,7 @@ import pytest
 import requests
 
 from tests.gateway.test_bad_input import assert_error
+from tests.support import registry
 from tests.support.secure import HTTP_TIMEOUT, SecureGateway
 
 SCHEMA = {
@@ -51,8 +51,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with SecureGateway(tmp_path_factory.mktemp("idempotency")) as gw:
+def env(tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None) -> Iterator[Env]:
+    with SecureGateway(tmp_path_factory.mktemp("idempotency"), store_url=module_store_url) as gw:
         gw.create_namespace("shared", writers=["etl"])
         yield Env(gw)
 
@@ -101,8 +101,7 @@ def test_the_same_key_with_another_request_is_422_and_changes_nothing(env: Env) 
 def test_the_registry_stores_neither_the_key_nor_the_request(env: Env) -> None:
     key = str(uuid.uuid4())
     assert env.create(env.alice, key, "alice_stored", note=MARKER).status_code == 200
-    with sqlite3.connect(env.gw.process.data_dir / "catalog.db") as db:
-        rows = db.execute("SELECT key, request_hash, payload FROM idempotency_records").fetchall()
+    rows = registry.query(env.gw.process, "SELECT key, request_hash, payload FROM idempotency_records")
     assert rows
     for stored_key, request_hash, payload in rows:
         assert stored_key != key

@@ -40,8 +40,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with SecureGateway(tmp_path_factory.mktemp("page-tokens")) as gw:
+def env(tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None) -> Iterator[Env]:
+    with SecureGateway(tmp_path_factory.mktemp("page-tokens"), store_url=module_store_url) as gw:
         for name in VISIBLE:
             gw.create_namespace(name, readers=["bi"])
         for name in HIDDEN:

@@ -1,10 +1,10 @@
 """Several warehouses behind one gateway, and stored metrics reports."""
 
-import sqlite3
 from pathlib import Path
 
 import requests
 
+from tests.support import registry
 from tests.support.gateway import GatewayProcess
 
 SCHEMA = {
@@ -83,6 +83,5 @@ def test_metrics_reports_are_stored(gateway: GatewayProcess) -> None:
         assert answer.status_code == 204
     missing = requests.post(f"{base}/v1/namespaces/m/tables/nope/metrics", json=report, timeout=10)
     assert missing.status_code == 404
-    with sqlite3.connect(gateway.data_dir / "catalog.db") as db:
-        rows = db.execute("SELECT report_type, name FROM metrics_reports").fetchall()
+    rows = registry.query(gateway, "SELECT report_type, name FROM metrics_reports ORDER BY id")
     assert rows == [("scan-report", "t"), ("scan-report", "t")]

@@ -1,5 +1,6 @@
-"""A real catalog in the test process, below the gateway: a `CatalogContext` on SQLite with the
-local KEK and one warehouse, for tests that call `catalog/` directly.
+"""A real catalog in the test process, below the gateway: a `CatalogContext` on SQLite or
+PostgreSQL (the `registry_url` fixture) with the local KEK and one warehouse, for tests that
+call `catalog/` directly.
 
 `UnconfirmedStore` is the one fake: a real store whose next write transaction commits and then
 reports `CommitStateUnknownError`, as a connection lost while committing leaves it.
@@ -39,11 +40,17 @@ class UnconfirmedStore(Store):
 
 @asynccontextmanager
 async def catalog_context(
-    tmp_path: Path, *, store_class: type[Store] = Store, limits: Limits | None = None, seal_files: bool = True
+    tmp_path: Path,
+    *,
+    url: str | None = None,
+    store_class: type[Store] = Store,
+    limits: Limits | None = None,
+    seal_files: bool = True,
 ) -> AsyncIterator[CatalogContext]:
-    """A catalog on a fresh SQLite registry under `tmp_path`, with warehouse `w` at
-    `tmp_path/warehouse` (sealing its files unless `seal_files` is False)."""
-    store = await store_class.open(f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+    """A catalog on the registry at `url` (the `registry_url` fixture: SQLite or PostgreSQL;
+    default a fresh SQLite file under `tmp_path`), with warehouse `w` at `tmp_path/warehouse`
+    (sealing its files unless `seal_files` is False)."""
+    store = await store_class.open(url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
     keyring = KeyRing.open(KmsSettings(), tmp_path / "kms")
     sealer = Sealer(keyring)
     try:

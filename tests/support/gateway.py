@@ -179,7 +179,13 @@ class GatewayProcess:
         argv = [sys.executable, "-m", "cedarberg.gateway.cli", *args, "--data-dir", str(self.data_dir)]
         if self.config is not None:
             argv += ["--config", str(self.config_path)]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT)
+        env = None
+        if self.store_url:
+            # Not every command takes `--store-url`; every one reads the setting's variable.
+            env = {**os.environ, "CEDARBERG_STORE_URL": self.store_url}
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT, env=env
+        )
 
     # -- life cycle --------------------------------------------------------------------------
 

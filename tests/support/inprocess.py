@@ -1,10 +1,11 @@
 """The real gateway application in this process, for tests of the request pipeline.
 
 `gateway.web.app.create_app(settings)` is the application `cedarberg serve` runs in each worker:
-the same middlewares, routes, SQLite registry, local KEK, bundled Cedar policies, rate limiter and
-audit log. Here it is served by aiohttp's test server on loopback, with the pipeline's front
-installed as a worker installs it (`fronted`), and driven by aiohttp's test client (the
-`aiohttp_client` fixture of pytest-aiohttp), with no process to start and no engine.
+the same middlewares, routes, registry (SQLite, or PostgreSQL: `prepare_template(..., store)`),
+local KEK, bundled Cedar policies, rate limiter and audit log. Here it is served by aiohttp's
+test server on loopback, with the pipeline's front installed as a worker installs it
+(`fronted`), and driven by aiohttp's test client (the `aiohttp_client` fixture of
+pytest-aiohttp), with no process to start and no engine.
 
 What `cedarberg serve` does once before any worker starts (`gateway.serve.server.prepare`:
 migrate the registry, create the KEK and the token signing key, validate the policies) is done
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from cedarberg.gateway.serve.server import prepare
 from cedarberg.gateway.web import front
 from tests.support.audit import audit_log
 from tests.support.gateway import TEST_DEFAULTS
+from tests.support.postgres import PostgresServer
 
 _AUDIT_FILE = "audit.jsonl"
 
@@ -62,21 +65,36 @@ TEMPLATE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _embedded_store() -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Template:
-    """A prepared data directory and the plaintext of its API keys (by principal)."""
+    """A prepared data directory, the plaintext of its API keys (by principal), and where each
+    copy's registry is: `new_store()` gives a fresh copy of the template's registry (its URL), or
+    None for the SQLite file copied with the data directory."""
 
     data_dir: Path
     keys: Mapping[str, str]
+    new_store: Callable[[], str | None] = _embedded_store
 
 
-def prepare_template(data_dir: Path) -> Template:
+def prepare_template(data_dir: Path, store: PostgresServer | None = None) -> Template:
     """Run `cedarberg serve`'s one-time preparation in `data_dir` (registry schema at head, local
     KEK, token signing key, policies validated), then create `TEMPLATE_KEYS` as `cedarberg keys
-    create` does."""
-    settings = Settings(data_dir=data_dir)
+    create` does. The registry is SQLite in `data_dir`, or with `store` a database of that server
+    that each copy clones."""
+    if store is None:
+        settings = Settings(data_dir=data_dir)
+    else:
+        database = f"inprocess_template_{uuid.uuid4().hex[:12]}"
+        settings = Settings(data_dir=data_dir, store_url=store.create_database(database))
     prepare(settings)
-    return Template(data_dir, asyncio.run(_create_keys(settings)))
+    keys = asyncio.run(_create_keys(settings))
+    if store is None:
+        return Template(data_dir, keys)
+    return Template(data_dir, keys, lambda: store.clone_database(database))
 
 
 async def _create_keys(settings: Settings) -> dict[str, str]:
@@ -111,6 +129,7 @@ def inprocess_settings(
     shutil.copytree(template.data_dir, data_dir)
     base: dict[str, Any] = {
         "data_dir": str(data_dir),
+        "store_url": template.new_store(),
         "audit": {"destination": str(tmp_path / _AUDIT_FILE)},
         "warehouses": {
             "default": {"location": (data_dir / "warehouse").as_uri(), "drop_retention_seconds": 0},

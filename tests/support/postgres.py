@@ -9,11 +9,15 @@ The benchmark suite (bench/cedarberg.py) starts its own ``PostgresServer(durable
 server's defaults (``fsync``, ``synchronous_commit`` and ``full_page_writes`` on), since it
 measures commits as production pays for them.
 
-``create_database(name)`` gives a fresh database and its ``postgresql+asyncpg://`` URL.
+``create_database(name)`` gives a fresh database and its ``postgresql+asyncpg://`` URL;
+``migrated_database()`` a fresh database already at the registry's schema head, cloned with
+``CREATE DATABASE ... TEMPLATE`` from one database migrated once per server (a clone costs a file
+copy of an almost empty database; migrating costs an Alembic run per test).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import itertools
 import os
@@ -23,12 +27,16 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from tests.support.ports import free_port
 
 PG_BIN = Path(os.environ.get("PG_BIN_DIR", "/usr/lib/postgresql/15/bin"))
 SUPERUSER = "postgres"
+MIGRATED_TEMPLATE = "cedarberg_migrated_template"
 _NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -50,6 +58,8 @@ class PostgresServer:
         self.base_dir: Path | None = None
         self._counter = itertools.count(1)
         self._running = False
+        self._template_lock = threading.Lock()
+        self._template_ready = False
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -210,6 +220,25 @@ class PostgresServer:
         self.psql(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def migrated_database(self) -> str:
+        """A fresh database whose schema is at head (as `cedarberg serve` leaves it); its URL.
+
+        The first call migrates ``MIGRATED_TEMPLATE`` (the gateway's own ``upgrade``); every call
+        clones it. Nothing ever connects to the template after its migration, as a clone needs."""
+        with self._template_lock:
+            if not self._template_ready:
+                _run_outside_loop(_upgrade, self.create_database(MIGRATED_TEMPLATE))
+                self._template_ready = True
+        return self.clone_database(MIGRATED_TEMPLATE)
+
+    def clone_database(self, template: str) -> str:
+        """A fresh database holding a copy of database `template` (which nobody may be connected
+        to); its URL."""
+        name = f"cedarberg_test_{next(self._counter)}"
+        self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.psql(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        return self.url(name)
+
     def drop_database(self, name: str) -> None:
         self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -266,6 +295,35 @@ class PostgresServer:
             raise PostgresError(
                 f"{shlex.join(argv)} exited {result.returncode}:\n{result.stdout}{result.stderr}{log}"
             )
+
+
+async def _upgrade(url: str) -> None:
+    from cedarberg.gateway.serve.migrate import upgrade
+
+    await upgrade(url)
+
+
+def _run_outside_loop(migrate: Callable[[str], Coroutine[Any, Any, None]], url: str) -> None:
+    """Run `migrate(url)` to completion on a loop of its own, also when called from a coroutine
+    (an async fixture): a thread, since a running loop cannot run another."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(migrate(url))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="migrate-template")
+    thread.start()
+    thread.join()
+    if failures:
+        raise PostgresError(f"migrating the template database failed: {failures[0]!r}") from failures[0]
+
+
+def database_name(url: str) -> str:
+    """The database a ``PostgresServer.url`` names."""
+    return url.rsplit("/", 1)[1]
 
 
 def _as_root() -> bool:

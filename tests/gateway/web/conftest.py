@@ -1,6 +1,7 @@
 """The fast layer: the real application in process, driven by aiohttp's test client.
 
-- ``template`` (session): a data directory prepared once as `cedarberg serve` prepares its own.
+- ``template``: a data directory prepared once per session and store (``sqlite_template``,
+  ``postgres_template``) as `cedarberg serve` prepares its own; the test's ``store_kind`` picks.
 - ``make_gateway``: ``await make_gateway(anonymous=..., config=...) -> InProcessGateway``, a fresh
   application (own registry, KEK, audit file) served on loopback by ``aiohttp_client``.
 - ``gw``: one with the anonymous test admin and generous limits (as ``GatewayProcess`` defaults).
@@ -28,6 +29,7 @@ from cedarberg.gateway.web.app import create_app
 from cedarberg.gateway.web.keys import ROUTE_TABLE, SECURITY
 from cedarberg.gateway.web.route import Route
 from tests.support.inprocess import Template, audit_records, fronted, inprocess_settings, prepare_template
+from tests.support.postgres import PostgresServer
 
 SCHEMA: dict[str, Any] = {
     "type": "struct",
@@ -97,8 +99,21 @@ def add_routes(app: web.Application, routes: Sequence[Route]) -> None:
 
 
 @pytest.fixture(scope="session")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     return prepare_template(tmp_path_factory.mktemp("inprocess-template") / "gw")
+
+
+@pytest.fixture(scope="session")
+def postgres_template(tmp_path_factory: pytest.TempPathFactory, postgres_server: PostgresServer) -> Template:
+    return prepare_template(tmp_path_factory.mktemp("inprocess-template-pg") / "gw", postgres_server)
+
+
+@pytest.fixture
+def template(request: pytest.FixtureRequest, store_kind: str) -> Template:
+    """The prepared data directory of ``store_kind``'s store (tests/conftest.py: each test here
+    runs on SQLite and on PostgreSQL)."""
+    template: Template = request.getfixturevalue(f"{store_kind}_template")
+    return template
 
 
 @pytest.fixture
