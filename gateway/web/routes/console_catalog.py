@@ -38,7 +38,7 @@ from cedarberg.catalog.namespaces import read_many
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.gateway.authz.entities import Resource, catalog_resource
 from cedarberg.gateway.authz.scan_grants import read_view
-from cedarberg.gateway.web import resources
+from cedarberg.gateway.web import http, resources
 from cedarberg.gateway.web.caller import caller_of
 from cedarberg.gateway.web.console import decisions
 from cedarberg.gateway.web.console.access_link import access_link
@@ -78,7 +78,7 @@ def _page(request: web.Request, listing: str) -> PageRequest:
     """The page of `listing` that the request's query names (its first without a token), as large
     as the gateway allows, bound to the caller exactly as the REST API binds its tokens."""
     settings = services(request).settings
-    token = request.query.get(listing) or None
+    token = http.query_value(request, listing) or None
     return PageRequest.parse(
         token, str(settings.max_page_size), settings.max_page_size, settings.max_page_size, caller_of(request)
     )
@@ -89,7 +89,8 @@ def _next_url(request: web.Request, base: str, listing: str, token: str | None) 
     `listing`'s parameter, the other listings' tokens as they are."""
     if token is None:
         return None
-    query = {name: request.query[name] for name in _PAGED if request.query.get(name)}
+    tokens = ((name, http.query_value(request, name)) for name in _PAGED)
+    query = {name: value for name, value in tokens if value}
     query[listing] = token
     return f"{base}?{urlencode(query)}"
 

@@ -31,6 +31,7 @@ from cedarberg.gateway.authz.entities import catalog_resource
 from cedarberg.gateway.authz.fixtures import run_fixtures
 from cedarberg.gateway.config.preview import DEFAULT_DECISIONS
 from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.web import http
 from cedarberg.gateway.web.console import decisions
 from cedarberg.gateway.web.console.layout import page
 from cedarberg.gateway.web.console.policy_view import (
@@ -130,7 +131,7 @@ async def preview_form(request: web.Request) -> web.Response:
     those who may also see the policies). Decided as previewPolicies, as its result is."""
     decisions.require(request, "previewPolicies", catalog_resource())
     entered: dict[str, Any] = {}
-    wanted = request.query.get("file")
+    wanted = http.query_value(request, "file")
     if wanted is not None:
         sources: dict[str, str] = security(request).policies.status()["files"]
         if wanted in sources and decisions.decide(request, "showPolicies", catalog_resource()).allowed:
