@@ -37,13 +37,22 @@ test-deps:
 test: test-deps venv
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# The long crash run (docs/operations.md, "What a crash cannot lose"): CRASH_KILLS SIGKILLs per
-# deployment (one gateway on SQLite, two on PostgreSQL); `make test` runs 150 each. Set
-# CEDARBERG_CRASH_SEED to replay a run, CEDARBERG_CRASH_MINUTES to bound it by time. Not part of
+# The long runs of what `make test` runs bounded (docs/operations.md): the crash run, CRASH_KILLS
+# SIGKILLs per deployment (one gateway on SQLite, two on PostgreSQL; `make test` runs 150 each; set
+# CEDARBERG_CRASH_SEED to replay a run, CEDARBERG_CRASH_MINUTES to bound it by time); the
+# linearizability run, LINEARIZABILITY_OPERATIONS per client (`make test`: 40); the store faults,
+# FAULTS_STORE_PHASE_SECONDS per phase; the KMS outage, CEDARBERG_FAULTS_SECONDS. Not part of
 # `make test`.
 CRASH_KILLS ?= 1500
+LINEARIZABILITY_OPERATIONS ?= 1000
+FAULT_SECONDS ?= 60
 soak: test-deps venv
 	CEDARBERG_CRASH_KILLS=$(CRASH_KILLS) $(BIN)/pytest -s tests/e2e/test_crash_consistency.py $(PYTEST_ARGS)
+	LINEARIZABILITY_OPERATIONS=$(LINEARIZABILITY_OPERATIONS) $(BIN)/pytest -s --timeout 0 \
+		tests/e2e/test_linearizable_commits.py $(PYTEST_ARGS)
+	FAULTS_STORE_PHASE_SECONDS=$(FAULT_SECONDS) $(BIN)/pytest -s --timeout 0 tests/e2e/test_faults_store.py $(PYTEST_ARGS)
+	CEDARBERG_FAULTS_SECONDS=$(FAULT_SECONDS) $(BIN)/pytest -s --timeout 0 \
+		tests/e2e/test_faults_dependencies.py -k kms $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
