@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 import requests
 
-from tests.support.browser import launch, screenshot
+from tests.support.browser import screenshot
 from tests.support.console import (
     CSP,
     SESSION_COOKIE,
@@ -39,26 +39,13 @@ from tests.support.console import (
 from tests.support.secure import HTTP_TIMEOUT, SecureGateway
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext
+    from playwright.sync_api import BrowserContext
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with open_lake(tmp_path_factory.mktemp("console")) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 # -- signing in -----------------------------------------------------------------------------------

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from cedarberg.gateway.config.authz import BUNDLED_POLICY_DIR
-from tests.support.browser import ARTIFACTS, launch, screenshot
+from tests.support.browser import ARTIFACTS, screenshot
 from tests.support.console import Lake, namespace_url, open_lake, sign_in_with_key
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Locator, Page
+    from playwright.sync_api import BrowserContext, Locator, Page
 
 RESTRICTED = "bi-sales-two-columns"
 GRANT = "readers-read-granted"
@@ -57,19 +57,6 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     home = tmp_path_factory.mktemp("console-access")
     with open_lake(home, policy_dir=_policies(home)) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 # -- what the page says, and what the API says ------------------------------------------------------

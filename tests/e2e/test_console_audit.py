@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 import pytest
 
-from tests.support.browser import launch, screenshot
+from tests.support.browser import screenshot
 from tests.support.console import CSP, Lake, open_lake, session_cookie, sign_in_with_key
 from tests.support.secure import HTTP_TIMEOUT
 
@@ -34,19 +34,6 @@ FOLLOW_SECONDS = 20  # a followed line appears within one poll (the gateway writ
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with open_lake(tmp_path_factory.mktemp("console-audit")) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 def _rita(lake: Lake, path: str) -> tuple[int, str]:

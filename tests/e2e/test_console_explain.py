@@ -23,12 +23,12 @@ from urllib.parse import urlencode
 import pytest
 
 from cedarberg.gateway.authz.entities import EntityUid
-from tests.support.browser import launch, screenshot
+from tests.support.browser import screenshot
 from tests.support.console import CSP, Lake, open_lake, sign_in_with_key
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
 RESTRICTED = "analysts-eu-orders"
 RESTRICTED_PERMIT = f"""
@@ -53,19 +53,6 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         tmp_path_factory.mktemp("console-explain"), policies={"analysts.cedar": RESTRICTED_PERMIT}
     ) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 # -- what the page shows, and what the API answers ---------------------------------------------------

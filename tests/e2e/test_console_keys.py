@@ -21,31 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.support.browser import launch, screenshot
+from tests.support.browser import screenshot
 from tests.support.console import CSP, Lake, open_lake, rest_namespaces, sign_in_with_key
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     with open_lake(tmp_path_factory.mktemp("console-keys")) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 KEY = re.compile(r"cbk_[A-Za-z0-9_-]+")

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.support.browser import launch, screenshot
+from tests.support.browser import screenshot
 from tests.support.console import (
     SCHEMA,
     VIEW,
@@ -37,7 +37,7 @@ from tests.support.console import (
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page, Response
+    from playwright.sync_api import BrowserContext, Page, Response
 
 PAGE_SIZE = 2
 VISIBLE = {"pg_a", "pg_b", "paged"}  # besides `sales`, readable by group bi
@@ -68,19 +68,6 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
             dropped = gw.admin.delete(gw.catalog_url(f"namespaces/paged/tables/{name}"), timeout=HTTP_TIMEOUT)
             assert dropped.status_code == 204, dropped.text
         yield lake
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 def _next(page: Page, label: str) -> str | None:

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.support.browser import launch, screenshot
+from tests.support.browser import screenshot
 from tests.support.console import Lake, open_lake, sign_in_with_key
 from tests.support.gateway import REPO_ROOT
 from tests.support.secure import HTTP_TIMEOUT
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
 POLICIES = "/console/policies"
 PREVIEW = "/console/policies/preview"
@@ -60,19 +60,6 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     shutil.copytree(REPO_ROOT / "policies", policies)
     with open_lake(home, policy_dir=policies) as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def browser(lake: Lake) -> Iterator[Browser]:
-    with launch(lake.gw.pki.server_cert, lake.gw.ca_cert) as chromium:
-        yield chromium
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    yield ctx
-    ctx.close()
 
 
 # -- helpers --------------------------------------------------------------------------------------

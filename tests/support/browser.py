@@ -30,7 +30,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page, Playwright
+    from playwright.sync_api import Browser, Page, Playwright, ViewportSize
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -64,7 +64,7 @@ FLAGS = (
     "--disable-sync",
     "--disable-dev-shm-usage",
 )
-VIEWPORT = {"width": 1280, "height": 800}  # a laptop screen
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}  # a laptop screen
 
 
 class BrowserMissingError(RuntimeError):
