@@ -58,7 +58,10 @@ def _create_namespace(base: str, name: str) -> requests.Response:
 
 
 def _create_table(base: str, namespace: str, name: str) -> requests.Response:
-    body = {"name": name, "schema": SCHEMA}
+    # The metadata log keeps every version (Iceberg keeps 100 by default), so the check that no file
+    # is left behind can name every file in the directory however many commits the load makes.
+    properties = {"write.metadata.previous-versions-max": str(1_000_000)}
+    body = {"name": name, "schema": SCHEMA, "properties": properties}
     return requests.post(f"{base}/namespaces/{namespace}/tables", json=body, timeout=30)
 
 

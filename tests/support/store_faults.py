@@ -179,6 +179,8 @@ def assert_only_complete_files(
         )
         directory = Path(locations.to_local_path(pointer)).parent
         on_disk = {locations.normalize(path.as_uri()) for path in directory.iterdir()}
-        assert on_disk == named if exact else on_disk >= named, (named, on_disk)
+        unnamed, missing = sorted(on_disk - named), sorted(named - on_disk)
+        assert not missing, f"{identifier['name']}: files named but absent: {missing}"
+        assert not (exact and unnamed), f"{identifier['name']}: files nothing names: {unnamed}"
         for location in on_disk:
             open_metadata_file(gw, warehouse, location)
