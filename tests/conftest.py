@@ -4,7 +4,8 @@ One behaviour suite on both stores (as pyiceberg runs one catalog suite over its
 The rule: a test is a *store behaviour test* when it lives in ``STORE_BEHAVIOUR`` (the catalog
 below the gateway, the gateway's own suites, and the end-to-end modules that drive the catalog
 through the REST API without an engine) **and** gets its store from a shared store fixture:
-``gateway`` (a process), ``template`` / ``make_gateway`` / ``gw`` (the in-process application,
+``gateway`` (a process), ``module_store_url`` / ``fresh_store_url`` (for a module's own gateway
+fixture), ``template`` / ``make_gateway`` / ``gw`` (the in-process application,
 tests/gateway/web) or ``registry_url`` (a `Store` below the gateway). Such a test runs once per
 store, ids ``store-sqlite`` and ``store-postgres`` (``pytest_generate_tests`` parametrizes the
 ``store_kind`` fixture they all depend on). Tests that need no store (parsing, CLI help, policy
@@ -17,7 +18,9 @@ migrated template (``PostgresServer.migrated_database``), so a test pays no migr
 - ``gateway``: a fresh gateway per test, on ``store_kind``'s store (SQLite outside
   ``STORE_BEHAVIOUR``).
 - ``registry_url``: the URL of a fresh registry (migrated on PostgreSQL) on ``store_kind``'s store.
-- ``module_store_url`` (module): the store of a gateway a behaviour module shares (``None``: SQLite).
+- ``module_store_url`` (module): the store of a gateway a behaviour module shares (``None``: SQLite);
+  ``second_module_store_url`` for a second such gateway; ``fresh_store_url`` for a gateway one test
+  starts itself.
 - ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
 - ``catalog_gateway``: the same on each store (``store-sqlite``, ``store-postgres``, both with the
   local KEK) and on SQLite with each remote KEK provider (``kms-aws``, ``kms-vault``, ``kms-gcp``,
@@ -172,10 +175,9 @@ def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path
     server.drop_database(postgres.database_name(url))
 
 
-@pytest.fixture(scope="module")
-def module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
-    """For a gateway a store behaviour module shares between its tests: ``None`` (SQLite in the
-    gateway's data directory) or a PostgreSQL database already at schema head (dropped after)."""
+def _gateway_store(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """``None`` (SQLite in the gateway's data directory) or a fresh PostgreSQL database already at
+    schema head, dropped when the fixture ends."""
     if store_kind != "postgres":
         yield None
         return
@@ -185,6 +187,24 @@ def module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterato
     server.drop_database(postgres.database_name(url))
 
 
+@pytest.fixture(scope="module")
+def module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """The store of a gateway a store behaviour module shares between its tests."""
+    yield from _gateway_store(request, store_kind)
+
+
+@pytest.fixture(scope="module")
+def second_module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """The store of a second gateway a store behaviour module shares (its own database)."""
+    yield from _gateway_store(request, store_kind)
+
+
+@pytest.fixture
+def fresh_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """The store of a gateway one test of a store behaviour module starts itself."""
+    yield from _gateway_store(request, store_kind)
+
+
 # -- gateways ----------------------------------------------------------------------------------
 
 
@@ -192,15 +212,10 @@ def module_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterato
 def gateway(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> Iterator[GatewayProcess]:
     """A fresh gateway on embedded defaults (local warehouse) in ``tmp_path``, on ``store_kind``'s
     store (SQLite in the data directory, or a fresh PostgreSQL database)."""
-    url = None
-    if store_kind == "postgres":
-        server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        url = server.migrated_database()
+    url: str | None = request.getfixturevalue("fresh_store_url")
     with GatewayProcess(tmp_path / "gateway", store_url=url) as gw:
         yield gw
         _print_log_if_failed(request, gw)
-    if url is not None:
-        server.drop_database(postgres.database_name(url))
 
 
 @pytest.fixture(

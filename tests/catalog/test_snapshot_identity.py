@@ -90,14 +90,14 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None) -> Iterator[Lab]:
     loop = asyncio.new_event_loop()
     stack = contextlib.AsyncExitStack()
     engine = PolicyEngine(BUNDLED_POLICY_DIR)
     engine.load()
     try:
         ctx = loop.run_until_complete(
-            stack.enter_async_context(catalog_context(tmp_path_factory.mktemp("ids")))
+            stack.enter_async_context(catalog_context(tmp_path_factory.mktemp("ids"), url=module_store_url))
         )
         loop.run_until_complete(NamespaceService(ctx).create(None, NAMESPACE, GUARDS, None))
         yield Lab(loop, ctx, engine)

@@ -50,14 +50,16 @@ SCHEMA = Schema(
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[SecureGateway]:
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki, module_store_url: str | None
+) -> Iterator[SecureGateway]:
     root = tmp_path_factory.mktemp("read-restrictions")
     policy_dir = root / "policies"
     bundled_policies(policy_dir, {"restrictions.cedar": POLICIES})
     config = {"authz": {"policy_dir": str(policy_dir)}}
     with (
         pytest.MonkeyPatch.context() as env,
-        SecureGateway(root / "gw", pki=session_pki, config=config) as gw,
+        SecureGateway(root / "gw", pki=session_pki, config=config, store_url=module_store_url) as gw,
     ):
         for name in AMBIENT_CA_VARIABLES:  # pyiceberg/requests trust only the test CA
             env.delenv(name, raising=False)

@@ -43,7 +43,9 @@ def idp() -> Iterator[Oauth2MockServer]:
 
 
 @pytest.fixture(scope="module")
-def gateway(idp: Oauth2MockServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def gateway(
+    idp: Oauth2MockServer, tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[GatewayProcess]:
     root = tmp_path_factory.mktemp("namespaces")
     policy_dir = root / "policies"
     bundled_policies(policy_dir, {"etl.cedar": KEY_POLICY})
@@ -62,7 +64,7 @@ def gateway(idp: Oauth2MockServer, tmp_path_factory: pytest.TempPathFactory) -> 
         },
         "planning": {"max_sync_manifests": 0},  # every plan is submitted: it has an id and an owner
     }
-    with GatewayProcess(root / "gw", config=config) as gw:
+    with GatewayProcess(root / "gw", store_url=module_store_url, config=config) as gw:
         catalog = make_catalog(gw)
         catalog.create_namespace("ns")
         table = catalog.create_table("ns.t", SCHEMA)

@@ -148,9 +148,12 @@ class Tables:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[GatewayProcess]:
     data_dir = tmp_path_factory.mktemp("planning") / "gateway"
-    with GatewayProcess(data_dir, config={"planning": {"tasks_per_page": 2}}) as gw:
+    config = {"planning": {"tasks_per_page": 2}}
+    with GatewayProcess(data_dir, store_url=module_store_url, config=config) as gw:
         yield gw
 
 
@@ -391,7 +394,9 @@ TTL_SECONDS = 4
 
 
 @pytest.fixture(scope="module")
-def background(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tables]:
+def background(
+    tmp_path_factory: pytest.TempPathFactory, second_module_store_url: str | None
+) -> Iterator[Tables]:
     """A gateway that plans every scan in the background, keeps plans briefly and sweeps often."""
     data_dir = tmp_path_factory.mktemp("planning-background") / "gateway"
     config = {
@@ -402,7 +407,7 @@ def background(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tables]:
             "sweep_interval_seconds": 0.5,
         }
     }
-    with GatewayProcess(data_dir, config=config) as gw:
+    with GatewayProcess(data_dir, store_url=second_module_store_url, config=config) as gw:
         server = make_catalog(gw, **{"scan-planning-mode": "server"})
         server.create_namespace("bg")
         table = server.create_table("bg.t", SCHEMA, partition_spec=PARTITIONED)

@@ -39,12 +39,15 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, str]]:
+def started(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[tuple[GatewayProcess, str]]:
     """The gateway and its bootstrap admin key."""
     data_dir = tmp_path_factory.mktemp("admin") / "gateway"
-    bootstrap = keys_create(data_dir, "bootstrap", ["admins"])
+    bootstrap = keys_create(data_dir, "bootstrap", ["admins"], store_url=module_store_url)
     gw = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={"rate_limits": dict(GENEROUS_RATE_LIMITS)},
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {bootstrap}"},
@@ -76,7 +79,7 @@ def admin_key(started: tuple[GatewayProcess, str]) -> str:
 
     writer = threading.Thread(target=create_through_api)
     writer.start()
-    key = keys_create(gateway.data_dir, "root", ["admins"])
+    key = keys_create(gateway.data_dir, "root", ["admins"], store_url=gateway.store_url)
     writer.join()
     assert not failures
     return key

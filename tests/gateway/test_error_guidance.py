@@ -35,10 +35,12 @@ _INTERNALS = re.compile(
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[GatewayProcess]:
     data_dir = tmp_path_factory.mktemp("guidance") / "gateway"
     limits = {**GENEROUS_RATE_LIMITS, "auth_failures_per_address": "100000/minute"}
-    gw = GatewayProcess(data_dir, config={"rate_limits": limits})
+    gw = GatewayProcess(data_dir, store_url=module_store_url, config={"rate_limits": limits})
     gw.start()
     try:
         yield gw

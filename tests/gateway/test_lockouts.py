@@ -47,13 +47,14 @@ def _client(source: str) -> requests.Session:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[tuple[GatewayProcess, str]]:
+def gateway(tmp_path: Path, fresh_store_url: str | None) -> Iterator[tuple[GatewayProcess, str]]:
     data_dir = tmp_path / "gw"
     policy_dir = tmp_path / "policies"
     bundled_policies(policy_dir)
-    admin = keys_create(data_dir, "root", ["admins"])
+    admin = keys_create(data_dir, "root", ["admins"], store_url=fresh_store_url)
     gw = GatewayProcess(
         data_dir,
+        store_url=fresh_store_url,
         anonymous=False,
         config={
             "authz": {"policy_dir": str(policy_dir)},

@@ -31,7 +31,7 @@ TABLE_SCHEMA = {
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, session_pki: TestPki) -> Iterator[SecureGateway]:
+def gateway(tmp_path: Path, session_pki: TestPki, fresh_store_url: str | None) -> Iterator[SecureGateway]:
     policy_dir = tmp_path / "policies"
     bundled_policies(policy_dir)
     config = {
@@ -40,7 +40,7 @@ def gateway(tmp_path: Path, session_pki: TestPki) -> Iterator[SecureGateway]:
         "authz": {"policy_dir": str(policy_dir), "reload_interval_seconds": 0},
         "cache": {"registry_ttl_seconds": 60},
     }
-    with SecureGateway(tmp_path / "gw", pki=session_pki, config=config) as gw:
+    with SecureGateway(tmp_path / "gw", pki=session_pki, config=config, store_url=fresh_store_url) as gw:
         gw.create_namespace("sales", readers=["analysts"], writers=["etl"])
         created = gw.admin.post(
             gw.catalog_url("namespaces/sales/tables"), json={"name": "orders", "schema": TABLE_SCHEMA}
@@ -166,10 +166,12 @@ def test_commit_rename_and_drop_are_served_at_once(gateway: SecureGateway) -> No
     assert writer.get(tables, timeout=TIMEOUT).json()["identifiers"] == []
 
 
-def test_another_worker_sees_a_commit_within_the_registry_ttl(tmp_path: Path, session_pki: TestPki) -> None:
+def test_another_worker_sees_a_commit_within_the_registry_ttl(
+    tmp_path: Path, session_pki: TestPki, fresh_store_url: str | None
+) -> None:
     ttl = 0.5
     config = {"workers": 2, "cache": {"registry_ttl_seconds": ttl}}
-    with SecureGateway(tmp_path / "gw", pki=session_pki, config=config) as gw:
+    with SecureGateway(tmp_path / "gw", pki=session_pki, config=config, store_url=fresh_store_url) as gw:
         gw.create_namespace("sales", writers=["etl"])
         created = gw.admin.post(
             gw.catalog_url("namespaces/sales/tables"), json={"name": "t", "schema": TABLE_SCHEMA}
@@ -192,9 +194,11 @@ def test_another_worker_sees_a_commit_within_the_registry_ttl(tmp_path: Path, se
         assert seen == {location}
 
 
-def test_no_callback_holds_the_event_loop(tmp_path: Path, session_pki: TestPki) -> None:
+def test_no_callback_holds_the_event_loop(
+    tmp_path: Path, session_pki: TestPki, fresh_store_url: str | None
+) -> None:
     config = {"slow_callback_warning_ms": 50, "log_format": "text"}
-    with SecureGateway(tmp_path / "gw", pki=session_pki, config=config) as gw:
+    with SecureGateway(tmp_path / "gw", pki=session_pki, config=config, store_url=fresh_store_url) as gw:
         log = gw.process.log_text()
         assert "event loop debug mode" in log
         start = len(log)

@@ -27,11 +27,14 @@ WINDOW = 6  # seconds: long enough for the checks inside it on a busy machine, s
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, str]]:
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[tuple[GatewayProcess, str]]:
     data_dir = tmp_path_factory.mktemp("overlap") / "gateway"
-    admin_key = keys_create(data_dir, "root", ["admins"])
+    admin_key = keys_create(data_dir, "root", ["admins"], store_url=module_store_url)
     gw = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={
             "rate_limits": {**GENEROUS_RATE_LIMITS, "auth_failures_per_address": "100000/minute"},
             "api_keys": {"max_rotation_overlap_seconds": MAX_OVERLAP},

@@ -19,8 +19,8 @@ SCHEMA = {
 }
 
 
-def test_concurrent_writers_on_one_table_all_land(tmp_path: Path) -> None:
-    with GatewayProcess(tmp_path / "gw") as gw:
+def test_concurrent_writers_on_one_table_all_land(tmp_path: Path, fresh_store_url: str | None) -> None:
+    with GatewayProcess(tmp_path / "gw", store_url=fresh_store_url) as gw:
         assert requests.post(f"{gw.url}/v1/namespaces", json={"namespace": ["ns"]}, timeout=30).ok
         created = requests.post(
             f"{gw.url}/v1/namespaces/ns/tables", json={"name": "t", "schema": SCHEMA}, timeout=30
