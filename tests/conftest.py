@@ -20,7 +20,7 @@ migrated template (``PostgresServer.migrated_database``), so a test pays no migr
 - ``registry_url``: the URL of a fresh registry (migrated on PostgreSQL) on ``store_kind``'s store.
 - ``module_store_url`` (module): the store of a gateway a behaviour module shares (``None``: SQLite);
   ``second_module_store_url`` for a second such gateway; ``fresh_store_url`` for a gateway one test
-  starts itself.
+  starts itself, ``second_fresh_store_url`` for a second one.
 - ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
 - ``catalog_gateway``: the same on each store (``store-sqlite``, ``store-postgres``, both with the
   local KEK) and on SQLite with each remote KEK provider (``kms-aws``, ``kms-vault``, ``kms-gcp``,
@@ -202,6 +202,12 @@ def second_module_store_url(request: pytest.FixtureRequest, store_kind: str) -> 
 @pytest.fixture
 def fresh_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
     """The store of a gateway one test of a store behaviour module starts itself."""
+    yield from _gateway_store(request, store_kind)
+
+
+@pytest.fixture
+def second_fresh_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """The store of a second gateway one test starts itself (its own database)."""
     yield from _gateway_store(request, store_kind)
 
 
