@@ -13,7 +13,10 @@ evaluation) use none of these fixtures and run once; engine modules (Spark, Trin
 ClickHouse, Java clients) test the engines' interoperability and run on SQLite; tests that pick
 their stores themselves take ``store_url`` / ``store_gateway`` / ``catalog_gateway``. Whatever
 differs between the two stores is a bug in one of them. PostgreSQL databases are clones of one
-migrated template (``PostgresServer.migrated_database``), so a test pays no migration.
+migrated template (``PostgresServer.migrated_database``), so a test pays no migration. A gateway,
+catalog or offline ``keys create`` a store behaviour module starts names its store (``store_url=``
+/ ``url=``) from these fixtures; tests/test_store_suite.py checks it, and lists the few tests that
+are SQLite-only by construction (a SQLite lock, process lifecycle, a SQLite file's upgrade).
 
 - ``gateway``: a fresh gateway per test, on ``store_kind``'s store (SQLite outside
   ``STORE_BEHAVIOUR``).
