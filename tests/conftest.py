@@ -13,14 +13,17 @@ evaluation) use none of these fixtures and run once; engine modules (Spark, Trin
 ClickHouse, Java clients) test the engines' interoperability and run on SQLite; tests that pick
 their stores themselves take ``store_url`` / ``store_gateway`` / ``catalog_gateway``. Whatever
 differs between the two stores is a bug in one of them. PostgreSQL databases are clones of one
-migrated template (``PostgresServer.migrated_database``), so a test pays no migration.
+migrated template (``PostgresServer.migrated_database``), so a test pays no migration. A gateway,
+catalog or offline ``keys create`` a store behaviour module starts names its store (``store_url=``
+/ ``url=``) from these fixtures; tests/test_store_suite.py checks it, and lists the few tests that
+are SQLite-only by construction (a SQLite lock, process lifecycle, a SQLite file's upgrade).
 
 - ``gateway``: a fresh gateway per test, on ``store_kind``'s store (SQLite outside
   ``STORE_BEHAVIOUR``).
 - ``registry_url``: the URL of a fresh registry (migrated on PostgreSQL) on ``store_kind``'s store.
 - ``module_store_url`` (module): the store of a gateway a behaviour module shares (``None``: SQLite);
   ``second_module_store_url`` for a second such gateway; ``fresh_store_url`` for a gateway one test
-  starts itself.
+  starts itself, ``second_fresh_store_url`` for a second one.
 - ``store_gateway``: the same on each store: ``store-sqlite`` and ``store-postgres``.
 - ``catalog_gateway``: the same on each store (``store-sqlite``, ``store-postgres``, both with the
   local KEK) and on SQLite with each remote KEK provider (``kms-aws``, ``kms-vault``, ``kms-gcp``,
@@ -202,6 +205,12 @@ def second_module_store_url(request: pytest.FixtureRequest, store_kind: str) -> 
 @pytest.fixture
 def fresh_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
     """The store of a gateway one test of a store behaviour module starts itself."""
+    yield from _gateway_store(request, store_kind)
+
+
+@pytest.fixture
+def second_fresh_store_url(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:
+    """The store of a second gateway one test starts itself (its own database)."""
     yield from _gateway_store(request, store_kind)
 
 

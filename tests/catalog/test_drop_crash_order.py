@@ -5,7 +5,6 @@ registry changed, before its files moved, is undropped and purged from where its
 
 from __future__ import annotations
 
-import sqlite3
 import urllib.parse
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.tables import TableService
+from tests.support import registry
 from tests.support.catalogs import WAREHOUSE, catalog_context
 
 NAMESPACE = Namespace.of(["ns"])
@@ -51,17 +51,18 @@ def _path(location: str) -> Path:
 
 
 async def test_no_file_moves_while_the_registry_still_names_the_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, registry_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with catalog_context(tmp_path) as ctx:
+    async with catalog_context(tmp_path, url=registry_url) as ctx:
         await _table_with_history(ctx)
         live_at_each_move: list[bool] = []
         real_move = fileio.move_file
 
         def recording_move(source: str, target: str) -> None:
             # What a process killed at this moment leaves: is the table still live in the registry?
-            with sqlite3.connect(tmp_path / "registry.db") as registry:
-                live = registry.execute("SELECT count(*) FROM catalog_objects WHERE name = 't'").fetchone()[0]
+            [(live,)] = registry.query_url(
+                registry_url, "SELECT count(*) FROM catalog_objects WHERE name = 't'"
+            )
             live_at_each_move.append(live == 1)
             real_move(source, target)
 
@@ -93,9 +94,9 @@ async def _drop_dying_before_the_moves(ctx: CatalogContext, monkeypatch: pytest.
 
 
 async def test_a_drop_that_died_before_its_files_moved_is_undropped_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, registry_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with catalog_context(tmp_path) as ctx:
+    async with catalog_context(tmp_path, url=registry_url) as ctx:
         files = await _table_with_history(ctx)
         drop_id = await _drop_dying_before_the_moves(ctx, monkeypatch)
         assert all(path.is_file() for path in files)  # still published; the table is dropped
@@ -108,9 +109,9 @@ async def test_a_drop_that_died_before_its_files_moved_is_undropped_whole(
 
 
 async def test_a_drop_that_died_before_its_files_moved_is_purged_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, registry_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with catalog_context(tmp_path) as ctx:
+    async with catalog_context(tmp_path, url=registry_url) as ctx:
         files = await _table_with_history(ctx)
         await _drop_dying_before_the_moves(ctx, monkeypatch)
         # The retention is 0, but the dead drop's hold on the purge (it might still be moving

@@ -127,14 +127,17 @@ class Conformance:
 
 
 @pytest.fixture(scope="module")
-def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, str, Path]]:
+def started(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[tuple[GatewayProcess, str, Path]]:
     """The gateway, its admin key and its policy directory."""
     root = tmp_path_factory.mktemp("admin-openapi")
     data_dir = root / "gateway"
     policies = bundled_policies(root / "policies", EXTRA_POLICIES)
-    admin_key = keys_create(data_dir, "root", ["admins"])
+    admin_key = keys_create(data_dir, "root", ["admins"], store_url=module_store_url)
     gateway = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={
             "rate_limits": dict(GENEROUS_RATE_LIMITS),
             "authz": {"policy_dir": str(policies)},
@@ -398,7 +401,7 @@ def _directory(c: Conformance, admin: str) -> None:
     c.call("deleteDirectoryUser", admin, 404, {"name": "bob"})
 
 
-def _audit_log(c: Conformance, admin: str, reader: str, tmp_path: Path) -> None:
+def _audit_log(c: Conformance, admin: str, reader: str, tmp_path: Path, store_url: str | None) -> None:
     """Pages, following, bad queries; and a gateway that writes its audit log to stdout (501)."""
     first = c.call("readAuditLog", admin, 200, params={"pageSize": "2"}).json()
     assert first["records"], first
@@ -409,9 +412,10 @@ def _audit_log(c: Conformance, admin: str, reader: str, tmp_path: Path) -> None:
     c.call("readAuditLog", admin, 400, params={"after": first["follow-token"][:-2] + "AA"})
     c.call("readAuditLog", reader, 403)
     data_dir = tmp_path / "stdout-gateway"
-    key = keys_create(data_dir, "root", ["admins"])
+    key = keys_create(data_dir, "root", ["admins"], store_url=store_url)
     plain = GatewayProcess(
         data_dir,
+        store_url=store_url,
         config={"rate_limits": dict(GENEROUS_RATE_LIMITS)},
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {key}"},
@@ -428,7 +432,10 @@ def _audit_log(c: Conformance, admin: str, reader: str, tmp_path: Path) -> None:
 
 
 def test_every_admin_operation_answers_as_documented(
-    started: tuple[GatewayProcess, str, Path], conformance: Conformance, tmp_path: Path
+    started: tuple[GatewayProcess, str, Path],
+    conformance: Conformance,
+    tmp_path: Path,
+    fresh_store_url: str | None,
 ) -> None:
     gateway, admin, policies = started
     c = conformance
@@ -439,7 +446,7 @@ def test_every_admin_operation_answers_as_documented(
     _dropped(c, admin)
     c.call("showKms", admin, 200)
     _directory(c, admin)
-    _audit_log(c, admin, reader, tmp_path)
+    _audit_log(c, admin, reader, tmp_path, fresh_store_url)
     c.call("showAdminApi", admin, 200)
     c.call("showAdminApi", reader, 403)
     c.call("showAdminApi", "cbk_aaaaaaaaaaaaaaaa_" + "A" * 43, 401)

@@ -21,13 +21,14 @@ import requests
 
 from tests.support.gateway import REPO_ROOT, free_port, to_toml
 from tests.support.secure import SecureGateway, split_key
+from tests.support.tls import make_pki
 
 TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureGateway]:
-    with SecureGateway(tmp_path_factory.mktemp("admin-cli")) as gateway:
+def gw(tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None) -> Iterator[SecureGateway]:
+    with SecureGateway(tmp_path_factory.mktemp("admin-cli"), store_url=module_store_url) as gateway:
         yield gateway
 
 
@@ -294,7 +295,7 @@ def test_the_url_comes_from_the_settings_and_the_gateway_is_verified(
     config.write_text(to_toml(settings), encoding="utf-8")
     command = ["keys", "list", "--config", str(config), "--ca-file", str(gw.ca_cert)]
     assert admin_cli(gw, *command, connect=False).returncode == 0
-    other_ca = SecureGateway(tmp_path / "other").pki.ca_cert
+    other_ca = make_pki(tmp_path / "other").ca_cert
     untrusted = admin_cli(gw, "keys", "list", "--url", gw.url, "--ca-file", str(other_ca), connect=False)
     assert untrusted.returncode == 1
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr

@@ -263,10 +263,12 @@ def assert_unchanged(client: Client, before: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def shared_gateway(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[GatewayProcess]:
     """One gateway for the many read-only cases: every test compares the whole catalog state before and
     after its bad request, so sharing is safe, and it saves a process start per parameter."""
-    with GatewayProcess(tmp_path_factory.mktemp("bad-input") / "gateway") as gw:
+    with GatewayProcess(tmp_path_factory.mktemp("bad-input") / "gateway", store_url=module_store_url) as gw:
         yield gw
 
 
@@ -712,8 +714,9 @@ def test_overlong_identifiers(seeded: Client, path: str, body: Any) -> None:
 
 
 @pytest.fixture
-def small_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
-    with GatewayProcess(tmp_path / "gateway", config={"max_body_bytes": 4096}) as gw:
+def small_gateway(tmp_path: Path, fresh_store_url: str | None) -> Iterator[GatewayProcess]:
+    config = {"max_body_bytes": 4096}
+    with GatewayProcess(tmp_path / "gateway", store_url=fresh_store_url, config=config) as gw:
         yield gw
 
 

@@ -9,10 +9,8 @@ reports as Spark (Iceberg's Java client) sends them are accepted and stored.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ import requests
 
 from cedarberg.catalog.requests import MAX_REPORT_BYTES, MAX_REPORT_DEPTH, MAX_REPORT_VALUES
 from tests.gateway.test_bad_input import assert_error
+from tests.support import registry
 from tests.support.gateway import GatewayProcess
 
 SCHEMA = {
@@ -98,11 +97,12 @@ SPARK_COMMIT_REPORT: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+def gw(tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None) -> Iterator[GatewayProcess]:
     """A gateway that keeps reports for 6 seconds and sweeps twice a second (each test reports
     to a table of its own and checks within a second)."""
     config = {"metrics_report_retention_seconds": RETENTION_SECONDS, "purge_interval_seconds": 0.5}
-    with GatewayProcess(tmp_path_factory.mktemp("metrics") / "gw", config=config) as process:
+    directory = tmp_path_factory.mktemp("metrics") / "gw"
+    with GatewayProcess(directory, store_url=module_store_url, config=config) as process:
         for namespace in ("ok", "bad", "extra", "old"):
             assert requests.post(
                 f"{process.url}/v1/namespaces", json={"namespace": [namespace]}, timeout=TIMEOUT
@@ -125,11 +125,11 @@ def _report(gw: GatewayProcess, body: bytes | dict[str, Any], namespace: str) ->
 
 def _stored(gw: GatewayProcess, namespace: str) -> list[tuple[str, int]]:
     """(type, sealed size) of the reports stored for the namespace's table `t`."""
-    with sqlite3.connect(Path(gw.data_dir) / "catalog.db") as db:
-        rows = db.execute(
-            "SELECT report_type, length(report) FROM metrics_reports WHERE namespace = ? ORDER BY id",
-            (namespace,),
-        ).fetchall()
+    rows = registry.query(
+        gw,
+        "SELECT report_type, length(report) FROM metrics_reports WHERE namespace = ? ORDER BY id",
+        namespace,
+    )
     return [(str(kind), int(size)) for kind, size in rows]
 
 

@@ -65,9 +65,15 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.2)
 
 
-def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
+def _pool_capacity(gw: GatewayProcess) -> int:
+    """The most registry connections one worker opens, by default: on SQLite 4 readers and the
+    writer; on PostgreSQL store_pool_size + store_max_overflow (10 + 10)."""
+    return 5 if gw.store_kind == "sqlite" else 20
+
+
+def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path, fresh_store_url: str | None) -> None:
     config = {"rate_limits": {"admin": "3/minute", "token": "1/minute"}}
-    with GatewayProcess(tmp_path / "gw", config=config) as gw:
+    with GatewayProcess(tmp_path / "gw", store_url=fresh_store_url, config=config) as gw:
         monitoring = _create_key(gw, "prometheus", ["monitoring"])  # admin operation 1
         stranger = _create_key(gw, "stranger", ["nobody"])  # admin operation 2
         assert requests.get(f"{gw.url}/admin/v1/api-keys", timeout=30).status_code == 200  # 3
@@ -146,7 +152,7 @@ def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
     # The first load and the refused commit open the table's metadata with its cached data key;
     # the other loads of that version are answered from the load-result cache without unsealing.
     assert _value(samples, "cedarberg_kms_data_key_cache_total", result="hit") >= 2
-    assert _value(samples, "cedarberg_store_pool_connections", state="capacity") == 5  # SQLite: 4 + 1
+    assert _value(samples, "cedarberg_store_pool_connections", state="capacity") == _pool_capacity(gw)
     assert _value(samples, "cedarberg_store_pool_connections", state="checked_out") == 0
     # Labels never carry principals, table names or raw paths.
     assert "stranger" not in scraped.text
@@ -154,8 +160,8 @@ def test_metrics_cover_the_workload_with_bounded_labels(tmp_path: Path) -> None:
     assert "/v1/namespaces/m" not in scraped.text
 
 
-def test_metrics_are_summed_over_all_workers(tmp_path: Path) -> None:
-    with GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"]) as gw:
+def test_metrics_are_summed_over_all_workers(tmp_path: Path, fresh_store_url: str | None) -> None:
+    with GatewayProcess(tmp_path / "gw", store_url=fresh_store_url, extra_args=["--workers", "2"]) as gw:
         before = _samples(requests.get(f"{gw.url}/metrics", timeout=30).text)
         for _ in range(40):  # a new connection each time: the kernel spreads them over the workers
             with requests.get(f"{gw.url}/v1/config", timeout=30) as answer:
@@ -166,7 +172,7 @@ def test_metrics_are_summed_over_all_workers(tmp_path: Path) -> None:
         before, name, operation="getConfig", method="GET", status="200"
     )
     assert counted == 40
-    assert _value(after, "cedarberg_store_pool_connections", state="capacity") == 10  # 2 workers
+    assert _value(after, "cedarberg_store_pool_connections", state="capacity") == 2 * _pool_capacity(gw)
 
 
 def _ready(gw: GatewayProcess) -> requests.Response:
@@ -240,8 +246,10 @@ def _log_records(gw: GatewayProcess) -> list[dict[str, Any]]:
     return records
 
 
-def test_json_log_lines_carry_the_request_id_and_principal(tmp_path: Path) -> None:
-    with GatewayProcess(tmp_path / "gw", config={"access_log": True}) as gw:
+def test_json_log_lines_carry_the_request_id_and_principal(
+    tmp_path: Path, fresh_store_url: str | None
+) -> None:
+    with GatewayProcess(tmp_path / "gw", store_url=fresh_store_url, config={"access_log": True}) as gw:
         etl = _create_key(gw, "etl", ["admins"])
         request_id = f"client-{uuid.uuid4().hex[:12]}"
         answer = requests.get(

@@ -53,9 +53,12 @@ class Callers:
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki) -> Iterator[SecureGateway]:
+def gw(
+    tmp_path_factory: pytest.TempPathFactory, session_pki: TestPki, module_store_url: str | None
+) -> Iterator[SecureGateway]:
     config = {"rate_limits": GENEROUS_RATE_LIMITS}
-    with SecureGateway(tmp_path_factory.mktemp("parse-failures"), pki=session_pki, config=config) as gateway:
+    directory = tmp_path_factory.mktemp("parse-failures")
+    with SecureGateway(directory, pki=session_pki, config=config, store_url=module_store_url) as gateway:
         gateway.create_namespace(NS, readers=["analysts"], writers=["etl"])
         created = gateway.admin.post(
             gateway.catalog_url(f"namespaces/{NS}/tables"),

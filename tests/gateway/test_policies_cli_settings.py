@@ -80,7 +80,15 @@ class Deployment:
         return self.gateway.config_path
 
     def settings(self) -> list[str]:
-        return ["--config", str(self.config), "--data-dir", str(self.gateway.data_dir)]
+        return ["--config", str(self.config), "--data-dir", str(self.gateway.data_dir), *self.store()]
+
+    def store(self) -> list[str]:
+        """`--store-url` of a deployment on PostgreSQL (on SQLite the data directory names the store)."""
+        return ["--store-url", self.gateway.store_url] if self.gateway.store_url else []
+
+    def store_description(self) -> str:
+        """How explain names the registry it read (no password here to hide)."""
+        return self.gateway.store_url or f"sqlite:///{self.gateway.data_dir / 'catalog.db'}"
 
     def load_table(self, key: str) -> int:
         response = requests.get(
@@ -103,7 +111,9 @@ def reader(group: str, principal: str = "key:someone") -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def deployment(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[Deployment]:
     home = tmp_path_factory.mktemp("policy-host")
     policies = bundled_policies(home / "deployed-policies", {"auditors.cedar": AUDITORS})
     (policies / "tests" / "ALLOW").mkdir(parents=True)
@@ -112,12 +122,13 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     )
     data_dir = home / ".cedarberg"
     keys = {
-        "root": keys_create(data_dir, "root", ["admins"]),
-        "bea": keys_create(data_dir, "bea", ["bi"]),
-        "zed": keys_create(data_dir, "zed", ["finance"]),
+        "root": keys_create(data_dir, "root", ["admins"], store_url=module_store_url),
+        "bea": keys_create(data_dir, "bea", ["bi"], store_url=module_store_url),
+        "zed": keys_create(data_dir, "zed", ["finance"], store_url=module_store_url),
     }
     gateway = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={"rate_limits": dict(GENEROUS_RATE_LIMITS), "authz": {"policy_dir": str(policies)}},
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {keys['root']}"},
@@ -167,7 +178,12 @@ def test_the_environment_names_the_policy_directory_as_for_serve(
     assert "auditors-read-metrics.json" in tested.stdout
     # Variables and flags combine as for serve: the policies of the variable, the registry of the flag.
     decided = explain(
-        *reader("auditors"), "--data-dir", str(deployment.gateway.data_dir), cwd=tmp_path, env=env
+        *reader("auditors"),
+        "--data-dir",
+        str(deployment.gateway.data_dir),
+        *deployment.store(),
+        cwd=tmp_path,
+        env=env,
     )
     assert decided.returncode == 0, decided.stdout + decided.stderr
     assert "auditors-read  (auditors.cedar:2)" in decided.stdout
@@ -212,11 +228,12 @@ def test_explain_allows_what_a_live_grant_allows_as_the_gateway_does(deployment:
     assert live.returncode == 0, live.stdout + live.stderr
     assert "decision:  ALLOW" in live.stdout
     assert "readers-read-granted" in live.stdout
-    store = f"sqlite:///{deployment.gateway.data_dir / 'catalog.db'}"
-    assert f"grants:    live, from the registry at {store}" in live.stdout
+    assert f"grants:    live, from the registry at {deployment.store_description()}" in live.stdout
     assert f"policies:  {deployment.policies}" in live.stdout
-    # From the gateway's directory with no flag: the default ./.cedarberg registry is found.
-    found = explain(*reader("bi", "key:bea"), cwd=deployment.home)
+    # From the gateway's directory with no flag: the default ./.cedarberg registry is found (on
+    # PostgreSQL the operator's CEDARBERG_STORE_URL names the store, as for serve).
+    store = {"CEDARBERG_STORE_URL": deployment.gateway.store_url} if deployment.gateway.store_url else {}
+    found = explain(*reader("bi", "key:bea"), cwd=deployment.home, env=clean_environ(**store))
     assert found.returncode == 0, found.stdout + found.stderr
     assert "grants:    live, from the registry" in found.stdout
 

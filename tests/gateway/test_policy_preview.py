@@ -99,7 +99,9 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def deployment(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("policy-preview")
     data_dir = root / "gateway"
     policies = bundled_policies(root / "policies")
@@ -108,13 +110,14 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     audit.parent.mkdir()
     audit.write_bytes(orjson.dumps(OLD_RECORD) + b"\n")
     keys = {
-        "admin": keys_create(data_dir, "root", ["admins"]),
-        "analyst": keys_create(data_dir, "analyst", ["bi"], kind="service"),
-        "writer": keys_create(data_dir, "writer", ["etl"], kind="service"),
-        "stranger": keys_create(data_dir, "stranger", ["nobody"], kind="service"),
+        "admin": keys_create(data_dir, "root", ["admins"], store_url=module_store_url),
+        "analyst": keys_create(data_dir, "analyst", ["bi"], kind="service", store_url=module_store_url),
+        "writer": keys_create(data_dir, "writer", ["etl"], kind="service", store_url=module_store_url),
+        "stranger": keys_create(data_dir, "stranger", ["nobody"], kind="service", store_url=module_store_url),
     }
     gateway = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={
             "rate_limits": dict(GENEROUS_RATE_LIMITS),
             "audit": {"destination": str(audit), "durability": "write"},

@@ -87,9 +87,12 @@ def policy_dir(tmp_path: Path) -> Path:
     return copy
 
 
-def _gateway(tmp_path: Path, policy_dir: Path, fmt: Literal["json", "text"], workers: int) -> GatewayProcess:
+def _gateway(
+    tmp_path: Path, store_url: str | None, policy_dir: Path, fmt: Literal["json", "text"], workers: int
+) -> GatewayProcess:
     config = {"log_format": fmt, "authz": {"policy_dir": str(policy_dir), "reload_interval_seconds": 0.3}}
-    return GatewayProcess(tmp_path / "gw", config=config, extra_args=["--workers", str(workers)])
+    workers_args = ["--workers", str(workers)]
+    return GatewayProcess(tmp_path / "gw", store_url=store_url, config=config, extra_args=workers_args)
 
 
 def _check_ready_reports_the_refusal(gw: GatewayProcess, policy_dir: Path, active: str) -> None:
@@ -134,9 +137,11 @@ def _check_cleared(gw: GatewayProcess, old: str, workers: int) -> str:
     return new
 
 
-def test_a_refused_set_is_explained_in_json_logs_ready_and_metrics(tmp_path: Path, policy_dir: Path) -> None:
+def test_a_refused_set_is_explained_in_json_logs_ready_and_metrics(
+    tmp_path: Path, fresh_store_url: str | None, policy_dir: Path
+) -> None:
     workers = 2
-    with _gateway(tmp_path, policy_dir, "json", workers) as gw:
+    with _gateway(tmp_path, fresh_store_url, policy_dir, "json", workers) as gw:
         active = _active_version(gw)
         samples = _metrics(gw)
         assert samples[("cedarberg_policy_set_info", (("version", active),))] == 1.0
@@ -178,8 +183,10 @@ def test_a_refused_set_is_explained_in_json_logs_ready_and_metrics(tmp_path: Pat
         assert BROKEN_FILE in loaded[0]["policy_files"]
 
 
-def test_a_refused_set_is_explained_in_text_logs_ready_and_metrics(tmp_path: Path, policy_dir: Path) -> None:
-    with _gateway(tmp_path, policy_dir, "text", 1) as gw:
+def test_a_refused_set_is_explained_in_text_logs_ready_and_metrics(
+    tmp_path: Path, fresh_store_url: str | None, policy_dir: Path
+) -> None:
+    with _gateway(tmp_path, fresh_store_url, policy_dir, "text", 1) as gw:
         active = _active_version(gw)
         startup = [line for line in gw.log_text().splitlines() if f"policy set {active[:12]} loaded" in line]
         assert startup

@@ -69,22 +69,25 @@ class Finance:
         return run_cedarberg(*args, cwd=self.policy_dir.parent, env=clean_environ(**(env or {})))
 
     def settings(self) -> list[str]:
-        return ["--data-dir", str(self.gateway.data_dir), "--config", str(self.gateway.config_path)]
+        settings = ["--data-dir", str(self.gateway.data_dir), "--config", str(self.gateway.config_path)]
+        # On PostgreSQL the data directory does not name the store: the flag does, as for serve.
+        return [*settings, "--store-url", self.gateway.store_url] if self.gateway.store_url else settings
 
 
 @pytest.fixture(scope="module")
-def finance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finance]:
+def finance(tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None) -> Iterator[Finance]:
     home = tmp_path_factory.mktemp("binding")
     policy_dir = home / "policies"
     shutil.copytree(BUNDLED_POLICY_DIR, policy_dir, ignore=shutil.ignore_patterns("tests", "*.md"))
     (policy_dir / "finance.cedar").write_text(FINANCE_PERMIT)
     data_dir = home / "gateway"
     keys = {
-        "root": keys_create(data_dir, "root", ["admins"]),
-        "ana": keys_create(data_dir, "ana", ["analysts"]),
+        "root": keys_create(data_dir, "root", ["admins"], store_url=module_store_url),
+        "ana": keys_create(data_dir, "ana", ["analysts"], store_url=module_store_url),
     }
     gateway = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={"rate_limits": dict(GENEROUS_RATE_LIMITS), "authz": {"policy_dir": str(policy_dir)}},
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {keys['root']}"},
@@ -101,6 +104,11 @@ def finance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finance]:
         yield world
     finally:
         gateway.stop()
+
+
+def _store_environ(finance: Finance) -> dict[str, str]:
+    """The variable naming the store of a deployment on PostgreSQL (none on SQLite)."""
+    return {"CEDARBERG_STORE_URL": finance.gateway.store_url} if finance.gateway.store_url else {}
 
 
 def _kinds(findings: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -199,7 +207,7 @@ def test_3_without_the_grant_the_restriction_binds_the_plan_but_not_the_local_fi
     run = finance.cli(
         "policies", "explain", "--dir", str(finance.policy_dir), "--principal", "key:ana",
         "--group", "analysts", "--action", "planTableScan", "--resource", TABLE,
-        env={"CEDARBERG_DATA_DIR": str(finance.gateway.data_dir)},
+        env={"CEDARBERG_DATA_DIR": str(finance.gateway.data_dir), **_store_environ(finance)},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     (line,) = [x for x in run.stdout.splitlines() if x.startswith("restriction not binding:")]

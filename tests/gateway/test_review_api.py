@@ -29,17 +29,20 @@ def _call(gateway: GatewayProcess, key: str, method: str, path: str, **kwargs: A
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
+def world(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[tuple[GatewayProcess, dict[str, str]]]:
     """The gateway and a key per principal: an admin, a reader (bi), a writer (etl), an outsider."""
     data_dir = tmp_path_factory.mktemp("review") / "gateway"
     keys = {
-        "root": keys_create(data_dir, "root", ["admins"]),
-        "bea": keys_create(data_dir, "bea", ["bi"]),
-        "erin": keys_create(data_dir, "erin", ["etl"]),
-        "zed": keys_create(data_dir, "zed", ["sales"]),
+        "root": keys_create(data_dir, "root", ["admins"], store_url=module_store_url),
+        "bea": keys_create(data_dir, "bea", ["bi"], store_url=module_store_url),
+        "erin": keys_create(data_dir, "erin", ["etl"], store_url=module_store_url),
+        "zed": keys_create(data_dir, "zed", ["sales"], store_url=module_store_url),
     }
     gw = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={"rate_limits": dict(GENEROUS_RATE_LIMITS)},
         anonymous=False,
         probe_headers={"Authorization": f"Bearer {keys['root']}"},

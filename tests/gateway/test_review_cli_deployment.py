@@ -60,7 +60,22 @@ class Deployment:
         return body
 
     def settings(self) -> list[str]:
-        return ["--data-dir", str(self.gateway.data_dir), "--config", str(self.gateway.config_path)]
+        return [
+            "--data-dir",
+            str(self.gateway.data_dir),
+            "--config",
+            str(self.gateway.config_path),
+            *self.store(),
+        ]
+
+    def store(self) -> list[str]:
+        """`--store-url` of a deployment on PostgreSQL (on SQLite the data directory names the store)."""
+        return ["--store-url", self.gateway.store_url] if self.gateway.store_url else []
+
+    def environ(self, **extra: str) -> dict[str, str]:
+        """`_environ(extra)`, naming the store of a deployment on PostgreSQL as an operator would."""
+        store = {"CEDARBERG_STORE_URL": self.gateway.store_url} if self.gateway.store_url else {}
+        return _environ(**store, **extra)
 
 
 def _environ(**extra: str) -> dict[str, str]:
@@ -86,26 +101,30 @@ def review_json(*args: str, cwd: Path = REPO_ROOT, env: Mapping[str, str] | None
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def deployment(
+    tmp_path_factory: pytest.TempPathFactory, module_store_url: str | None
+) -> Iterator[Deployment]:
     home = tmp_path_factory.mktemp("review-host")
     data_dir = home / ".cedarberg"
     keys = {
-        "root": keys_create(data_dir, "root", ["admins"]),
-        "bea": keys_create(data_dir, "bea", ["bi"]),
-        "erin": keys_create(data_dir, "erin", ["etl"]),
-        "zed": keys_create(data_dir, "zed", ["sales"]),
-        "rex": keys_create(data_dir, "rex", ["etl"]),
+        "root": keys_create(data_dir, "root", ["admins"], store_url=module_store_url),
+        "bea": keys_create(data_dir, "bea", ["bi"], store_url=module_store_url),
+        "erin": keys_create(data_dir, "erin", ["etl"], store_url=module_store_url),
+        "zed": keys_create(data_dir, "zed", ["sales"], store_url=module_store_url),
+        "rex": keys_create(data_dir, "rex", ["etl"], store_url=module_store_url),
     }
     revoke = subprocess.run(
         [
             sys.executable, "-m", "cedarberg.gateway.cli", "keys", "revoke",
             split_key(keys["rex"])[0], "--data-dir", str(data_dir),
+            *(["--store-url", module_store_url] if module_store_url else []),
         ],
         capture_output=True, text=True, timeout=120, check=False, cwd=REPO_ROOT, env=_environ(),
     )  # fmt: skip
     assert revoke.returncode == 0, revoke.stderr
     gateway = GatewayProcess(
         data_dir,
+        store_url=module_store_url,
         config={
             "rate_limits": dict(GENEROUS_RATE_LIMITS),
             "anonymous": {"principal": "guest", "groups": ["bi"]},
@@ -224,11 +243,13 @@ def test_a_principal_review_with_settings_answers_as_the_endpoint(deployment: De
 
 def test_settings_are_found_as_keys_list_finds_them(deployment: Deployment, tmp_path: Path) -> None:
     # No flag: the default ./.cedarberg of the working directory, as `cedarberg keys list` uses it.
-    found = review_json("--resource", TABLE, "--action", "loadTable", cwd=deployment.home)
+    found = review_json(
+        "--resource", TABLE, "--action", "loadTable", cwd=deployment.home, env=deployment.environ()
+    )
     (action,) = found["actions"]
     assert {"key:root", "key:bea", "key:erin"} <= _ids(action)
     # A CEDARBERG_* variable names the settings too, from any directory.
-    env = _environ(CEDARBERG_DATA_DIR=str(deployment.gateway.data_dir))
+    env = deployment.environ(CEDARBERG_DATA_DIR=str(deployment.gateway.data_dir))
     named = review_json("--resource", TABLE, "--action", "loadTable", cwd=tmp_path, env=env)
     assert _ids(named["actions"][0]) == _ids(action)
     # --offline ignores the deployment found by default.

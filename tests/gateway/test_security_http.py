@@ -30,14 +30,15 @@ def _wait_for(predicate, seconds: float = 10.0) -> bool:  # type: ignore[no-unty
 
 
 @pytest.fixture
-def secured(tmp_path: Path) -> tuple[GatewayProcess, str, Path]:
+def secured(tmp_path: Path, fresh_store_url: str | None) -> tuple[GatewayProcess, str, Path]:
     data_dir = tmp_path / "gw"
     policy_dir = tmp_path / "policies"
     shutil.copytree(POLICIES, policy_dir)
-    admin = keys_create(data_dir, "root", ["admins"])
+    admin = keys_create(data_dir, "root", ["admins"], store_url=fresh_store_url)
     audit = tmp_path / "audit.jsonl"
     gw = GatewayProcess(
         data_dir,
+        store_url=fresh_store_url,
         anonymous=False,
         config={
             "authz": {"policy_dir": str(policy_dir), "reload_interval_seconds": 0.5},

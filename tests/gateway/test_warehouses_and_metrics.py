@@ -14,7 +14,7 @@ SCHEMA = {
 }
 
 
-def test_warehouses_are_separate_catalogs(tmp_path: Path) -> None:
+def test_warehouses_are_separate_catalogs(tmp_path: Path, fresh_store_url: str | None) -> None:
     config = {
         "default_warehouse": "main",
         "warehouses": {
@@ -22,7 +22,7 @@ def test_warehouses_are_separate_catalogs(tmp_path: Path) -> None:
             "sales": {"location": (tmp_path / "wh-sales").as_uri()},
         },
     }
-    with GatewayProcess(tmp_path / "gw", config=config) as gw:
+    with GatewayProcess(tmp_path / "gw", store_url=fresh_store_url, config=config) as gw:
         base = gw.url
         assert requests.get(f"{base}/v1/config", timeout=10).json()["overrides"]["prefix"] == "main"
         by_name = requests.get(f"{base}/v1/config", params={"warehouse": "sales"}, timeout=10).json()
@@ -48,9 +48,9 @@ def test_warehouses_are_separate_catalogs(tmp_path: Path) -> None:
         assert missing.status_code == 404
 
 
-def test_table_outside_its_warehouse_is_refused(tmp_path: Path) -> None:
+def test_table_outside_its_warehouse_is_refused(tmp_path: Path, fresh_store_url: str | None) -> None:
     config = {"warehouses": {"default": {"location": (tmp_path / "wh").as_uri()}}}
-    with GatewayProcess(tmp_path / "gw", config=config) as gw:
+    with GatewayProcess(tmp_path / "gw", store_url=fresh_store_url, config=config) as gw:
         requests.post(f"{gw.url}/v1/namespaces", json={"namespace": ["n"]}, timeout=10)
         sibling = (tmp_path / "wh-other" / "t").as_uri()
         refused = requests.post(
