@@ -59,8 +59,14 @@ class Variant:
     @property
     def name(self) -> str:
         """e.g. ``http-1w``, ``tls-2w``, ``http-1w-pg``."""
-        suffix = "-pg" if self.store == POSTGRES else ""
-        return f"{'tls' if self.tls else 'http'}-{self.workers}w{suffix}"
+        return variant_name(tls=self.tls, workers=self.workers, store=self.store)
+
+
+def variant_name(*, tls: bool, workers: int, store: str) -> str:
+    """The name of a variant, e.g. ``http-1w``, ``tls-2w``, ``http-2w-pg`` (the middle part of its
+    scenarios' keys ``cedarberg/<variant>/<operation>``)."""
+    suffix = "-pg" if store == POSTGRES else ""
+    return f"{'tls' if tls else 'http'}-{workers}w{suffix}"
 
 
 def durability(store: str, postgres_settings: Mapping[str, str] | None = None) -> dict[str, str]:

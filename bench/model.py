@@ -100,6 +100,9 @@ class Target:
     ratio: float | None  # measured / required bound (>= 1 is a pass for "at least" targets)
     detail: str = ""
     store: str = ""  # the registry of the Cedarberg variant measured (SQLite, PostgreSQL)
+    # The Cedarberg variant the figure comes from, workers and store named, e.g.
+    # "2 workers (one per core), PostgreSQL: http-2w-pg"; empty for targets over every scenario.
+    variant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
