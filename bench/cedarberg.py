@@ -34,6 +34,10 @@ HUGE_BUDGET = "100000000/minute"
 RATE_LIMITS = {name: HUGE_BUDGET for name in ("per_address", "read", "write", "admin", "token")}
 TOKEN_TTL_SECONDS = 86_400  # the largest the gateway allows; a run lasts well under that
 WRITER_GROUP = "etl"
+# A gateway starts in about a second on a quiet machine; the tests' 30 s is too short for one
+# whose cores are shared with a previous variant's PostgreSQL checkpoint or other load (a server
+# that never answers still fails the variant, only later).
+READY_TIMEOUT_SECONDS = 120.0
 SQLITE, POSTGRES = "SQLite", "PostgreSQL"
 
 
@@ -114,6 +118,7 @@ def running_cedarberg(work_dir: Path, variant: Variant, *, tls_pki: TestPki | No
             anonymous=False,
             ca_cert=tls_pki.ca_cert if tls_pki is not None else None,
             probe_headers=bearer(admin_key),
+            ready_timeout=READY_TIMEOUT_SECONDS,
         )
         stack.callback(gateway.stop)
         gateway.start()

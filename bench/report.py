@@ -198,6 +198,8 @@ def markdown(machine: dict[str, Any], settings: dict[str, Any], outcome: Outcome
         f"- Event loop: Cedarberg {machine.get('gateway_event_loop', '?')}, "
         f"ceiling {machine.get('ceiling_event_loop', '?')}",
         f"- Load generator: {machine.get('wrk', '?')}; peer: SeaweedFS `weed` {machine.get('weed', '?')}",
+        f"- Cores the run used: {settings.get('cores', '?')} (the one-worker-per-core variants ran "
+        f"that many workers, the peer that GOMAXPROCS)",
         f"- Runs: {settings['reps']} {TIMES} {settings['duration_s']} s per scenario after a "
         f"{settings['warmup_s']} s warm-up; medians, spread = min-max over the runs",
         "",

@@ -11,7 +11,7 @@ wrong figures. Nothing is measured: the scenarios are built from a dict of req/s
 from __future__ import annotations
 
 from bench.model import OK, Run, Scenario, Target
-from bench.report import targets_table, writes_table
+from bench.report import DASH, TIMES, targets_table, writes_table
 from bench.scenarios import BY_NAME, WRITES
 from bench.suite import variants
 from bench.targets import FAIL, PASS, SKIP, evaluate
@@ -75,13 +75,13 @@ def test_write_targets_compare_one_worker_per_core_with_the_peer_on_each_store()
     assert set(rows) == {"SQLite", "PostgreSQL"}
     sqlite, postgres = rows["SQLite"], rows["PostgreSQL"]
     assert sqlite.verdict == PASS
-    assert sqlite.measured == "300 vs 250 req/s (×1.20)"
+    assert sqlite.measured == f"300 vs 250 req/s ({TIMES}1.20)"
     assert sqlite.variant == "2 workers (one per core), SQLite: http-2w"
-    assert sqlite.detail == "1 worker: 200 req/s (×0.80 the peer)"
+    assert sqlite.detail == f"1 worker: 200 req/s ({TIMES}0.80 the peer)"
     assert postgres.verdict == FAIL
-    assert postgres.measured == "240 vs 250 req/s (×0.96)"
+    assert postgres.measured == f"240 vs 250 req/s ({TIMES}0.96)"
     assert postgres.variant == "2 workers (one per core), PostgreSQL: http-2w-pg"
-    assert postgres.detail == "1 worker: 260 req/s (×1.04 the peer)"
+    assert postgres.detail == f"1 worker: 260 req/s ({TIMES}1.04 the peer)"
 
 
 def test_every_write_target_has_a_row_per_store_and_the_reads_stay_on_one_worker() -> None:
@@ -108,16 +108,16 @@ def test_every_write_target_has_a_row_per_store_and_the_reads_stay_on_one_worker
     ]
     ceiling = _rows(targets, "50% of the bare aiohttp ceiling")["SQLite"]
     assert (ceiling.verdict, ceiling.variant) == (PASS, "1 worker, SQLite: http-1w")
-    assert ceiling.measured == "12,000 vs 20,000 req/s (×0.60)"
+    assert ceiling.measured == f"12,000 vs 20,000 req/s ({TIMES}0.60)"
     peer_reads = _rows(targets, "loadTable ≥ 5x the peer")["SQLite"]
-    assert (peer_reads.verdict, peer_reads.measured) == (PASS, "12,000 vs 2,000 req/s (×6.00)")
+    assert (peer_reads.verdict, peer_reads.measured) == (PASS, f"12,000 vs 2,000 req/s ({TIMES}6.00)")
     scaling = _rows(targets, "one worker per core > one worker")["SQLite"]
-    assert (scaling.verdict, scaling.measured) == (PASS, "500 vs 100 req/s (×5.00)")
+    assert (scaling.verdict, scaling.measured) == (PASS, f"500 vs 100 req/s ({TIMES}5.00)")
     table = "\n".join(targets_table(targets))
     assert "| Target | Variant (workers, store) |" in table
     assert (
         "| commits, 8 writers on 8 tables ≥ the peer | 2 workers (one per core), PostgreSQL: http-2w-pg "
-        "| ≥ 500 req/s | 500 vs 500 req/s (×1.00) | **PASS** |"
+        f"| ≥ 500 req/s | 500 vs 500 req/s ({TIMES}1.00) | **PASS** |"
     ) in table
 
 
@@ -171,6 +171,9 @@ def test_the_writes_table_puts_each_variant_beside_the_peer() -> None:
         "| Operation | SeaweedFS (2 cores) | SQLite, 1 worker | SQLite, 2 workers | PostgreSQL, 1 worker "
         "| PostgreSQL, 2 workers |"
     ) in lines
-    assert "| createTable, sequential | 200 | 100 (×0.50) | 300 (×1.50) | – | 250 (×1.25) |" in lines
+    assert (
+        f"| createTable, sequential | 200 | 100 ({TIMES}0.50) | 300 ({TIMES}1.50) | {DASH} "
+        f"| 250 ({TIMES}1.25) |" in lines
+    )
     assert not any(line.startswith("| commit") for line in lines)
     assert writes_table(scenarios_from({"cedarberg/http-1w/load_table": 1.0}), cores=2) == []
