@@ -5,7 +5,7 @@ rate limiting on with budgets far above the load (so it is measured, never hit);
 auth: an admin API key is bootstrapped offline (``cedarberg keys create``) before the server
 starts, a writer key of group ``etl`` is created through the admin API, and both keys are
 exchanged for gateway JWTs at ``POST /v1/oauth/tokens``. Every measured request carries
-``Authorization: Bearer <jwt>``. Variants: TLS off/on, 1 or 2 workers, the registry (and key
+``Authorization: Bearer <jwt>``. Variants: TLS off/on, 1 worker or one per core, the registry (and key
 store) in the embedded SQLite file or in a PostgreSQL database of a cluster started for the
 variant (bench/postgres.py).
 
@@ -62,12 +62,12 @@ class Variant:
 
     @property
     def name(self) -> str:
-        """e.g. ``http-1w``, ``tls-2w``, ``http-1w-pg``."""
+        """e.g. ``http-1w``, ``tls-1w``, ``http-2w-pg``."""
         return variant_name(tls=self.tls, workers=self.workers, store=self.store)
 
 
 def variant_name(*, tls: bool, workers: int, store: str) -> str:
-    """The name of a variant, e.g. ``http-1w``, ``tls-2w``, ``http-2w-pg`` (the middle part of its
+    """The name of a variant, e.g. ``http-1w``, ``tls-1w``, ``http-2w-pg`` (the middle part of its
     scenarios' keys ``cedarberg/<variant>/<operation>``)."""
     suffix = "-pg" if store == POSTGRES else ""
     return f"{'tls' if tls else 'http'}-{workers}w{suffix}"

@@ -49,7 +49,7 @@ class Scenario:
     """One operation against one server variant, repeated ``len(runs)`` times."""
 
     system: str  # cedarberg, seaweedfs, ceiling
-    variant: str  # http-1w, tls-2w, peer, bare-aiohttp
+    variant: str  # http-1w, http-2w-pg, tls-1w, peer, bare-aiohttp
     operation: str
     title: str
     workers: int
