@@ -414,8 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     for target in targets:
         margin = "" if target.ratio is None else f"  margin {TIMES}{target.ratio:.2f}"
         detail = f"  ({target.detail})" if target.detail else ""
+        variant = f" [{target.variant}]" if target.variant else ""
         print(
-            f"{target.verdict}  {target.name}: {target.measured} (required {target.required}){margin}{detail}"
+            f"{target.verdict}  {target.name}{variant}: {target.measured} (required {target.required})"
+            f"{margin}{detail}"
         )
     print(f"\nresults in {args.output} (wall time {wall / 60:.1f} min)")
     return 1 if any(target.verdict == FAIL for target in targets) else 0
