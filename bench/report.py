@@ -10,7 +10,7 @@ from typing import Any
 from bench.cedarberg import POSTGRES, SQLITE
 from bench.model import OK, Outcome, Scenario, Target
 from bench.scenarios import BY_NAME, WRITES
-from bench.targets import cedarberg
+from bench.targets import gateway_at
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # docs/performance.md shows the targets of the committed results between these markers; a run that
@@ -126,7 +126,7 @@ def writes_table(scenarios: list[Scenario], cores: int) -> list[str]:
     columns = [("peer", f"SeaweedFS ({cores} cores)", "seaweedfs/peer")]
     for store in (SQLITE, POSTGRES):
         for workers in dict.fromkeys((1, cores)):
-            system, variant = cedarberg(workers, store)
+            system, variant = gateway_at(workers, store)
             plural = "" if workers == 1 else "s"
             columns.append((variant, f"{store}, {workers} worker{plural}", f"{system}/{variant}"))
     rows = []

@@ -31,12 +31,12 @@ WRITE_TARGETS = (
 TIMES = "\u00d7"
 
 
-def cedarberg(workers: int, store: str) -> tuple[str, str]:
+def gateway_at(workers: int, store: str) -> tuple[str, str]:
     """The (system, variant) of the plain-HTTP gateway with ``workers`` workers on ``store``."""
     return ("cedarberg", variant_name(tls=False, workers=workers, store=store))
 
 
-MAIN = cedarberg(1, SQLITE)  # authenticated, TLS off, one worker, SQLite registry
+MAIN = gateway_at(1, SQLITE)  # authenticated, TLS off, one worker, SQLite registry
 
 
 def variant_label(workers: int, store: str, cores: int) -> str:
@@ -44,7 +44,7 @@ def variant_label(workers: int, store: str, cores: int) -> str:
     http-2w``."""
     plural = "" if workers == 1 else "s"
     per_core = " (one per core)" if workers == cores else ""
-    return f"{workers} worker{plural}{per_core}, {store}: {cedarberg(workers, store)[1]}"
+    return f"{workers} worker{plural}{per_core}, {store}: {gateway_at(workers, store)[1]}"
 
 
 class _Runs:
@@ -131,9 +131,9 @@ def _clean(scenarios: Iterable[Scenario]) -> Target:
 def _write_target(runs: _Runs, operation: str, name: str, store: str, cores: int) -> Target:
     """``operation`` at one worker per core on ``store`` >= the peer on the same cores; the
     one-worker figure of the same store in the detail."""
-    per_core = runs.get(cedarberg(cores, store), operation)
+    per_core = runs.get(gateway_at(cores, store), operation)
     target = _at_least(name, per_core, runs.get(PEER, operation), 1)
-    single = runs.get(cedarberg(1, store), operation)
+    single = runs.get(gateway_at(1, store), operation)
     beside = ""
     if cores != 1 and single is not None and single.usable:
         beside = f"1 worker: {single.median('rps'):,.0f} req/s"
@@ -172,7 +172,7 @@ def evaluate(scenarios: list[Scenario], soak: Soak | None, cores: int) -> list[T
     if cores == 1:
         scaled = Target(scaling, SKIP, "one core", "> 1 worker", None, "one core: a single variant")
     else:
-        scaled = _at_least(scaling, runs.get(cedarberg(cores, SQLITE), "commit_8x8"),
+        scaled = _at_least(scaling, runs.get(gateway_at(cores, SQLITE), "commit_8x8"),
                            main("commit_8x8"), 1, strict=True)  # fmt: skip
     targets += [
         dataclasses.replace(scaled, store=SQLITE, variant=variant_label(cores, SQLITE, cores)),
