@@ -16,8 +16,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-os.environ["CEDARBERG_TEST_FORKSERVER"] = "0"
-from tests.support.forkserver import fork_server  # noqa: E402
+# Inside the test suite (tests/bench checks the targets and the report on made-up results), the
+# harness, and its fork server, were imported first and are the tests' own: nothing is measured.
+if "tests.support.forkserver" not in sys.modules:
+    os.environ["CEDARBERG_TEST_FORKSERVER"] = "0"
+    from tests.support.forkserver import fork_server
 
-del os.environ["CEDARBERG_TEST_FORKSERVER"]
-assert fork_server() is None, "the test fork server must be off for benchmarks"
+    del os.environ["CEDARBERG_TEST_FORKSERVER"]
+    assert fork_server() is None, "the test fork server must be off for benchmarks"

@@ -31,6 +31,15 @@ def _memory_gib() -> float:
     return 0.0
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or ``taskset``
+    narrows; ``os.cpu_count()`` counts the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def describe(versions: dict[str, str]) -> dict[str, Any]:
     import aiohttp
 
@@ -41,6 +50,7 @@ def describe(versions: dict[str, str]) -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
+        "usable_cores": usable_cores(),
         "cpu_model": _cpu_model(),
         "memory_gib": round(_memory_gib(), 1),
         "kernel": platform.release(),

@@ -49,7 +49,7 @@ class Scenario:
     """One operation against one server variant, repeated ``len(runs)`` times."""
 
     system: str  # cedarberg, seaweedfs, ceiling
-    variant: str  # http-1w, tls-2w, peer, bare-aiohttp
+    variant: str  # http-1w, http-2w-pg, tls-1w, peer, bare-aiohttp
     operation: str
     title: str
     workers: int
@@ -100,6 +100,9 @@ class Target:
     ratio: float | None  # measured / required bound (>= 1 is a pass for "at least" targets)
     detail: str = ""
     store: str = ""  # the registry of the Cedarberg variant measured (SQLite, PostgreSQL)
+    # The Cedarberg variant the figure comes from, workers and store named, e.g.
+    # "2 workers (one per core), PostgreSQL: http-2w-pg"; empty for targets over every scenario.
+    variant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

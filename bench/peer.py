@@ -5,6 +5,10 @@ Every listener gets a free loopback port (weed mini's defaults, 8333 for S3 and 
 catalog, are not assumed free). The catalog takes OAuth2 client credentials equal to the S3
 keys given in ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` and issues an HS256 JWT; its
 ``GET /v1/config?warehouse=s3://BUCKET`` answers with the route prefix (the bucket name).
+
+It runs on the cores the suite may use, as Go does by default: ``GOMAXPROCS`` is set to them
+explicitly (the gateway's one-worker-per-core variants run as many workers), and the scenarios
+record that count as the peer's parallelism.
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ def weed_version() -> str:
 
 
 @contextlib.contextmanager
-def running_seaweedfs(work_dir: Path) -> Iterator[Endpoint]:
-    """Start ``weed mini`` in ``work_dir``, seed the catalog, yield its Endpoint."""
+def running_seaweedfs(work_dir: Path, cores: int) -> Iterator[Endpoint]:
+    """Start ``weed mini`` in ``work_dir`` on ``cores`` cores (``GOMAXPROCS``), seed the catalog,
+    yield its Endpoint."""
     work_dir.mkdir(parents=True, exist_ok=True)
     ports = {flag: free_port() for flag in PORT_FLAGS}
     access_key, secret_key = "bench" + secrets.token_hex(4), secrets.token_hex(16)
@@ -77,7 +82,11 @@ def running_seaweedfs(work_dir: Path) -> Iterator[Endpoint]:
         f"-tableBucket={TABLE_BUCKET}",
         *(f"-{flag}={port}" for flag, port in ports.items()),
     ]
-    env = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    env = {
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "GOMAXPROCS": str(cores),
+    }
     log = work_dir / "weed.log"
     process = processes.spawn(argv, log, env)
     url = f"http://127.0.0.1:{ports['s3.port.iceberg']}"
@@ -103,6 +112,7 @@ def running_seaweedfs(work_dir: Path) -> Iterator[Endpoint]:
             variant="peer",
             base_url=url,
             pid=process.pid,
+            workers=cores,
             prefix=str(config["overrides"]["prefix"]),
             config_query=f"?warehouse={WAREHOUSE}",
             tokens={"writer": token, "admin": token},

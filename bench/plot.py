@@ -12,11 +12,13 @@ COLOURS = {
     "cedarberg/http-1w": "#1f77b4",
     "cedarberg/http-2w": "#6baed6",
     "cedarberg/tls-1w": "#2ca02c",
-    "cedarberg/tls-2w": "#98df8a",
     "cedarberg/http-1w-pg": "#9467bd",
+    "cedarberg/http-2w-pg": "#c5b0d5",
     "seaweedfs/peer": "#ff7f0e",
     "ceiling/bare-aiohttp": "#7f7f7f",
 }
+# Servers named otherwise (the per-core variants of a run with --cores other than 2) take these.
+SPARE_COLOURS = ("#17becf", "#bcbd22", "#e377c2", "#8c564b")
 
 
 def plot(path: Path, scenarios: list[Scenario], soak: Soak | None) -> None:
@@ -27,7 +29,9 @@ def plot(path: Path, scenarios: list[Scenario], soak: Soak | None) -> None:
 
     usable = [s for s in scenarios if s.usable]
     operations = [op for op in OPERATIONS if any(s.operation == op.name for s in usable)]
-    servers = [name for name in COLOURS if any(_server(s) == name for s in usable)]
+    servers = list(dict.fromkeys(_server(s) for s in usable))  # in the order they ran
+    spare = iter(SPARE_COLOURS * len(servers))
+    colours = {server: COLOURS.get(server) or next(spare) for server in servers}
     rows = 3 if soak is not None else 2
     figure, axes = plt.subplots(rows, 1, figsize=(14, 4.2 * rows), constrained_layout=True)
     width = 0.8 / max(1, len(servers))
@@ -46,7 +50,7 @@ def plot(path: Path, scenarios: list[Scenario], soak: Soak | None) -> None:
                 ys.append(max(spread.median, 1e-3))
                 errors_low.append(max(spread.median - spread.low, 0))
                 errors_high.append(max(spread.high - spread.median, 0))
-            axis.bar(xs, ys, width, label=server, color=COLOURS[server], yerr=[errors_low, errors_high])
+            axis.bar(xs, ys, width, label=server, color=colours[server], yerr=[errors_low, errors_high])
         axis.set_yscale("log")
         axis.set_ylabel(label)
         axis.set_xticks(range(len(operations)), [op.title for op in operations], rotation=25, ha="right")

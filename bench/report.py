@@ -7,7 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.cedarberg import POSTGRES, SQLITE
 from bench.model import OK, Outcome, Scenario, Target
+from bench.scenarios import BY_NAME, WRITES
+from bench.targets import gateway_at
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # docs/performance.md shows the targets of the committed results between these markers; a run that
@@ -97,7 +100,7 @@ def _row(scenario: Scenario) -> str:
 def targets_table(targets: list[Target]) -> list[str]:
     """The targets as a Markdown table (results.md; docs/performance.md copies it)."""
     lines = [
-        "| Target | Store | Required | Measured | Verdict | Margin | Detail |",
+        "| Target | Variant (workers, store) | Required | Measured | Verdict | Margin | Detail |",
         "|---|---|---|---|---|---|---|",
     ]
     for target in targets:
@@ -105,7 +108,7 @@ def targets_table(targets: list[Target]) -> list[str]:
         detail = target.detail.replace("|", "\\|").replace("\n", " ").replace("\t", " ")[:300]
         cells = [
             target.name,
-            target.store or DASH,
+            target.variant or target.store or DASH,
             target.required,
             target.measured,
             f"**{target.verdict}**",
@@ -114,6 +117,50 @@ def targets_table(targets: list[Target]) -> list[str]:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def writes_table(scenarios: list[Scenario], cores: int) -> list[str]:
+    """The writes side by side: the peer on ``cores`` cores, and each store at one worker and at
+    one worker per core, with each figure's ratio to the peer's (empty if nothing was written)."""
+    by_key = {scenario.key: scenario for scenario in scenarios}
+    columns = [("peer", f"SeaweedFS ({cores} cores)", "seaweedfs/peer")]
+    for store in (SQLITE, POSTGRES):
+        for workers in dict.fromkeys((1, cores)):
+            system, variant = gateway_at(workers, store)
+            plural = "" if workers == 1 else "s"
+            columns.append((variant, f"{store}, {workers} worker{plural}", f"{system}/{variant}"))
+    rows = []
+    for operation in WRITES:
+        measured = {name: by_key.get(f"{where}/{operation}") for name, _, where in columns}
+        if not any(scenario is not None and scenario.usable for scenario in measured.values()):
+            continue
+        peer = measured["peer"]
+        reference = peer.median("rps") if peer is not None and peer.usable else 0.0
+        cells = [BY_NAME[operation].title]
+        for name, _, _ in columns:
+            scenario = measured[name]
+            if scenario is None or not scenario.usable:
+                cells.append(DASH)
+                continue
+            rps = scenario.median("rps")
+            ratio = f" ({TIMES}{rps / reference:.2f})" if reference and name != "peer" else ""
+            cells.append(f"{rps:,.0f}{ratio}")
+        rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return [
+        "## Writes as deployed",
+        "",
+        f"Successful writes per second (medians); in brackets, the ratio to the peer, which runs on the "
+        f"same {cores} cores (GOMAXPROCS={cores}). One worker per core ({cores}) is how a deployment on "
+        "these cores runs the gateway, and what the write targets compare; one worker is the "
+        "single-process figure.",
+        "",
+        "| Operation | " + " | ".join(title for _, title, _ in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+        *rows,
+        "",
+    ]
 
 
 def _durability(durability: dict[str, dict[str, str]]) -> list[str]:
@@ -151,6 +198,8 @@ def markdown(machine: dict[str, Any], settings: dict[str, Any], outcome: Outcome
         f"- Event loop: Cedarberg {machine.get('gateway_event_loop', '?')}, "
         f"ceiling {machine.get('ceiling_event_loop', '?')}",
         f"- Load generator: {machine.get('wrk', '?')}; peer: SeaweedFS `weed` {machine.get('weed', '?')}",
+        f"- Cores the run used: {settings.get('cores', '?')} (the one-worker-per-core variants ran "
+        f"that many workers, the peer that GOMAXPROCS)",
         f"- Runs: {settings['reps']} {TIMES} {settings['duration_s']} s per scenario after a "
         f"{settings['warmup_s']} s warm-up; medians, spread = min-max over the runs",
         "",
@@ -166,6 +215,7 @@ def markdown(machine: dict[str, Any], settings: dict[str, Any], outcome: Outcome
         "Margin: measured ÷ bound for “at least” targets, bound ÷ measured for “at most” ones; "
         f"≥ {TIMES}1 passes.",
         "",
+        *writes_table(scenarios, int(settings.get("cores", 1))),
         *_durability(outcome.durability),
         "## All scenarios",
         "",

@@ -1,8 +1,9 @@
-"""The benchmark suite: Cedarberg (5 variants: SQLite or PostgreSQL registry, HTTP or TLS, 1 or 2
-workers), the SeaweedFS peer and a bare aiohttp ceiling, measured in one run on this machine;
-writes bench/results/results.{json,md,png} and exits 1 if a target is missed.
+"""The benchmark suite: Cedarberg (5 variants: SQLite or PostgreSQL registry, each with one worker
+and with one worker per core, and TLS with one worker), the SeaweedFS peer on the same cores and a
+bare aiohttp ceiling, measured in one run on this machine; writes
+bench/results/results.{json,md,png} and exits 1 if a target is missed.
 
-    python -m bench.suite [--quick] [--reps N] [--soak-seconds S] [--only REGEX]
+    python -m bench.suite [--quick] [--reps N] [--soak-seconds S] [--only REGEX] [--cores N]
 
 ``--only`` keeps the scenarios whose key ``system/variant/operation`` (e.g.
 ``cedarberg/http-1w/load_table``, ``seaweedfs/peer/commit_seq``, ``cedarberg/http-1w/soak``)
@@ -34,7 +35,7 @@ from bench.cedarberg import POSTGRES, SQLITE, Variant, running_cedarberg
 from bench.ceiling import running_ceiling
 from bench.endpoint import Endpoint
 from bench.http import HttpClient, bearer
-from bench.machine import describe, filesystem_of
+from bench.machine import describe, filesystem_of, usable_cores
 from bench.measure import Plan, Prepared, new_scenario, prepare, record, run_once, server_exit, soak
 from bench.model import FAILED, UNSUPPORTED, Outcome, Run, Scenario, Soak
 from bench.peer import running_seaweedfs, weed_version
@@ -45,6 +46,8 @@ from bench.scenarios import (
     ALL,
     BY_NAME,
     CEILING,
+    PER_CORE_SUBSET,
+    POSTGRES_PER_CORE_SUBSET,
     POSTGRES_SUBSET,
     READ,
     TLS_SUBSET,
@@ -56,17 +59,32 @@ from bench.wrk import WrkError, wrk_version
 from tests.support.secure import AMBIENT_CA_VARIABLES
 from tests.support.tls import make_pki
 
-# The Cedarberg variants, in the order they run.
-VARIANTS = (
-    Variant(tls=False, workers=1, store=SQLITE, operations=ALL),
-    Variant(tls=False, workers=2, store=SQLITE, operations=ALL),
-    Variant(tls=True, workers=1, store=SQLITE, operations=TLS_SUBSET),
-    Variant(tls=True, workers=2, store=SQLITE, operations=TLS_SUBSET),
-    Variant(tls=False, workers=1, store=POSTGRES, operations=POSTGRES_SUBSET),
-)
-MAIN_VARIANT = VARIANTS[0]
+MAIN_VARIANT = Variant(tls=False, workers=1, store=SQLITE, operations=ALL)
 PEER_OPERATIONS = ALL
-SOAK_KEY = "cedarberg/http-1w/soak"
+SOAK_KEY = f"cedarberg/{MAIN_VARIANT.name}/soak"
+
+
+def variants(cores: int) -> tuple[Variant, ...]:
+    """The Cedarberg variants, in the order they run, for a run on ``cores`` cores.
+
+    Each store runs at one worker (the single-process figures: every read and write on SQLite,
+    where the read targets and the soak are) and at one worker per core (``serve --workers
+    cores``, as a deployment on these cores runs, against the peer on the same cores: the write
+    targets); TLS runs at one worker. On one core the two coincide and run once."""
+    listed = (
+        MAIN_VARIANT,
+        Variant(tls=False, workers=cores, store=SQLITE, operations=PER_CORE_SUBSET),
+        Variant(tls=True, workers=1, store=SQLITE, operations=TLS_SUBSET),
+        Variant(tls=False, workers=1, store=POSTGRES, operations=POSTGRES_SUBSET),
+        Variant(tls=False, workers=cores, store=POSTGRES, operations=POSTGRES_PER_CORE_SUBSET),
+    )
+    merged: dict[str, Variant] = {}
+    for variant in listed:
+        names = set(variant.operations)
+        if variant.name in merged:
+            names |= set(merged[variant.name].operations)
+        merged[variant.name] = dataclasses.replace(variant, operations=tuple(n for n in ALL if n in names))
+    return tuple(merged.values())
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -83,6 +101,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", metavar="REGEX", help="run only scenarios whose key matches")
     parser.add_argument("--output", type=Path, default=report.RESULTS_DIR, help="results directory")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (data, server logs)")
+    parser.add_argument(
+        "--cores",
+        type=int,
+        default=usable_cores(),
+        help="the cores the run may use: the workers of the one-worker-per-core variants and the "
+        "peer's GOMAXPROCS (default: the CPUs this process may run on, %(default)s here)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.duration, args.soak_seconds = 1, 2, 0
@@ -90,6 +115,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--duration must be 1..20 seconds")
     if args.reps < 1 or args.warmup < 0 or args.soak_seconds < 0:
         parser.error("--reps must be >= 1, --warmup and --soak-seconds >= 0")
+    if args.cores < 1:
+        parser.error("--cores must be >= 1")
     return args
 
 
@@ -118,7 +145,7 @@ class Suite:
         ceiling_ops = self.chosen("ceiling/bare-aiohttp", CEILING)
         ceiling_body: bytes | None = None
         ceiling_tokens: dict[str, str] = {}
-        for variant in VARIANTS:
+        for variant in variants(self.args.cores):
             label = f"cedarberg/{variant.name}"
             operations = self.chosen(label, variant.operations)
             main = variant == MAIN_VARIANT
@@ -161,7 +188,9 @@ class Suite:
         if peer_ops:
             # After a crash the peer starts again in a fresh data directory; each is kept.
             peer = Restarting(
-                lambda n: running_seaweedfs(self.work_dir / ("seaweedfs" if n == 0 else f"seaweedfs-{n + 1}"))
+                lambda n: running_seaweedfs(
+                    self.work_dir / ("seaweedfs" if n == 0 else f"seaweedfs-{n + 1}"), self.args.cores
+                )
             )
             with self._started("seaweedfs/peer", lambda: peer, peer_ops) as endpoint:
                 if endpoint is not None:
@@ -356,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work_dir, ignore_errors=True)
     versions = {"wrk": wrk_version(), "weed": weed_version(), **suite.versions}
     machine = describe(versions)
-    targets = evaluate(suite.scenarios, suite.soak)
+    targets = evaluate(suite.scenarios, suite.soak, args.cores)
     if suite.selected(startup.KEY):  # after the load runs, on a quiet machine
         print(f"\n== {startup.KEY}", flush=True)
         started = startup.measure(startup.QUICK_RUNS if args.quick else startup.RUNS)
@@ -371,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_s": args.warmup,
         "soak_seconds": args.soak_seconds,
         "only": args.only,
+        "cores": args.cores,
         "wall_seconds": round(wall),
     }
     report.write_all(
@@ -384,8 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     for target in targets:
         margin = "" if target.ratio is None else f"  margin {TIMES}{target.ratio:.2f}"
         detail = f"  ({target.detail})" if target.detail else ""
+        variant = f" [{target.variant}]" if target.variant else ""
         print(
-            f"{target.verdict}  {target.name}: {target.measured} (required {target.required}){margin}{detail}"
+            f"{target.verdict}  {target.name}{variant}: {target.measured} (required {target.required})"
+            f"{margin}{detail}"
         )
     print(f"\nresults in {args.output} (wall time {wall / 60:.1f} min)")
     return 1 if any(target.verdict == FAIL for target in targets) else 0

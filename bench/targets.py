@@ -1,9 +1,12 @@
 """The performance targets, evaluated on the scenarios of one run.
 
 A target is PASS or FAIL; SKIP when what it compares was not measured (``--only``, ``--quick``
-without soak) or the peer cannot do the operation. The write targets hold for each registry
-store: ``http-1w`` (SQLite) and ``http-1w-pg`` (PostgreSQL). Every Cedarberg scenario must also
-have run without an unexpected status or socket error.
+without soak) or the peer cannot do the operation. The reads compare the one-worker gateway on
+SQLite (``http-1w``) with the one-process ceiling and with the peer. The writes compare the
+gateway as a deployment on the run's cores runs it, one worker per core (``http-<N>w`` on SQLite,
+``http-<N>w-pg`` on PostgreSQL), with the peer on the same cores, per store; the one-worker figure
+of the same store is given beside it. Every Cedarberg scenario must also have run without an
+unexpected status or socket error.
 """
 
 from __future__ import annotations
@@ -11,13 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from bench.cedarberg import POSTGRES, SQLITE, variant_name
 from bench.model import FAILED, OK, Scenario, Soak, Target
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
-MAIN = ("cedarberg", "http-1w")  # authenticated, TLS off, one worker, SQLite registry
-MAIN_POSTGRES = ("cedarberg", "http-1w-pg")  # the same on a PostgreSQL registry
-STORES = ((MAIN, "SQLite"), (MAIN_POSTGRES, "PostgreSQL"))
-TWO_WORKERS = ("cedarberg", "http-2w")
 PEER = ("seaweedfs", "peer")
 CEILING = ("ceiling", "bare-aiohttp")
 SOAK_TOLERANCE = 0.10
@@ -29,6 +29,22 @@ WRITE_TARGETS = (
     ("create_namespace_8", "namespace creation, 8 concurrent ≥ the peer"),
 )
 TIMES = "\u00d7"
+
+
+def gateway_at(workers: int, store: str) -> tuple[str, str]:
+    """The (system, variant) of the plain-HTTP gateway with ``workers`` workers on ``store``."""
+    return ("cedarberg", variant_name(tls=False, workers=workers, store=store))
+
+
+MAIN = gateway_at(1, SQLITE)  # authenticated, TLS off, one worker, SQLite registry
+
+
+def variant_label(workers: int, store: str, cores: int) -> str:
+    """What the targets table names beside a figure, e.g. ``2 workers (one per core), SQLite:
+    http-2w``."""
+    plural = "" if workers == 1 else "s"
+    per_core = " (one per core)" if workers == cores else ""
+    return f"{workers} worker{plural}{per_core}, {store}: {gateway_at(workers, store)[1]}"
 
 
 class _Runs:
@@ -112,8 +128,26 @@ def _clean(scenarios: Iterable[Scenario]) -> Target:
     return Target(name, FAIL, f"{len(failed)} failed", "no errors", None, detail)
 
 
-def evaluate(scenarios: list[Scenario], soak: Soak | None) -> list[Target]:
+def _write_target(runs: _Runs, operation: str, name: str, store: str, cores: int) -> Target:
+    """``operation`` at one worker per core on ``store`` >= the peer on the same cores; the
+    one-worker figure of the same store in the detail."""
+    per_core = runs.get(gateway_at(cores, store), operation)
+    target = _at_least(name, per_core, runs.get(PEER, operation), 1)
+    single = runs.get(gateway_at(1, store), operation)
+    beside = ""
+    if cores != 1 and single is not None and single.usable:
+        beside = f"1 worker: {single.median('rps'):,.0f} req/s"
+        theirs = runs.get(PEER, operation)
+        if theirs is not None and theirs.usable and theirs.median("rps"):
+            beside += f" ({TIMES}{single.median('rps') / theirs.median('rps'):.2f} the peer)"
+    detail = "; ".join(part for part in (beside, target.detail) if part)
+    return dataclasses.replace(target, store=store, variant=variant_label(cores, store, cores), detail=detail)
+
+
+def evaluate(scenarios: list[Scenario], soak: Soak | None, cores: int) -> list[Target]:
+    """The targets of a run whose one-worker-per-core variants ran ``cores`` workers."""
     runs = _Runs(scenarios)
+    main_label = variant_label(1, SQLITE, cores)
 
     def main(operation: str) -> Scenario | None:
         return runs.get(MAIN, operation)
@@ -121,10 +155,7 @@ def evaluate(scenarios: list[Scenario], soak: Soak | None) -> list[Target]:
     def peer(operation: str) -> Scenario | None:
         return runs.get(PEER, operation)
 
-    def two_workers(operation: str) -> Scenario | None:
-        return runs.get(TWO_WORKERS, operation)
-
-    targets = [
+    reads = [
         _at_least("loadTable ≥ 50% of the bare aiohttp ceiling", main("load_table"),
                   runs.get(CEILING, "load_table"), 0.5),
         _at_least("loadTable ≥ 5x the peer", main("load_table"), peer("load_table"), 5),
@@ -133,18 +164,19 @@ def evaluate(scenarios: list[Scenario], soak: Soak | None) -> list[Target]:
         _at_most("loadTable p50 at 1 connection ≤ 0.5 ms", main("load_table_c1"), "p50_ms", 0.5),
         _at_most("loadTable p99 at 32 connections ≤ 10 ms", main("load_table"), "p99_ms", 10),
     ]  # fmt: skip
-    targets = [dataclasses.replace(t, store="SQLite") for t in targets]
+    targets = [dataclasses.replace(t, store=SQLITE, variant=main_label) for t in reads]
     for operation, name in WRITE_TARGETS:
-        for where, store in STORES:
-            target = _at_least(name, runs.get(where, operation), peer(operation), 1)
-            targets.append(dataclasses.replace(target, store=store))
+        for store in (SQLITE, POSTGRES):
+            targets.append(_write_target(runs, operation, name, store, cores))
+    scaling = "commits on 8 tables: one worker per core > one worker"
+    if cores == 1:
+        scaled = Target(scaling, SKIP, "one core", "> 1 worker", None, "one core: a single variant")
+    else:
+        scaled = _at_least(scaling, runs.get(gateway_at(cores, SQLITE), "commit_8x8"),
+                           main("commit_8x8"), 1, strict=True)  # fmt: skip
     targets += [
-        dataclasses.replace(
-            _at_least("commits on 8 tables: 2 workers > 1 worker", two_workers("commit_8x8"),
-                      main("commit_8x8"), 1, strict=True),
-            store="SQLite",
-        ),
-        dataclasses.replace(_soak(soak), store="SQLite"),
+        dataclasses.replace(scaled, store=SQLITE, variant=variant_label(cores, SQLITE, cores)),
+        dataclasses.replace(_soak(soak), store=SQLITE, variant=main_label),
         _clean(scenarios),
-    ]  # fmt: skip
+    ]
     return targets
