@@ -14,10 +14,16 @@ Invariants:
   resumes where it stopped, if the file still ends there; if another process appended since (a
   second worker), the fragment is ended with a newline and the line written again whole. After a
   file change, the line cut short is written whole to the new file.
+- **A record a killed process cut short stands alone.** SIGKILL can end a write to a regular file
+  part way (the kernel stops between pages), leaving a fragment without its newline, never
+  acknowledged. Appends to a regular file hold an exclusive `flock` (released by the kernel when
+  its holder dies), and each batch first checks the file's last byte: a fragment is ended with a
+  newline before the batch, so the next record, acknowledged or not, is never joined to it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from collections.abc import Sequence
@@ -34,6 +40,12 @@ def open_destination(path: Path) -> int:
     directories if missing. Returns the descriptor; raises OSError."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+
+def _ends_a_line(reader: int) -> bool:
+    """Whether the file open as `reader` is empty or ends with a newline."""
+    size = os.fstat(reader).st_size
+    return size == 0 or os.pread(reader, 1, size - 1) == b"\n"
 
 
 def _line_start(lines: Sequence[bytes], offset: int) -> int:
@@ -55,6 +67,7 @@ class AuditFile:
         self._fsync = fsync
         self._sync = False  # set when opened: only a regular file can be synced
         self._fd: int | None = None
+        self._reader: int | None = None  # a regular file's, to read its last byte
         self._identity: tuple[int, int] | None = None
         # How many bytes of the pending lines' concatenation the file has (a write cut short),
         # the file's size then, and whether a fragment must be ended before the next line.
@@ -86,17 +99,34 @@ class AuditFile:
     def close(self) -> None:
         """Close the file. Raises OSError."""
         fd, self._fd, self._identity = self._fd, None, None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            os.close(reader)
         if fd is not None:
             os.close(fd)
 
     def _append(self, lines: Sequence[bytes]) -> bool:
-        """Write `lines` from `_offset` on. True if they must be written again: the file was
-        removed while they were written (the new file is open then)."""
+        """Write `lines` from `_offset` on, holding the file's lock if it is a regular file. True
+        if they must be written again: the file was removed while they were written (the new file
+        is open then)."""
         fd = self._fd
         assert fd is not None
+        if self._reader is None:
+            return self._append_locked(fd, lines)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            return self._append_locked(fd, lines)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _append_locked(self, fd: int, lines: Sequence[bytes]) -> bool:
         start = _line_start(lines, self._offset)
         if start != self._offset and os.fstat(fd).st_size != self._file_end:
             self._offset, self._end_fragment = start, True  # someone appended after our fragment
+        if self._reader is not None and self._offset == start:
+            # Writing from a line's start: what the file ends with decides whether a fragment (ours,
+            # or a killed process's) must be ended first.
+            self._end_fragment = not _ends_a_line(self._reader)
         view = memoryview(b"".join(lines))[self._offset :]
         try:
             if self._end_fragment:
@@ -152,4 +182,12 @@ class AuditFile:
         fd = open_destination(self._path)
         found = os.fstat(fd)
         self._fd, self._identity = fd, (found.st_dev, found.st_ino)
-        self._sync = self._fsync and stat.S_ISREG(found.st_mode)
+        regular = stat.S_ISREG(found.st_mode)
+        self._sync = self._fsync and regular
+        if regular:
+            reader = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            same = os.fstat(reader)
+            if (same.st_dev, same.st_ino) == self._identity:
+                self._reader = reader
+            else:  # rotated in between: the next write's path check reopens both
+                os.close(reader)

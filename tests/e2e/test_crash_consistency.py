@@ -168,6 +168,7 @@ def _write_figures(
         "checks": checker.figures.checks,
         "files_unsealed": checker.figures.files_unsealed,
         "audit_records_read": checker.figures.audit_records,
+        "torn_audit_lines": checker.figures.torn_audit_lines,
         "purges_completed": checker.figures.purges_seen,
         "violations": len(violations),
         "seconds": round(time.monotonic() - started, 1),
@@ -251,6 +252,7 @@ def test_the_checker_reports_each_kind_of_damage(tmp_path: Path) -> None:
                 namespaces={"c0n1": {"m-0"}}, tables={("c0n1", "t"): {"m-1"}}, acknowledged=["lost"]
             )
             assert "without their audit record: ['lost']" in reported(unaudited)
+            _check_torn_audit_lines(gateway.data_dir, tmp_path, registry, model)
 
             gateway.stop()  # the damage is done to files and rows at rest
             with sqlite3.connect(registry) as db:
@@ -267,5 +269,29 @@ def test_the_checker_reports_each_kind_of_damage(tmp_path: Path) -> None:
                 assert "the metadata file does not open" in "\n".join(fresh.check([model]))
             finally:
                 fresh.close()
+        finally:
+            checker.close()
+
+
+def _check_torn_audit_lines(data_dir: Path, tmp_path: Path, registry: Path, model: Model) -> None:
+    """A killed process's fragment on a line of its own is tolerated (counted); an acknowledged
+    record glued to one cannot be read, and is reported as unaudited."""
+    records = (tmp_path / "audit-0.jsonl").read_bytes().splitlines(keepends=True)
+    acknowledged = next(
+        line
+        for line in records
+        if json.loads(line).get("request_id") == "ack-commit" and json.loads(line)["event"] == "mutation"
+    )
+    for name, content, unaudited in (
+        ("alone", acknowledged[:50] + b"\n" + acknowledged, False),
+        ("glued", acknowledged[:50] + acknowledged, True),
+    ):
+        log = tmp_path / f"audit-{name}.jsonl"
+        log.write_bytes(content)
+        checker = Checker(data_dir, [log], sqlite_path=registry)
+        try:
+            found = "\n".join(checker.check([model]))
+            assert ("without their audit record: ['ack-commit']" in found) is unaudited, found
+            assert checker.figures.torn_audit_lines == 1
         finally:
             checker.close()

@@ -285,16 +285,48 @@ def test_a_fragment_another_writer_appended_to_is_ended_and_the_line_written_who
         other.close()
         audit.write(pending, sync=True)
         lines = path.read_bytes().splitlines(keepends=True)
-        # Every record of ours is whole, once; the other worker's line follows the fragment it
-        # was appended to; then the newline that ends the fragment (an empty line: the other
-        # line had ended it already) and our line, whole.
+        # Every record is whole, once: the other worker ended the fragment before its own line
+        # (it saw the file end without a newline), and ours follows whole, with no empty line.
         assert lines[-1] == cut
         assert [line for line in lines if line == cut] == [cut]
-        assert lines[-2] == b"\n"
-        glued = lines[-3]
-        assert glued.endswith(_line("other-worker"))
-        fragment = glued[: len(glued) - len(_line("other-worker"))]
-        assert fragment
-        assert cut.startswith(fragment)
+        assert lines[-2] == _line("other-worker")
+        fragment = lines[-3]
+        assert fragment.endswith(b"\n")
+        assert cut.startswith(fragment[:-1])
+        assert b"\n" not in lines
     finally:
         audit.close()
+
+
+def test_a_record_a_killed_process_cut_short_is_never_joined_to_the_next(tmp_path: Path) -> None:
+    """Attack: SIGKILL can end a write to a regular file part way, leaving a record's first bytes
+    without their newline; the next record (another worker's, or the restarted process's, and
+    acknowledged) must not be glued to them, or no reader could parse it."""
+    path = tmp_path / "audit.jsonl"
+    whole = _line("before")
+    path.write_bytes(whole + _line("killed")[:40])  # what the killed process got written
+    audit = AuditFile(path, fsync=True)
+    try:
+        audit.write([_line("acknowledged")], sync=True)
+        lines = path.read_bytes().splitlines(keepends=True)
+        assert lines[0] == whole
+        assert lines[1] == _line("killed")[:40] + b"\n"  # the fragment stands alone
+        assert orjson.loads(lines[2])["request_id"] == "acknowledged"
+        assert len(lines) == 3
+    finally:
+        audit.close()
+
+
+def test_appends_to_a_whole_file_add_no_empty_line(tmp_path: Path) -> None:
+    """Control: a file that ends with a newline gets its records as they are."""
+    path = tmp_path / "audit.jsonl"
+    first, second = AuditFile(path, fsync=False), AuditFile(path, fsync=False)
+    try:
+        for n in range(3):
+            first.write([_line(f"first-{n}")], sync=False)
+            second.write([_line(f"second-{n}"), _line(f"second-{n}b")], sync=False)
+        names = [orjson.loads(line)["request_id"] for line in path.read_bytes().splitlines()]
+        assert names == [name for n in range(3) for name in (f"first-{n}", f"second-{n}", f"second-{n}b")]
+    finally:
+        first.close()
+        second.close()
