@@ -8,6 +8,7 @@ from cedarberg.catalog import confinement, documents, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import (
     AlreadyExistsError,
+    CatalogError,
     InvalidRequestError,
     NoSuchNamespaceError,
     UnprocessableError,
@@ -15,6 +16,7 @@ from cedarberg.catalog.errors import (
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store import server_writes
 from cedarberg.catalog.store.cache import RegistryKey
 from cedarberg.catalog.store.sql import Store, StoreTx
 
@@ -82,6 +84,38 @@ async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict
     return [found[name] for name in names]
 
 
+async def _create_alone(
+    store: Store,
+    warehouse: Warehouse,
+    namespace: Namespace,
+    parent: str | None,
+    properties: dict[str, str],
+    rec: Recorder | None,
+    body: Body,
+) -> bool:
+    """Create the namespace and record its directory in one statement (catalog.store.server_writes):
+    True if it landed. False (nothing written) when the name is taken, the parent is missing or
+    the directory may lie inside an object's roots: the caller's transaction decides and words it."""
+    try:
+        directory = roots.namespace_directory(warehouse.location, namespace, properties)
+    except CatalogError:
+        return False
+    outcome = await server_writes.insert_namespace(
+        store,
+        warehouse.name,
+        namespace.key,
+        parent,
+        properties,
+        directory,
+        None if rec is None else rec.pending(body),
+    )
+    if outcome is not server_writes.Outcome.DONE:
+        return False
+    if rec is not None:
+        rec.recorded = True
+    return True
+
+
 class NamespaceService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
@@ -128,6 +162,10 @@ class NamespaceService:
         _check_location_property(warehouse, properties)
         body = documents.dumps({"namespace": namespace.levels, "properties": properties})
         parent = namespace.parent_key if len(namespace.levels) > 1 else None
+        if self._ctx.store.writes_alone and await _create_alone(
+            self._ctx.store, warehouse, namespace, parent, properties, rec, body
+        ):
+            return body
         async with self._ctx.store.write() as tx:
             try:
                 await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)

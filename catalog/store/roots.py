@@ -24,7 +24,7 @@ from cedarberg.catalog.store.statements import Sql
 NAMESPACE = "namespace"
 # Serialises changes of roots across PostgreSQL transactions (check, then insert, must not
 # interleave with another's: two creates at overlapping places would both see no conflict).
-_PG_ROOTS_LOCK = 0x726F6F7473  # "roots"
+PG_ROOTS_LOCK = 0x726F6F7473  # "roots"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ def _near(ancestor_count: int) -> Sql:
 async def lock(tx: StoreTx) -> None:
     """Hold the roots lock until `tx` ends (PostgreSQL; SQLite writers are serialised already)."""
     if tx.dialect == "postgresql":
-        await tx.connection.execute(_LOCK, {"key": _PG_ROOTS_LOCK})
+        await tx.connection.execute(_LOCK, {"key": PG_ROOTS_LOCK})
 
 
 async def near(tx: StoreTx, root: str) -> list[Claim]:

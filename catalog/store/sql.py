@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -826,6 +826,11 @@ class Store:
     def __init__(self, driver: Driver, cache: RegistryCache | None = None) -> None:
         self._driver = driver
         self.pool_capacity = driver.capacity  # most connections the pool opens at once
+        # The one place that chooses how the common writes run: as one statement each on
+        # PostgreSQL (a server-side function, catalog.store.server_writes: one round trip instead
+        # of one per statement plus BEGIN and COMMIT), as a transaction of several statements on
+        # SQLite (where a statement is no round trip and writers share a COMMIT already).
+        self.writes_alone = isinstance(driver, PostgresDriver)
         # Off unless the caller gives one: CLI commands and migrations read the registry directly.
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
         self._reading: dict[Hashable, asyncio.Future[Any]] = {}
@@ -887,6 +892,23 @@ class Store:
             # Committed, rolled back or unknown: cached reads of what it touched are not trusted.
             if tx is not None:
                 self.cache.forget(tx.touched)
+
+    async def write_alone(self, sql: Sql, params: Mapping[str, Any], touched: Touched) -> Any:
+        """Run one writing statement as its own transaction (only where `writes_alone`) and return
+        its scalar result; cached reads of what it `touched` are forgotten whatever happens.
+        Raises IntegrityViolation (a constraint refused it: nothing written),
+        StorageUnavailableError (refused otherwise: nothing written), CommitStateUnknownError
+        (sent, not confirmed)."""
+        driver = self._driver
+        if not isinstance(driver, PostgresDriver):
+            raise TypeError("this store runs its writes as transactions")
+        try:
+            rows = await driver.write_alone(sql, params)
+        except (DatabaseError, OSError) as err:
+            raise _unavailable(self.dialect, err) from err
+        finally:
+            self.cache.forget(touched)
+        return rows.scalar()
 
     async def cached(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
         """`load` run in a read transaction, or its cached result (see `catalog.store.cache`)."""
