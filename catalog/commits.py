@@ -237,9 +237,8 @@ async def _swap_alone(
         if change.check_uuid_free:
             return False
         sealed = ctx.sealer.seal_record(change.key, target, change.metadata_json)
-        outcome = await server_writes.swap_object(
-            ctx.store, change.base, change.roots, change.metadata_location, sealed, pending
-        )
+        new = server_writes.NewVersion(change.metadata_location, sealed, change.roots)
+        outcome = await server_writes.swap_object(ctx.store, change.base, new, pending)
     else:
         namespace = change.identifier.namespace
         ns_properties = await read_properties(ctx.store, warehouse.name, namespace.key)
@@ -251,9 +250,8 @@ async def _swap_alone(
         except LocationNotAllowedError:
             return False  # the transaction checks again on the namespace as it is now
         row = new_row(ctx, target, change.key, change.metadata_json)
-        outcome = await server_writes.insert_object(
-            ctx.store, row, change.roots, ns_properties, change.check_uuid_free, pending
-        )
+        placement = server_writes.Placement(change.roots, ns_properties, change.check_uuid_free)
+        outcome = await server_writes.insert_object(ctx.store, row, placement, pending)
     if outcome is server_writes.Outcome.LOST_RACE:
         raise _LostRace
     if outcome is server_writes.Outcome.GENERAL:

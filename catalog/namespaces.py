@@ -84,38 +84,6 @@ async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict
     return [found[name] for name in names]
 
 
-async def _create_alone(
-    store: Store,
-    warehouse: Warehouse,
-    namespace: Namespace,
-    parent: str | None,
-    properties: dict[str, str],
-    rec: Recorder | None,
-    body: Body,
-) -> bool:
-    """Create the namespace and record its directory in one statement (catalog.store.server_writes):
-    True if it landed. False (nothing written) when the name is taken, the parent is missing or
-    the directory may lie inside an object's roots: the caller's transaction decides and words it."""
-    try:
-        directory = roots.namespace_directory(warehouse.location, namespace, properties)
-    except CatalogError:
-        return False
-    outcome = await server_writes.insert_namespace(
-        store,
-        warehouse.name,
-        namespace.key,
-        parent,
-        properties,
-        directory,
-        None if rec is None else rec.pending(body),
-    )
-    if outcome is not server_writes.Outcome.DONE:
-        return False
-    if rec is not None:
-        rec.recorded = True
-    return True
-
-
 class NamespaceService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
@@ -162,8 +130,8 @@ class NamespaceService:
         _check_location_property(warehouse, properties)
         body = documents.dumps({"namespace": namespace.levels, "properties": properties})
         parent = namespace.parent_key if len(namespace.levels) > 1 else None
-        if self._ctx.store.writes_alone and await _create_alone(
-            self._ctx.store, warehouse, namespace, parent, properties, rec, body
+        if self._ctx.store.writes_alone and await self._create_alone(
+            warehouse, namespace, properties, rec, body
         ):
             return body
         async with self._ctx.store.write() as tx:
@@ -186,6 +154,33 @@ class NamespaceService:
             if rec is not None:
                 await rec.record(tx, body)
         return body
+
+    async def _create_alone(
+        self,
+        warehouse: Warehouse,
+        namespace: Namespace,
+        properties: dict[str, str],
+        rec: Recorder | None,
+        body: Body,
+    ) -> bool:
+        """`create`'s write in one statement (catalog.store.server_writes): True if it landed.
+        False (nothing written) when the name is taken, the parent is missing or the directory
+        may lie inside an object's roots: `create`'s transaction decides then, and words it."""
+        try:
+            directory = roots.namespace_directory(warehouse.location, namespace, properties)
+        except CatalogError:
+            return False
+        parent = namespace.parent_key if len(namespace.levels) > 1 else None
+        new = server_writes.NewNamespace(warehouse.name, namespace.key, parent, properties, directory)
+        pending = None if rec is None else rec.pending(body)
+        if (
+            await server_writes.insert_namespace(self._ctx.store, new, pending)
+            is not server_writes.Outcome.DONE
+        ):
+            return False
+        if rec is not None:
+            rec.recorded = True
+        return True
 
     async def load(self, warehouse_name: str | None, namespace: Namespace) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)

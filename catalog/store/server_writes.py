@@ -123,16 +123,42 @@ async def _run(store: Store, sql: Sql, params: dict[str, Any], touched: Touched)
         return Outcome.GENERAL
 
 
+@dataclass(frozen=True, slots=True)
+class NewVersion:
+    """A pointer's next version: its metadata file, the sealed copy the registry keeps, and every
+    root the object has after it."""
+
+    metadata_location: str
+    metadata: bytes
+    roots: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The roots a new object claims, the namespace properties they were placed against, and
+    whether its UUID must be one no live or dropped object has."""
+
+    roots: Sequence[str]
+    ns_properties: dict[str, str]
+    check_uuid: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NewNamespace:
+    """A namespace to create (keys as `StoreTx.insert_namespace` takes them) and its directory."""
+
+    warehouse: str
+    name: str
+    parent: str | None
+    properties: dict[str, str]
+    directory: str
+
+
 async def swap_object(
-    store: Store,
-    base: ObjectRow,
-    roots: Sequence[str],
-    new_location: str,
-    new_metadata: bytes,
-    pending: PendingRecord | None,
+    store: Store, base: ObjectRow, new: NewVersion, pending: PendingRecord | None
 ) -> Outcome:
-    """Compare-and-swap the pointer `base` was read from, if the object holds every root of
-    `roots` already (else GENERAL: roots to claim). Raises StorageUnavailableError,
+    """Compare-and-swap the pointer `base` was read from to `new`, if the object holds every root
+    of `new.roots` already (else GENERAL: roots to claim). Raises StorageUnavailableError,
     CommitStateUnknownError."""
     params = {
         "warehouse": base.warehouse,
@@ -140,10 +166,10 @@ async def swap_object(
         "name": base.name,
         "kind": base.kind,
         "owner": base.uuid,
-        "roots": [root.encode() for root in roots],
+        "roots": [root.encode() for root in new.roots],
         "expected": base.metadata_location,
-        "new_location": new_location,
-        "new_metadata": new_metadata,
+        "new_location": new.metadata_location,
+        "new_metadata": new.metadata,
         "now": _now_ms(),
         **_record_params(pending),
     }
@@ -152,18 +178,14 @@ async def swap_object(
 
 
 async def insert_object(
-    store: Store,
-    row: ObjectRow,
-    roots: Sequence[str],
-    ns_properties: dict[str, str],
-    check_uuid: bool,
-    pending: PendingRecord | None,
+    store: Store, row: ObjectRow, placement: Placement, pending: PendingRecord | None
 ) -> Outcome:
-    """Insert a new pointer and claim its `roots` (placed by the caller against `ns_properties`),
-    if its namespace still has those properties, nothing recorded overlaps the roots and (with
-    `check_uuid`) no live or dropped object has its UUID; LOST_RACE if the name was taken since
-    it was planned. Raises StorageUnavailableError, CommitStateUnknownError."""
-    fresh = sorted(set(roots))
+    """Insert a new pointer and claim its roots (placed by the caller against
+    `placement.ns_properties`), if its namespace still has those properties, nothing recorded
+    overlaps the roots and (with `placement.check_uuid`) no live or dropped object has its UUID;
+    LOST_RACE if the name was taken since it was planned. Raises StorageUnavailableError,
+    CommitStateUnknownError."""
+    fresh = sorted(set(placement.roots))
     strict_ancestors = sorted({item for root in fresh for item in ancestors(root)} - set(fresh))
     params = {
         "warehouse": row.warehouse,
@@ -178,8 +200,8 @@ async def insert_object(
         "kek_version": row.kek_version,
         "wrapped_key": row.wrapped_key,
         "now": _now_ms(),
-        "check_uuid": check_uuid,
-        "ns_properties": orjson.dumps(ns_properties).decode(),
+        "check_uuid": placement.check_uuid,
+        "ns_properties": orjson.dumps(placement.ns_properties).decode(),
         "lock": PG_ROOTS_LOCK,
         "roots": [root.encode() for root in fresh],
         # Below a root: between `root/` and `root0` ('0' follows '/'), as catalog.store.roots.near.
@@ -192,27 +214,20 @@ async def insert_object(
     return await _run(store, _CREATE, params, touched)
 
 
-async def insert_namespace(
-    store: Store,
-    warehouse: str,
-    name: str,
-    parent: str | None,
-    properties: dict[str, str],
-    directory: str,
-    pending: PendingRecord | None,
-) -> Outcome:
-    """Insert a namespace and record its `directory`, if the directory lies inside no table's or
+async def insert_namespace(store: Store, new: NewNamespace, pending: PendingRecord | None) -> Outcome:
+    """Insert a namespace and record its directory, if the directory lies inside no table's or
     view's roots. Raises StorageUnavailableError, CommitStateUnknownError."""
     params = {
-        "warehouse": warehouse,
-        "name": name,
-        "parent": parent,
-        "properties": orjson.dumps(properties).decode(),
+        "warehouse": new.warehouse,
+        "name": new.name,
+        "parent": new.parent,
+        "properties": orjson.dumps(new.properties).decode(),
         "now": _now_ms(),
-        "directory": directory.encode(),
-        "ancestors": [item.encode() for item in ancestors(directory)],
-        "owner": namespace_owner(warehouse, name),
+        "directory": new.directory.encode(),
+        "ancestors": [item.encode() for item in ancestors(new.directory)],
+        "owner": namespace_owner(new.warehouse, new.name),
         "lock": PG_ROOTS_LOCK,
         **_record_params(pending),
     }
-    return await _run(store, _CREATE_NAMESPACE, params, Touched(namespaces={(warehouse, name)}))
+    touched = Touched(namespaces={(new.warehouse, new.name)})
+    return await _run(store, _CREATE_NAMESPACE, params, touched)

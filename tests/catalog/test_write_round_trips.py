@@ -32,7 +32,7 @@ from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.store import roots as rows
 from cedarberg.catalog.store import server_writes
-from cedarberg.catalog.store.server_writes import Outcome
+from cedarberg.catalog.store.server_writes import NewVersion, Outcome, Placement
 from cedarberg.catalog.store.sql import ObjectRow, Store
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.tables import TableService
@@ -213,9 +213,8 @@ async def test_a_stale_base_is_a_lost_race_and_changes_nothing(ctx: CatalogConte
     current = await _row(ctx.store, "t")
 
     location = await table_location(ctx, "t")
-    outcome = await server_writes.swap_object(
-        ctx.store, stale, [location], stale.metadata_location + ".x", b"sealed", None
-    )
+    new = NewVersion(stale.metadata_location + ".x", b"sealed", [location])
+    outcome = await server_writes.swap_object(ctx.store, stale, new, None)
 
     assert outcome is Outcome.LOST_RACE
     assert await _row(ctx.store, "t") == current
@@ -267,7 +266,7 @@ async def test_a_create_near_recorded_roots_writes_nothing(ctx: CatalogContext) 
         "one free root and one taken": [f"{ns_dir}/free-{uuid.uuid4().hex}", taken],
     }
     for how, roots in meeting.items():
-        outcome = await server_writes.insert_object(ctx.store, _new_row("n"), roots, {}, False, None)
+        outcome = await server_writes.insert_object(ctx.store, _new_row("n"), Placement(roots, {}), None)
         assert outcome is Outcome.GENERAL, how
     async with ctx.store.read() as tx:
         assert await tx.get_object(WAREHOUSE, NAMESPACE.key, "n") is None
@@ -275,7 +274,8 @@ async def test_a_create_near_recorded_roots_writes_nothing(ctx: CatalogContext) 
 
     free = f"{ns_dir}/n-{uuid.uuid4().hex}"
     assert (
-        await server_writes.insert_object(ctx.store, _new_row("n"), [free], {}, False, None) is Outcome.DONE
+        await server_writes.insert_object(ctx.store, _new_row("n"), Placement([free], {}), None)
+        is Outcome.DONE
     )
     async with ctx.store.read() as tx:
         assert await tx.get_object(WAREHOUSE, NAMESPACE.key, "n") is not None
@@ -286,7 +286,7 @@ async def test_a_create_placed_on_stale_namespace_properties_writes_nothing(ctx:
     await NamespaceService(ctx).create(None, NAMESPACE, {"a": "1"}, None)
     free = f"{ctx.warehouse(None).location}/ns/n-{uuid.uuid4().hex}"
 
-    outcome = await server_writes.insert_object(ctx.store, _new_row("n"), [free], {"a": "0"}, False, None)
+    outcome = await server_writes.insert_object(ctx.store, _new_row("n"), Placement([free], {"a": "0"}), None)
 
     assert outcome is Outcome.GENERAL
     async with ctx.store.read() as tx:
@@ -299,7 +299,7 @@ async def test_a_name_taken_since_the_plan_is_a_lost_race(ctx: CatalogContext) -
     before = await _row(ctx.store, "t")
     free = f"{ctx.warehouse(None).location}/ns/t-{uuid.uuid4().hex}"
 
-    outcome = await server_writes.insert_object(ctx.store, _new_row("t"), [free], {}, False, None)
+    outcome = await server_writes.insert_object(ctx.store, _new_row("t"), Placement([free], {}), None)
 
     assert outcome is Outcome.LOST_RACE
     assert await _row(ctx.store, "t") == before
