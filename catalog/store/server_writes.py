@@ -25,7 +25,7 @@ from sqlalchemy import bindparam as param
 from cedarberg.catalog.roots import ancestors
 from cedarberg.catalog.store.cache import Touched
 from cedarberg.catalog.store.driver import IntegrityViolation
-from cedarberg.catalog.store.roots import PG_ROOTS_LOCK, namespace_owner
+from cedarberg.catalog.store.roots import PG_ROOTS_LOCK, namespace_owner, place_locks
 from cedarberg.catalog.store.sql import IdempotencyRecord, ObjectRow, Store
 from cedarberg.catalog.store.statements import Sql
 
@@ -53,6 +53,8 @@ _TYPES: dict[str, Any] = {
     "now": BigInteger(),
     "version": Integer(),
     "lock": BigInteger(),
+    "places": ARRAY(Integer),
+    "exclusive": ARRAY(Boolean),
     "check_uuid": Boolean(),
     "new_metadata": _BYTES,
     "metadata": _BYTES,
@@ -86,12 +88,14 @@ _SWAP = _call(
 _CREATE = _call(
     "cedarberg_create_object",
     *("warehouse", "namespace", "name", "kind", "uuid", "metadata_location", "metadata", "version"),
-    *("kek_uri", "kek_version", "wrapped_key", "now", "check_uuid", "ns_properties", "lock"),
+    *("kek_uri", "kek_version", "wrapped_key", "now", "check_uuid", "ns_properties", "lock", "places"),
+    "exclusive",
     *("roots", "above", "below", "ancestors"),
 )
 _CREATE_NAMESPACE = _call(
     "cedarberg_create_namespace",
     *("warehouse", "name", "parent", "properties", "now", "directory", "ancestors", "owner", "lock"),
+    *("places", "exclusive"),
 )
 
 
@@ -112,6 +116,11 @@ def _record_params(pending: PendingRecord | None) -> dict[str, Any]:
         "created_at": record.created_at,
         "expired_before": pending.expired_before,
     }
+
+
+def _place_params(roots: Sequence[str]) -> dict[str, Any]:
+    places, exclusive = place_locks(roots)
+    return {"places": places, "exclusive": exclusive}
 
 
 async def _run(store: Store, sql: Sql, params: dict[str, Any], touched: Touched) -> Outcome:
@@ -203,6 +212,7 @@ async def insert_object(
         "check_uuid": placement.check_uuid,
         "ns_properties": orjson.dumps(placement.ns_properties).decode(),
         "lock": PG_ROOTS_LOCK,
+        **_place_params(fresh),
         "roots": [root.encode() for root in fresh],
         # Below a root: between `root/` and `root0` ('0' follows '/'), as catalog.store.roots.near.
         "above": [(root.rstrip("/") + "/").encode() for root in fresh],
@@ -227,6 +237,7 @@ async def insert_namespace(store: Store, new: NewNamespace, pending: PendingReco
         "ancestors": [item.encode() for item in ancestors(new.directory)],
         "owner": namespace_owner(new.warehouse, new.name),
         "lock": PG_ROOTS_LOCK,
+        **_place_params([new.directory]),
         **_record_params(pending),
     }
     touched = Touched(namespaces={(new.warehouse, new.name)})

@@ -9,6 +9,7 @@ statement asyncpg has prepared on its connection is one round trip).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
@@ -351,3 +352,42 @@ async def _row(store: Store, name: str) -> ObjectRow:
         row = await tx.get_object(WAREHOUSE, NAMESPACE.key, name)
     assert row is not None
     return row
+
+
+async def test_only_claims_at_overlapping_places_wait_for_each_other(ctx: CatalogContext) -> None:
+    """While a transaction holds the locks of a claim at `<ns>/held`, a namespace created
+    elsewhere lands (disjoint places share no exclusive lock, so their commits can share a WAL
+    flush), and one whose directory lies below the held place waits for it, then is decided on
+    what it committed."""
+    await NamespaceService(ctx).create(None, NAMESPACE, {}, None)
+    warehouse = ctx.warehouse(None)
+    held = f"{warehouse.location}/ns/held-{uuid.uuid4().hex}"
+    below = Namespace.of(["below"])
+    elsewhere = Namespace.of(["elsewhere"])
+
+    async with ctx.store.write() as tx:
+        await rows.lock(tx, [held])
+        waiting = asyncio.create_task(
+            NamespaceService(ctx).create(None, below, {"location": f"{held}/x"}, None)
+        )
+        await asyncio.wait_for(NamespaceService(ctx).create(None, elsewhere, {}, None), timeout=60)
+        assert not waiting.done()
+        await rows.add(tx, warehouse.name, "table", str(uuid.uuid4()), [held])
+
+    with pytest.raises(LocationNotAllowedError):
+        await asyncio.wait_for(waiting, timeout=60)
+    async with ctx.store.read() as tx:
+        assert await tx.get_namespace(WAREHOUSE, elsewhere.key) == {}
+        assert await tx.get_namespace(WAREHOUSE, below.key) is None
+
+
+def test_a_root_locks_itself_exclusive_and_every_place_above_it_shared() -> None:
+    keys, exclusive = rows.place_locks(["s3://b/w/ns/t", "s3://b/w/ns/t/data"])
+    by_key = dict(zip(keys, exclusive, strict=True))
+    assert keys == sorted(keys)  # one order for every claim: no cycle of waits
+    assert len(by_key) == 5  # s3://b, s3://b/w, s3://b/w/ns, .../t, .../t/data
+    assert sum(by_key.values()) == 2  # the two roots; the places above them shared
+    namespace_keys, namespace_exclusive = rows.place_locks(["s3://b/w/ns"])
+    own = [key for key, mine in zip(namespace_keys, namespace_exclusive, strict=True) if mine]
+    assert len(own) == 1
+    assert by_key[own[0]] is False  # a namespace directory above the table: shared by the table

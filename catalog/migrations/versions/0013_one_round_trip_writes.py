@@ -16,6 +16,10 @@ A constraint violation (a name, UUID or idempotency key taken concurrently, a pa
 raised as by any statement: the statement's transaction rolls back whole, and the caller runs its
 general transaction too.
 
+Changes of roots lock as catalog.store.roots.lock does (`cedarberg_lock_roots`, which the general
+transaction calls too): the roots lock shared, then one lock per place, the new roots exclusive
+and every place above them shared, so only claims at overlapping places wait for each other.
+
 The roots rule here is the one catalog.confinement applies for an object that holds no roots yet:
 a candidate conflicts with any recorded root equal to it or below it, and with any root above it
 that is not a namespace directory. A namespace directory conflicts with any table's or view's
@@ -42,6 +46,25 @@ BEGIN
     DELETE FROM idempotency_records WHERE key = p_key AND created_at < p_expired_before;
     INSERT INTO idempotency_records (key, operation, request_hash, outcome, payload, created_at)
     VALUES (p_key, p_operation, p_request_hash, p_outcome, p_payload, p_created_at);
+END
+$$
+"""
+
+_LOCK_ROOTS = """
+CREATE OR REPLACE FUNCTION cedarberg_lock_roots(
+    p_lock bigint, p_places integer[], p_exclusive boolean[]
+) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(p_lock);
+    -- Places are keyed (1919905652 = "root", a key space of their own, p_places[i]).
+    FOR i IN 1 .. coalesce(array_length(p_places, 1), 0) LOOP
+        IF p_exclusive[i] THEN
+            PERFORM pg_advisory_xact_lock(1919905652, p_places[i]);
+        ELSE
+            PERFORM pg_advisory_xact_lock_shared(1919905652, p_places[i]);
+        END IF;
+    END LOOP;
+    RETURN 0;
 END
 $$
 """
@@ -85,8 +108,8 @@ CREATE OR REPLACE FUNCTION cedarberg_create_object(
     p_warehouse text, p_namespace text, p_name text, p_kind text, p_uuid text,
     p_metadata_location text, p_metadata bytea, p_version integer, p_kek_uri text,
     p_kek_version text, p_wrapped_key bytea, p_now bigint,
-    p_check_uuid boolean, p_ns_properties text, p_lock bigint,
-    p_roots bytea[], p_above bytea[], p_below bytea[], p_ancestors bytea[],
+    p_check_uuid boolean, p_ns_properties text, p_lock bigint, p_places integer[],
+    p_exclusive boolean[], p_roots bytea[], p_above bytea[], p_below bytea[], p_ancestors bytea[],
     p_key text, p_operation text, p_request_hash text, p_outcome text, p_payload bytea,
     p_created_at double precision, p_expired_before double precision
 ) RETURNS integer LANGUAGE plpgsql AS $$
@@ -102,7 +125,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM object_roots WHERE kind = p_kind AND owner = p_uuid) THEN
         RETURN 2;
     END IF;
-    PERFORM pg_advisory_xact_lock(p_lock);
+    PERFORM cedarberg_lock_roots(p_lock, p_places, p_exclusive);
     -- The placement was checked against these properties; changed since: the general path.
     SELECT properties INTO v_properties FROM namespaces
     WHERE warehouse = p_warehouse AND name = p_namespace;
@@ -146,12 +169,12 @@ $$
 _CREATE_NAMESPACE = """
 CREATE OR REPLACE FUNCTION cedarberg_create_namespace(
     p_warehouse text, p_name text, p_parent text, p_properties text, p_now bigint,
-    p_directory bytea, p_ancestors bytea[], p_owner text, p_lock bigint,
-    p_key text, p_operation text, p_request_hash text, p_outcome text, p_payload bytea,
+    p_directory bytea, p_ancestors bytea[], p_owner text, p_lock bigint, p_places integer[],
+    p_exclusive boolean[], p_key text, p_operation text, p_request_hash text, p_outcome text, p_payload bytea,
     p_created_at double precision, p_expired_before double precision
 ) RETURNS integer LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(p_lock);
+    PERFORM cedarberg_lock_roots(p_lock, p_places, p_exclusive);
     IF EXISTS (SELECT 1 FROM object_roots WHERE root = ANY (p_ancestors) AND kind <> 'namespace') THEN
         RETURN 2;
     END IF;
@@ -169,6 +192,7 @@ $$
 
 _FUNCTIONS = (
     ("cedarberg_record_idempotency", _RECORD_IDEMPOTENCY),
+    ("cedarberg_lock_roots", _LOCK_ROOTS),
     ("cedarberg_swap_object", _SWAP_OBJECT),
     ("cedarberg_create_object", _CREATE_OBJECT),
     ("cedarberg_create_namespace", _CREATE_NAMESPACE),
