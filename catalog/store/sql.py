@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import BigInteger, Integer, Table, delete, func, insert, select, text, update
+from sqlalchemy import BigInteger, Integer, Table, and_, delete, func, insert, select, text, update
 from sqlalchemy import bindparam as param
 from sqlalchemy.sql.expression import ColumnElement
 
@@ -218,6 +218,16 @@ def _list_namespaces(top_level: bool, paged: bool) -> Sql:
 
 
 _GET_OBJECT = Sql(select(*_OBJECT_COLUMNS).where(*_obj_key))
+_OBJECT_IN_NAMESPACE = Sql(
+    select(_ns.properties.label("ns_properties"), *_OBJECT_COLUMNS)
+    .select_from(
+        namespaces.outerjoin(
+            catalog_objects,
+            and_(_obj.warehouse == _ns.warehouse, _obj.namespace == _ns.name, _obj.name == param("name")),
+        )
+    )
+    .where(_ns.warehouse == param("warehouse"), _ns.name == param("namespace"))
+)
 _OBJECT_LOCATIONS = Sql(
     select(_obj.namespace, _obj.name, _obj.metadata_location).where(_obj.warehouse == param("warehouse"))
 )
@@ -485,6 +495,22 @@ class StoreTx:
             )
         ).first()
         return None if row is None else ObjectRow(*row)
+
+    async def get_object_in_namespace(
+        self, warehouse: str, namespace: str, name: str
+    ) -> tuple[dict[str, str], ObjectRow | None] | None:
+        """`get_namespace` and `get_object` in one statement (one round trip on PostgreSQL): the
+        namespace's properties and the pointer `name` in it (None: no such object); None if the
+        namespace does not exist."""
+        found = (
+            await self._conn.execute(
+                _OBJECT_IN_NAMESPACE, {"warehouse": warehouse, "namespace": namespace, "name": name}
+            )
+        ).first()
+        if found is None:
+            return None
+        properties = dict(orjson.loads(found.ns_properties))
+        return properties, None if found.uuid is None else ObjectRow(*found[1:])
 
     async def list_objects(
         self, warehouse: str, namespace: str, kind: str, after: str | None, limit: int
