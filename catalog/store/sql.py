@@ -7,7 +7,8 @@ engine of their own at start-up (catalog.store.engine).
 
 Invariants:
 - A table or view pointer changes only through `swap_object`, an `UPDATE ... WHERE
-  metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap).
+  metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap),
+  or, on PostgreSQL, the same UPDATE inside one statement (catalog.store.server_writes).
 - Writes on SQLite are serialised in-process and start with `BEGIN IMMEDIATE`, so concurrent
   writers wait for the lock (asynchronously, up to the busy timeout) instead of failing half-way
   with "database is locked".
