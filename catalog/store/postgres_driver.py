@@ -204,6 +204,18 @@ class PostgresDriver:
                 conn.broken = True
                 raise CommitStateUnknownError("the registry did not confirm the commit") from err
 
+    async def write_alone(self, sql: Sql, params: Mapping[str, Any]) -> Rows:
+        """Run one writing statement as its own transaction (autocommit). Raises IntegrityViolation
+        or DatabaseError when it was refused (nothing written), CommitStateUnknownError when it
+        was sent but not answered."""
+        async with self._connection() as conn:
+            try:
+                return await conn.execute(sql, params)
+            except DatabaseError as err:
+                if conn.broken:  # the server may have committed it before the connection failed
+                    raise CommitStateUnknownError("the registry did not confirm the write") from err
+                raise
+
     @asynccontextmanager
     async def read(self) -> AsyncIterator[PostgresConnection]:
         async with self._connection() as conn:
