@@ -152,15 +152,28 @@ class HandedOffSqliteDriver:
     def read(self) -> AbstractAsyncContextManager[SqliteConnection]:
         return self._local.read()
 
-    async def _session(self) -> _Session:
-        if self._idle:
-            return self._idle.pop()
+    async def _connect(self) -> _Session:
         try:
             async with asyncio.timeout(self._patience):
                 reader, writer = await asyncio.open_unix_connection(self._socket_path)
         except (OSError, TimeoutError) as err:
             raise DatabaseError(_UNAVAILABLE) from err
         return _Session(reader, writer, self._patience)
+
+    async def _begin(self) -> tuple[_Session, list[Any]]:
+        """A session with "begin" sent, and the writer's reply. An idle session that fails
+        (its writer died and was replaced since) is dropped with the other idle ones, and the
+        transaction begins on a new session: nothing had happened on the old one."""
+        if self._idle:
+            session = self._idle.pop()
+            try:
+                return session, await session.ask(["begin"])
+            except DatabaseError:
+                for stale in self._idle:
+                    stale.close()
+                self._idle.clear()
+        session = await self._connect()
+        return session, await session.ask(["begin"])
 
     def _give_back(self, session: _Session) -> None:
         if session.broken:
@@ -172,8 +185,7 @@ class HandedOffSqliteDriver:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[HandedOffConnection]:
-        session = await self._session()
-        reply = await session.ask(["begin"])
+        session, reply = await self._begin()
         if reply != ["ok"]:
             self._give_back(session)
             raise _refusal(reply)
