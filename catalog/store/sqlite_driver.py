@@ -186,11 +186,12 @@ async def _wait_busy(
 class _Batch:
     """One write transaction shared by the writers that joined it; `done` settles with its COMMIT."""
 
-    __slots__ = ("done", "members")
+    __slots__ = ("abandoned", "done", "members")
 
     def __init__(self, done: asyncio.Future[None]) -> None:
         self.done = done
         self.members = 0  # writers whose changes it holds
+        self.abandoned: list[Callable[[], bool]] = []  # members' "nobody waits for me any more"
 
 
 class SqliteDriver:
@@ -230,7 +231,12 @@ class SqliteDriver:
             raise DatabaseError(type(err).__name__) from err
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[SqliteConnection]:
+    async def write(self, *, abandoned: Callable[[], bool] | None = None) -> AsyncIterator[SqliteConnection]:
+        """One write transaction (see the module docstring). `abandoned`, if given, is asked just
+        before the group's COMMIT whether the one who asked for this transaction is gone (the
+        registry writer's session of a worker that died after sending "commit"): then the whole
+        group is rolled back and fails (DatabaseError) instead of committing a change nobody will
+        be told about, which the dead worker's client could already have read as absent."""
         self._waiting += 1
         try:
             await self._write_lock.acquire()
@@ -264,6 +270,8 @@ class SqliteDriver:
         try:
             conn.execute("RELEASE member")
             batch.members += 1
+            if abandoned is not None:
+                batch.abandoned.append(abandoned)
         except sqlite3.Error:
             self._undo_member(conn)
         self._end_turn()
@@ -317,9 +325,12 @@ class SqliteDriver:
 
     def _commit(self, batch: _Batch, conn: sqlite3.Connection) -> None:
         self._batch = None
-        if batch.members == 0:
+        if batch.members == 0 or any(gone() for gone in batch.abandoned):
             self._roll_back(conn)
-            settle(batch.done, None, None)
+            failure = DatabaseError("TransactionAbandoned") if batch.members else None
+            settle(batch.done, failure, None)
+            if failure is not None:
+                batch.done.exception()  # retrieved: the abandoned member waits for nobody
             self._write_lock.release()
             return
         self.counts.commits += 1

@@ -9,6 +9,9 @@ runs its transactions through `SqliteDriver.write()`: a transaction is a member 
 COMMIT has returned (durable: synchronous=FULL), or with the outcome the driver gives
 (CommitStateUnknownError, DatabaseError). A session that closes or stalls mid-transaction (a
 worker died or hangs) is rolled back to its savepoint; the others' changes stay in the group.
+A session that closes after "commit" but before its group's COMMIT starts fails the whole group
+(rolled back, DatabaseError for every member): a worker that died cannot tell its client, who
+may already have read the change as absent, so it must not appear afterwards.
 
 Only processes of this user may connect: the socket lives in a directory only the user can
 enter, and the peer's uid is checked again on every session (SO_PEERCRED). Such a process could
@@ -100,7 +103,9 @@ class SqliteWriter:
         """One write transaction of a session, from "begin" to its outcome. Raises WireError,
         ConnectionError, TimeoutError when the session cannot go on (its changes rolled back)."""
         try:
-            async with self.driver.write() as conn:
+            # The worker sends nothing between "commit" and the answer: a session at its end
+            # by then belongs to a worker that died, and its group is rolled back, not committed.
+            async with self.driver.write(abandoned=reader.at_eof) as conn:
                 await _send(writer, ["ok"])
                 await self._statements(conn, reader, writer)
         except _RolledBack:

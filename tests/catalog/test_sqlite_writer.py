@@ -205,3 +205,48 @@ async def test_a_process_routed_to_a_writer_opens_handed_off_drivers(writer: Wri
     again = open_driver(f"sqlite:///{writer.database}", 4)
     await again.close()
     assert isinstance(again, SqliteDriver)  # unrouted again
+
+
+async def _reply(reader: asyncio.StreamReader) -> list[object]:
+    (length,) = struct.unpack(">I", await reader.readexactly(4))
+    message = orjson.loads(await reader.readexactly(length))
+    assert isinstance(message, list)
+    return message
+
+
+async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landing_later(
+    writer: Writer,
+) -> None:
+    """A worker killed between sending "commit" and reading the answer cannot tell its client,
+    who may read the change as absent at once (another worker reads the file): the writer rolls
+    back that group, and every member of it is told it failed, rather than commit it afterwards.
+    A group whose members all stay is committed (the control, last)."""
+    insert = (
+        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
+    )
+    dying_reader, dying = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
+    assert await _reply(dying_reader) == ["ok"]
+    assert (await _reply(dying_reader))[0] == "rows"
+    # Another worker's transaction waits for the writer lock: it joins the dying one's group.
+    other_reader, other = await _raw_session(writer, ["begin"])
+    while writer.driver._waiting == 0:  # until the writer has read its "begin" and waits for the lock
+        await asyncio.sleep(0.01)
+    dying.write(_frame(["commit"]))
+    await dying.drain()
+    assert await _reply(other_reader) == ["ok"]  # the group passed to the other transaction
+    dying.close()  # the worker dies before the group's COMMIT
+    await asyncio.sleep(0.2)
+    other.write(_frame(["exec", insert, ["w", "bystander", None, "{}"]]))
+    assert (await _reply(other_reader))[0] == "rows"
+    other.write(_frame(["commit"]))
+    assert await _reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed
+    other.close()
+    worker = writer.worker_store()
+    try:
+        async with worker.write() as tx:
+            await tx.insert_namespace("w", "after", None, {})
+        async with worker.read() as tx:
+            found = {name: await tx.get_namespace("w", name) for name in ("orphan", "bystander", "after")}
+    finally:
+        await worker.close()
+    assert found == {"orphan": None, "bystander": None, "after": {}}
