@@ -108,7 +108,9 @@ class SqliteCounts:
         self.busy_waits = 0
 
     def describe(self) -> str:
-        return f"{self.transactions} write transactions in {self.commits} commits, {self.busy_waits} busy waits"
+        return (
+            f"{self.transactions} write transactions in {self.commits} commits, {self.busy_waits} busy waits"
+        )
 
 
 class SqliteConnection:

@@ -229,8 +229,11 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     assert (await _reply(dying_reader))[0] == "rows"
     # Another worker's transaction waits for the writer lock: it joins the dying one's group.
     other_reader, other = await _raw_session(writer, ["begin"])
-    while writer.driver._waiting == 0:  # until the writer has read its "begin" and waits for the lock
+    for _ in range(3000):  # until the writer has read its "begin" and waits for the lock (30 s at most)
+        if writer.driver._waiting:
+            break
         await asyncio.sleep(0.01)
+    assert writer.driver._waiting == 1
     dying.write(_frame(["commit"]))
     await dying.drain()
     assert await _reply(other_reader) == ["ok"]  # the group passed to the other transaction
