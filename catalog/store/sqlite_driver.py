@@ -16,7 +16,9 @@ for all. A writer that fails rolls back to its savepoint, taking back only its o
 writer of the group returns only once the shared COMMIT has finished, and each learns its outcome
 (an error while committing is CommitStateUnknownError for all, except a full disk, which refuses
 the COMMIT before it happens: DatabaseError; a transaction SQLite rolled back entirely is
-DatabaseError for all).
+DatabaseError for all). A member whose requester is gone by the time of the COMMIT (the registry
+writer's worker died after asking to commit: catalog.store.sqlite_writer) makes the group roll
+back instead, DatabaseError for all: nothing lands that its client may have read as absent.
 
 Invariants:
 - One writer connection; the in-process lock serialises the writers' bodies (one at a time,
@@ -188,12 +190,12 @@ async def _wait_busy(
 class _Batch:
     """One write transaction shared by the writers that joined it; `done` settles with its COMMIT."""
 
-    __slots__ = ("abandoned", "done", "members")
+    __slots__ = ("done", "members", "requesters_gone")
 
     def __init__(self, done: asyncio.Future[None]) -> None:
         self.done = done
         self.members = 0  # writers whose changes it holds
-        self.abandoned: list[Callable[[], bool]] = []  # members' "nobody waits for me any more"
+        self.requesters_gone: list[Callable[[], bool]] = []  # per member: is who asked for it gone?
 
 
 class SqliteDriver:
@@ -233,8 +235,10 @@ class SqliteDriver:
             raise DatabaseError(type(err).__name__) from err
 
     @asynccontextmanager
-    async def write(self, *, abandoned: Callable[[], bool] | None = None) -> AsyncIterator[SqliteConnection]:
-        """One write transaction (see the module docstring). `abandoned`, if given, is asked just
+    async def write(
+        self, *, requester_gone: Callable[[], bool] | None = None
+    ) -> AsyncIterator[SqliteConnection]:
+        """One write transaction (see the module docstring). `requester_gone`, if given, is asked just
         before the group's COMMIT whether the one who asked for this transaction is gone (the
         registry writer's session of a worker that died after sending "commit"): then the whole
         group is rolled back and fails (DatabaseError) instead of committing a change nobody will
@@ -272,8 +276,8 @@ class SqliteDriver:
         try:
             conn.execute("RELEASE member")
             batch.members += 1
-            if abandoned is not None:
-                batch.abandoned.append(abandoned)
+            if requester_gone is not None:
+                batch.requesters_gone.append(requester_gone)
         except sqlite3.Error:
             self._undo_member(conn)
         self._end_turn()
@@ -327,12 +331,12 @@ class SqliteDriver:
 
     def _commit(self, batch: _Batch, conn: sqlite3.Connection) -> None:
         self._batch = None
-        if batch.members == 0 or any(gone() for gone in batch.abandoned):
+        if batch.members == 0 or any(gone() for gone in batch.requesters_gone):
             self._roll_back(conn)
             failure = DatabaseError("TransactionAbandoned") if batch.members else None
             settle(batch.done, failure, None)
             if failure is not None:
-                batch.done.exception()  # retrieved: the abandoned member waits for nobody
+                batch.done.exception()  # retrieved: the member whose requester is gone waits for nobody
             self._write_lock.release()
             return
         self.counts.commits += 1

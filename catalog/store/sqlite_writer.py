@@ -105,7 +105,7 @@ class SqliteWriter:
         try:
             # The worker sends nothing between "commit" and the answer: a session at its end
             # by then belongs to a worker that died, and its group is rolled back, not committed.
-            async with self.driver.write(abandoned=reader.at_eof) as conn:
+            async with self.driver.write(requester_gone=reader.at_eof) as conn:
                 await _send(writer, ["ok"])
                 await self._statements(conn, reader, writer)
         except _RolledBack:
