@@ -75,6 +75,7 @@ def test_eight_writers_through_two_workers_share_one_writer_without_busy_waits(t
     stopped = _STOPPED.findall(gw.log_text())
     assert len(stopped) == 1, gw.log_text()[-3000:]
     transactions, commits, busy_waits = (int(figure) for figure in stopped[0])
+    print(f"registry writer: {transactions} write transactions in {commits} commits, {busy_waits} busy waits")
     assert busy_waits == 0
     assert transactions >= 1 + WRITERS * (1 + COMMITS_EACH)  # every write went through the writer
     assert commits < transactions  # concurrent transactions of both workers shared COMMITs
