@@ -184,8 +184,20 @@ class Supervisor:
         self._companion_pid = None
         if code > 0 and now - self._companion_started < _STARTUP_SECONDS:
             return "the registry writer failed to start"
+        if self._crash_loop(now):
+            return f"{_MAX_RESTARTS} processes died within {_RESTART_WINDOW_SECONDS:.0f} s"
         self._spawn_companion()
         return None
+
+    def _crash_loop(self, now: float) -> bool:
+        """Count a replacement (of a worker or the companion); True once there were too many
+        within the window."""
+        while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_SECONDS:
+            self._restarts.popleft()
+        if len(self._restarts) >= _MAX_RESTARTS:
+            return True
+        self._restarts.append(now)
+        return False
 
     def _work(self) -> int:
         assert self._sock is not None
@@ -238,11 +250,8 @@ class Supervisor:
             # why this configuration cannot serve, and a replacement would fail the same way.
             if worker.first_generation and code > 0 and now - worker.started < _STARTUP_SECONDS:
                 return "a worker failed to start"
-            while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_SECONDS:
-                self._restarts.popleft()
-            if len(self._restarts) >= _MAX_RESTARTS:
+            if self._crash_loop(now):
                 return f"{_MAX_RESTARTS} workers died within {_RESTART_WINDOW_SECONDS:.0f} s"
-            self._restarts.append(now)
             self._spawn(worker.slot, first_generation=False)
         return None
 
