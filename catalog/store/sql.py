@@ -51,6 +51,7 @@ from cedarberg.catalog.store.schema import (
     registry_keys,
 )
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
+from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, writer_socket_for
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.store.urls import SUPPORTED_FORMS, is_postgres, sqlite_path
 from cedarberg.kms.keys import WrappedKey
@@ -838,9 +839,16 @@ def open_driver(url: str, capacity: int, *, sqlite_readers: int = SQLITE_READERS
     """The driver for a registry URL (catalog.store.urls: SQLite or PostgreSQL, either spelling),
     opening at most `capacity` PostgreSQL connections or `sqlite_readers` idle SQLite readers (on
     SQLite a writer waits up to SQLITE_BUSY_TIMEOUT_SECONDS for another process's write lock).
-    Connects lazily. Raises StorageUnavailableError for any other URL."""
+    Connects lazily. Raises StorageUnavailableError for any other URL. A SQLite file whose
+    writes this process hands to a writer process (catalog.store.sqlite_handoff) gets a driver
+    that writes there and reads here."""
     path = sqlite_path(url)
     if path is not None:
+        writer = writer_socket_for(path)
+        if writer is not None:
+            return HandedOffSqliteDriver(
+                path, writer, readers=sqlite_readers, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS
+            )
         return SqliteDriver(path, readers=sqlite_readers, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
     if is_postgres(url):
         return PostgresDriver(url, capacity)
