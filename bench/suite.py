@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import bench  # noqa: F401  (puts the repo root on sys.path, turns the test fork server off)
-from bench import report, startup
+from bench import credential_forms, report, startup
 from bench.cedarberg import POSTGRES, SQLITE, Variant, running_cedarberg
 from bench.ceiling import running_ceiling
 from bench.endpoint import Endpoint
@@ -49,7 +49,6 @@ from bench.scenarios import (
     READ,
     TLS_SUBSET,
     Operation,
-    operations_for,
 )
 from bench.targets import FAIL, TIMES, evaluate
 from bench.wrk import WrkError, wrk_version
@@ -58,7 +57,7 @@ from tests.support.tls import make_pki
 
 # The Cedarberg variants, in the order they run.
 VARIANTS = (
-    Variant(tls=False, workers=1, store=SQLITE, operations=ALL),
+    Variant(tls=False, workers=1, store=SQLITE, operations=ALL + credential_forms.NAMES),
     Variant(tls=False, workers=2, store=SQLITE, operations=ALL),
     Variant(tls=True, workers=1, store=SQLITE, operations=TLS_SUBSET),
     Variant(tls=True, workers=2, store=SQLITE, operations=TLS_SUBSET),
@@ -109,7 +108,7 @@ class Suite:
         return self.pattern is None or bool(self.pattern.search(key))
 
     def chosen(self, label: str, names: tuple[str, ...]) -> list[Operation]:
-        return [op for op in operations_for(names) if self.selected(f"{label}/{op.name}")]
+        return [op for op in credential_forms.operations_for(names) if self.selected(f"{label}/{op.name}")]
 
     # -- the servers -------------------------------------------------------------------------
 
