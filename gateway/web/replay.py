@@ -84,17 +84,24 @@ _PLAN_OVERHEAD_BYTES = 600  # the plan object, its tuples and the key's strings 
 # (method, raw path and query, credential digest, client address, TLS subject)
 PlanKey = tuple[str, str, bytes, str, str]
 # Per process: a digest names a credential only here, and only for as long as the process lives.
-_DIGEST_KEY = secrets.token_bytes(32)
+# Keyed once; each digest copies the keyed state (cheaper than keying BLAKE2b per request).
+_KEYED = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
 
 
 def credential_digest(authorization: str, api_key: str) -> bytes:
     """A keyed digest of a request's credential headers (`Authorization`, `X-Api-Key`); empty
-    when neither is sent. Injective in the pair (the first is length-prefixed), so two requests
-    share a digest only by presenting the same headers."""
-    if not authorization and not api_key:
-        return b""
-    text = f"{len(authorization)}:{authorization}{api_key}".encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(text, key=_DIGEST_KEY, digest_size=16).digest()
+    when neither is sent. Injective in the pair (tagged by which headers are sent, the first
+    length-prefixed when both are), so two requests share a digest only by presenting the same
+    headers."""
+    if not api_key:
+        if not authorization:
+            return b""
+        text = b"a" + authorization.encode("utf-8", "surrogatepass")
+    else:
+        text = f"k{len(authorization)}:{authorization}{api_key}".encode("utf-8", "surrogatepass")
+    digest = _KEYED.copy()
+    digest.update(text)
+    return digest.digest()
 
 
 @dataclass(slots=True)
