@@ -28,7 +28,7 @@ from jwt.algorithms import RSAAlgorithm
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.key_store import connect_key_store
 from cedarberg.gateway.web.keys import SECURITY
-from cedarberg.gateway.web.replay import PlanCache
+from cedarberg.gateway.web.replay import PlanCache, credential_digest
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway, bearer
 from tests.support.idp import KeySetServer
 
@@ -300,3 +300,22 @@ async def test_an_expired_oidc_token_is_refused_at_once_on_the_replayed_path(
     assert (_plans(gw).recorded, _plans(gw).replayed) == (2, 2)
     assert await _status(gw, lasting) == 200  # control
     assert _plans(gw).replayed == 3
+
+
+def test_the_credential_digest_tells_every_pair_of_headers_apart() -> None:
+    """Plans are keyed by this digest: two requests may share a plan only by sending the same
+    `Authorization` and `X-Api-Key` values, however the values are split between the headers."""
+    pairs = [
+        ("a", ""),
+        ("", "a"),
+        ("a", "b"),
+        ("ab", ""),
+        ("", "ab"),
+        ("k1:ab", ""),
+        ("a", "ab"),
+        ("aa", "b"),
+    ]
+    digests = [credential_digest(authorization, api_key) for authorization, api_key in pairs]
+    assert len(set(digests)) == len(pairs)
+    assert credential_digest("", "") == b""  # no credential: the anonymous principal's plans
+    assert credential_digest("a", "b") == credential_digest("a", "b")
