@@ -254,6 +254,8 @@ class PlanCache:
         if not isinstance(body, bytes | bytearray | type(None)):
             return
         expires_at = time.time() + self.max_age_seconds
+        if (principal.auth_method is AuthMethod.ANONYMOUS) != (key[2] == b""):
+            return  # only the credential in the key may prove the plan's principal (not a cookie)
         proof, valid_until = principal.proof, principal.valid_until
         if principal.auth_method in _TOKENS and valid_until is None:
             return  # a token without a known expiry is decided afresh every time
