@@ -312,7 +312,7 @@ async def _authenticate(request: web.Request) -> Principal:
         raise AuthenticationError()
     await _check_failure_budget(request, sec, metrics(request))
     try:
-        principal = await sec.authenticate_bearer(
+        principal = await sec.bearer.authenticate(
             credential, request.remote, functools.partial(peer_certificate_sha256, request.transport)
         )
     except AuthenticationError as err:
