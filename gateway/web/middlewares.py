@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -266,10 +267,11 @@ STAGES: tuple[Stage, ...] = (
 _PIPELINE = chain(STAGES, _run_handler)
 
 
-async def run(request: web.Request, front: Front, router: Rest) -> web.StreamResponse:
+def run(request: web.Request, front: Front, router: Rest) -> Awaitable[web.StreamResponse]:
     """The pipeline entered at the front (`gateway.web.front`), before routing: `router` is
-    aiohttp's routing and middleware chain, which the `route` stage hands the request to."""
-    return await _PIPELINE(request, Exchange(front, router))
+    aiohttp's routing and middleware chain, which the `route` stage hands the request to. (A
+    plain function: the chain's coroutine is awaited by the caller, with no frame of its own.)"""
+    return _PIPELINE(request, Exchange(front, router))
 
 
 @web.middleware
