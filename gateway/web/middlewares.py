@@ -246,8 +246,9 @@ async def handle(request: web.Request, exchange: Exchange, rest: Next) -> web.St
     return response
 
 
-async def _run_handler(request: web.Request, exchange: Exchange) -> web.StreamResponse:
-    return await exchange.handler(request)
+def _run_handler(request: web.Request, exchange: Exchange) -> Awaitable[web.StreamResponse]:
+    # The chain's end: the handler's coroutine, awaited by `handle` (no frame of its own).
+    return exchange.handler(request)
 
 
 # The pipeline, outermost first. Rate limiting comes before authentication (a flood never reaches
