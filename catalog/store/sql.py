@@ -300,7 +300,6 @@ _INSERT_METRICS = Sql(
         )
     )
 )
-_COUNT_METRICS = Sql(select(func.count()).select_from(metrics_reports).where(*_metrics_key))
 _DELETE_METRICS = Sql(delete(metrics_reports).where(*_metrics_key))
 _DELETE_METRICS_BEFORE = Sql(
     delete(metrics_reports).where(
@@ -652,12 +651,6 @@ class StoreTx:
                 "received_at_ms": _now_ms(),
             },
         )
-
-    async def count_metrics_reports(self, warehouse: str, namespace: str, name: str) -> int:
-        result = await self._conn.execute(
-            _COUNT_METRICS, {"warehouse": warehouse, "namespace": namespace, "name": name}
-        )
-        return int(result.scalar_one())
 
     async def delete_metrics_reports(self, warehouse: str, namespace: str, name: str) -> None:
         await self._conn.execute(

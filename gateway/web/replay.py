@@ -60,7 +60,7 @@ from cedarberg.gateway.audit import AuditEvent, AuditTemplate
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
 from cedarberg.gateway.byte_lru import ByteBoundedLru
 from cedarberg.gateway.config.caches import DEFAULT_PLAN_MAX_BYTES, DEFAULT_PLAN_MAX_ENTRIES
-from cedarberg.gateway.ratelimit import OperationClass
+from cedarberg.gateway.ratelimit import OperationClass, principal_key
 from cedarberg.gateway.tls import peer_subject
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ class PlanCache:
         plan = Plan(
             route=route,
             principal=principal,
-            budget_key=f"{principal.kind}:{principal.id}",
+            budget_key=principal_key(principal),
             op_class=rec.op_class,
             policy_version=security.policies.version,
             expires_at=expires_at,

@@ -29,7 +29,7 @@ from cedarberg.gateway.authz.binding_static import log_static_findings
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
-from cedarberg.gateway.ratelimit import OperationClass, RateLimiter
+from cedarberg.gateway.ratelimit import OperationClass, RateLimiter, principal_key
 from cedarberg.gateway.web.console.services import ConsoleServices
 from cedarberg.gateway.web.delegation_judge import CedarDelegationJudge
 from cedarberg.gateway.web.replay import PlanCache
@@ -189,7 +189,7 @@ def _token_budget(limiter: RateLimiter) -> Admission:
     credentials verified, so nobody can spend another principal's budget)."""
 
     async def admit(principal: Principal) -> int | None:
-        retry = await limiter.hit_principal(f"{principal.kind}:{principal.id}", OperationClass.TOKEN)
+        retry = await limiter.hit_principal(principal_key(principal), OperationClass.TOKEN)
         return None if retry is None else retry.seconds
 
     return admit
