@@ -169,13 +169,8 @@ def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path
     """A fresh registry for `Store.open` on ``store_kind``'s store: a SQLite file in ``tmp_path``
     (created by the first `Store.open`) or a PostgreSQL database already at schema head (dropped
     after the test)."""
-    if store_kind != "postgres":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
-        return
-    server: postgres.PostgresServer = request.getfixturevalue("postgres_server")
-    url = server.migrated_database()
-    yield url
-    server.drop_database(postgres.database_name(url))
+    for url in _gateway_store(request, store_kind):
+        yield url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
 
 
 def _gateway_store(request: pytest.FixtureRequest, store_kind: str) -> Iterator[str | None]:

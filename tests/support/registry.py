@@ -80,12 +80,20 @@ async def _pg_execute(dsn: str, sql: str, params: tuple[Any, ...]) -> None:
         await connection.close()
 
 
+def query_url(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """The rows `sql` selects from the registry at `url` (the ``registry_url`` fixture's form:
+    ``sqlite+aiosqlite:///PATH`` or a PostgreSQL URL), on a connection of its own: what another
+    process would see at this moment."""
+    if url.startswith("postgresql"):
+        dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+        return _run(_pg_fetch(dsn, _numbered(sql), params))
+    with sqlite3.connect(url.split(":///", 1)[1]) as db:
+        return [tuple(row) for row in db.execute(sql, params).fetchall()]
+
+
 def query(gw: GatewayProcess, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """The rows `sql` selects from `gw`'s registry."""
-    if gw.store_kind == "postgres":
-        return _run(_pg_fetch(_dsn(gw), _numbered(sql), params))
-    with _sqlite(gw) as db:
-        return [tuple(row) for row in db.execute(sql, params).fetchall()]
+    return query_url(gw.store_url or f"sqlite:///{gw.data_dir / 'catalog.db'}", sql, *params)
 
 
 def execute(gw: GatewayProcess, sql: str, *params: Any) -> None:
@@ -124,14 +132,3 @@ def lose(gw: GatewayProcess) -> None:
         return
     for path in gw.data_dir.glob("catalog.db*"):
         path.unlink()
-
-
-def query_url(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """The rows `sql` selects from the registry at `url` (the ``registry_url`` fixture's form:
-    ``sqlite+aiosqlite:///PATH`` or a PostgreSQL URL), on a connection of its own: what another
-    process would see at this moment."""
-    if url.startswith("postgresql"):
-        dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
-        return _run(_pg_fetch(dsn, _numbered(sql), params))
-    with sqlite3.connect(url.split(":///", 1)[1]) as db:
-        return [tuple(row) for row in db.execute(sql, params).fetchall()]
