@@ -5,9 +5,10 @@ rate limiting on with budgets far above the load (so it is measured, never hit);
 auth: an admin API key is bootstrapped offline (``cedarberg keys create``) before the server
 starts, a writer key of group ``etl`` is created through the admin API, and both keys are
 exchanged for gateway JWTs at ``POST /v1/oauth/tokens``. Every measured request carries
-``Authorization: Bearer <jwt>``. Variants: TLS off/on, 1 worker or one per core, the registry (and key
-store) in the embedded SQLite file or in a PostgreSQL database of a cluster started for the
-variant (bench/postgres.py).
+``Authorization: Bearer <jwt>``, except the credential-form scenarios (bench/credential_forms.py),
+which send the writer's API key itself or a token of an OIDC issuer the gateway trusts.
+Variants: TLS off/on, 1 worker or one per core, the registry (and key store) in the embedded SQLite
+file or in a PostgreSQL database of a cluster started for the variant (bench/postgres.py).
 
 Durability is on as in production: the gateway has no setting that turns it off (SQLite runs with
 ``synchronous=FULL``, PostgreSQL sessions with ``synchronous_commit=on``, local metadata files and
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fixtures, postgres
+from bench.credential_forms import OIDC_ROLE, WRITER_KEY_ROLE, Issuer, running_issuer
 from bench.endpoint import Endpoint
 from bench.http import HttpClient, bearer, client_token
 from bench.procstat import loaded_event_loop
@@ -41,11 +43,13 @@ READY_TIMEOUT_SECONDS = 120.0
 SQLITE, POSTGRES = "SQLite", "PostgreSQL"
 
 
-def gateway_config(tls_pki: TestPki | None) -> dict[str, Any]:
+def gateway_config(tls_pki: TestPki | None, issuer: Issuer | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {
         "rate_limits": {"enabled": True, **RATE_LIMITS},
         "tokens": {"ttl_seconds": TOKEN_TTL_SECONDS},
     }
+    if issuer is not None:
+        config["oidc"] = issuer.gateway_config()
     if tls_pki is not None:
         config["tls"] = {"cert_file": str(tls_pki.server_cert), "key_file": str(tls_pki.server_key)}
     return config
@@ -104,7 +108,8 @@ def running_cedarberg(work_dir: Path, variant: Variant, *, tls_pki: TestPki | No
             postgres_settings = postgres.durability(server)
         data_dir = work_dir / "gateway"
         data_dir.mkdir(parents=True, exist_ok=True)
-        config = gateway_config(tls_pki)
+        issuer = stack.enter_context(running_issuer(WRITER_GROUP))
+        config = gateway_config(tls_pki, issuer)
         config_path = work_dir / "gateway.toml"  # where GatewayProcess writes it, too
         config_path.write_text(to_toml(config))
         admin_key = keys_create(
@@ -123,6 +128,7 @@ def running_cedarberg(work_dir: Path, variant: Variant, *, tls_pki: TestPki | No
         stack.callback(gateway.stop)
         gateway.start()
         endpoint = _prepare(gateway, admin_key, tls_pki, variant)
+        endpoint.tokens[OIDC_ROLE] = issuer.token()
         endpoint.durability = durability(variant.store, postgres_settings)
         yield endpoint
 
@@ -143,6 +149,7 @@ def _prepare(gateway: GatewayProcess, admin_key: str, tls_pki: TestPki | None, v
     tokens = {
         "writer": client_token(client, token_url, writer_id, writer_secret),
         "admin": client_token(client, token_url, admin_id, admin_secret),
+        WRITER_KEY_ROLE: str(reply.json()["key"]),
     }
     config = client.get(f"{gateway.url}/v1/config", bearer(tokens["writer"]))
     if config.status != 200:

@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.credential_forms import credential_header
 from bench.endpoint import Endpoint
-from bench.http import HttpClient, bearer
+from bench.http import HttpClient
 from bench.model import FAILED, UNSUPPORTED, Run, Scenario, Soak
 from bench.processes import log_tail
 from bench.procstat import ServerMeter, is_alive, machine_busy_seconds
@@ -70,7 +71,7 @@ def prepare(endpoint: Endpoint, operation: Operation, scenario: Scenario) -> Pre
 def _headers(endpoint: Endpoint, operation: Operation) -> dict[str, str]:
     headers: dict[str, str] = {}
     if operation.role:
-        headers.update(bearer(endpoint.tokens[operation.role]))
+        headers.update(credential_header(operation.header, endpoint.tokens[operation.role]))
     if operation.method != "GET":
         headers["Content-Type"] = (
             "application/x-www-form-urlencoded" if operation.form else "application/json"

@@ -39,7 +39,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("request body (pydantic)", ("web/http.py", "pydantic")),
     (
         "pipeline (authentication, limits, ids, metrics)",
-        ("middlewares.py", "authn/", "ratelimit.py", "replay.py"),
+        ("middlewares.py", "web/answers.py", "web/exchange.py", "authn/", "ratelimit.py", "replay.py"),
     ),
     ("aiohttp", ("aiohttp",)),
 )

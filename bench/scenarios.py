@@ -27,6 +27,7 @@ class Operation:
     connections: int
     threads: int = 1
     role: str = "writer"  # whose bearer token is sent; "" sends none (the token endpoint)
+    header: str = "Authorization"  # where: `Bearer <token>`, or the raw value (bench/credential_forms.py)
     body: str = ""
     form: bool = False  # body is application/x-www-form-urlencoded (else JSON)
     expected: frozenset[int] = field(default_factory=lambda: frozenset({200}))

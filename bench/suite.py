@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import bench  # noqa: F401  (puts the repo root on sys.path, turns the test fork server off)
-from bench import report, startup
+from bench import credential_forms, report, startup
 from bench.cedarberg import POSTGRES, SQLITE, Variant, running_cedarberg
 from bench.ceiling import running_ceiling
 from bench.endpoint import Endpoint
@@ -52,14 +52,13 @@ from bench.scenarios import (
     READ,
     TLS_SUBSET,
     Operation,
-    operations_for,
 )
 from bench.targets import FAIL, TIMES, evaluate
 from bench.wrk import WrkError, wrk_version
 from tests.support.secure import AMBIENT_CA_VARIABLES
 from tests.support.tls import make_pki
 
-MAIN_VARIANT = Variant(tls=False, workers=1, store=SQLITE, operations=ALL)
+MAIN_VARIANT = Variant(tls=False, workers=1, store=SQLITE, operations=ALL + credential_forms.NAMES)
 PEER_OPERATIONS = ALL
 SOAK_KEY = f"cedarberg/{MAIN_VARIANT.name}/soak"
 
@@ -136,7 +135,7 @@ class Suite:
         return self.pattern is None or bool(self.pattern.search(key))
 
     def chosen(self, label: str, names: tuple[str, ...]) -> list[Operation]:
-        return [op for op in operations_for(names) if self.selected(f"{label}/{op.name}")]
+        return [op for op in credential_forms.operations_for(names) if self.selected(f"{label}/{op.name}")]
 
     # -- the servers -------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ Tables and views share this one algorithm; only the planning differs (`catalog.t
    written in another object's place.
 4. In ONE database transaction, claim each object's roots (`catalog.confinement`), swap every
    pointer only if it still names the version read in 1 (or insert it, for a create); record the
-   idempotent response in the same transaction.
+   idempotent response in the same transaction. On PostgreSQL a single change in the common case
+   (no roots to claim for a commit; nothing near the roots of a create) is one statement instead,
+   a server-side function doing the same checks (`catalog.store.server_writes`): one round trip.
 5. If any swap lost a race, roll back, delete the files of step 3 and start again from 1: the
    requirements are re-checked against the newer metadata, so a commit that still holds lands
    and one that no longer holds fails with CommitFailedError.
@@ -41,10 +43,17 @@ from pyiceberg.view.metadata import ViewMetadata
 from cedarberg.catalog import confinement, documents, fileio, locations, registration, roots, round_trip
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
-from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError, StorageUnavailableError
+from cedarberg.catalog.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    LocationNotAllowedError,
+    StorageUnavailableError,
+)
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.namespaces import read_properties
 from cedarberg.catalog.sealing import ObjectKey, SealTarget
+from cedarberg.catalog.store import server_writes
 from cedarberg.catalog.store.sql import ObjectRow
 
 log = logging.getLogger(__name__)
@@ -182,6 +191,12 @@ async def _swap_all(
     # one ("deadlock detected", answered 503). The commit locks order them only within a process.
     # The sort is stable, so changes to one object keep their order.
     ordered = sorted(changes, key=lambda change: (change.identifier.namespace.key, change.identifier.name))
+    if (
+        len(ordered) == 1
+        and ctx.store.writes_alone
+        and await _swap_alone(ctx, warehouse, ordered[0], rec, body)
+    ):
+        return
     async with ctx.store.write() as tx:
         for change in ordered:
             if change.check_uuid_free:
@@ -208,6 +223,42 @@ async def _swap_all(
                 raise _LostRace
         if rec is not None:
             await rec.record(tx, body)
+
+
+async def _swap_alone(
+    ctx: CatalogContext, warehouse: Warehouse, change: PlannedChange[M], rec: Recorder | None, body: Body
+) -> bool:
+    """Step 4 for one change in one statement (catalog.store.server_writes): True if it landed.
+    False if it is not the common case (roots to claim, a possible conflict, a constraint): then
+    nothing was written and the transaction of `_swap_all` decides. Raises _LostRace."""
+    target = change.seal_target(warehouse.name)
+    pending = None if rec is None else rec.pending(body)
+    if change.base is not None:
+        if change.check_uuid_free:
+            return False
+        sealed = ctx.sealer.seal_record(change.key, target, change.metadata_json)
+        new = server_writes.NewVersion(change.metadata_location, sealed, change.roots)
+        outcome = await server_writes.swap_object(ctx.store, change.base, new, pending)
+    else:
+        namespace = change.identifier.namespace
+        ns_properties = await read_properties(ctx.store, warehouse.name, namespace.key)
+        if ns_properties is None:
+            return False
+        try:
+            # Against the properties read (maybe cached): the statement checks they are current.
+            confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, change.roots)
+        except LocationNotAllowedError:
+            return False  # the transaction checks again on the namespace as it is now
+        row = new_row(ctx, target, change.key, change.metadata_json)
+        placement = server_writes.Placement(change.roots, ns_properties, change.check_uuid_free)
+        outcome = await server_writes.insert_object(ctx.store, row, placement, pending)
+    if outcome is server_writes.Outcome.LOST_RACE:
+        raise _LostRace
+    if outcome is server_writes.Outcome.GENERAL:
+        return False
+    if rec is not None:
+        rec.recorded = True
+    return True
 
 
 def _keep_parsed(ctx: CatalogContext, changes: Sequence[PlannedChange[M]]) -> None:

@@ -66,7 +66,7 @@ async def claim(
     fresh = sorted(set(candidate) - set(await rows.held(tx, kind, owner)))
     if not fresh:
         return
-    await rows.lock(tx)
+    await rows.lock(tx, fresh)
     properties = await tx.get_namespace(warehouse.name, namespace.key) or {}
     check_new_roots(ctx, warehouse, namespace, properties, fresh)
     await _check_no_overlap(tx, kind, owner, fresh)
@@ -167,7 +167,7 @@ async def record_namespace(
     owner = rows.namespace_owner(warehouse.name, namespace.key)
     if not new and await rows.held(tx, rows.NAMESPACE, owner) == [directory]:
         return
-    await rows.lock(tx)
+    await rows.lock(tx, [directory])
     for found in await rows.near(tx, directory):
         if found.kind != rows.NAMESPACE and roots.contains(found.root, directory):
             raise LocationNotAllowedError(

@@ -32,8 +32,6 @@ class Warehouse:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    default_page_size: int = 100
-    max_page_size: int = 1000
     max_metadata_bytes: int = 64 * 1024 * 1024
     commit_retries: int = 4
 

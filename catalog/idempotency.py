@@ -32,6 +32,7 @@ import orjson
 
 from cedarberg.catalog import errors
 from cedarberg.catalog.sealing import KeyPurpose, ObjectKey, Sealer
+from cedarberg.catalog.store.server_writes import PendingRecord
 from cedarberg.catalog.store.sql import DuplicateKeyError, IdempotencyRecord, Store, StoreTx
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -90,6 +91,12 @@ class Recorder:
             self.expired_before,
         )
         self.recorded = True
+
+    def pending(self, body: Body) -> PendingRecord:
+        """What `record` writes, for a write that records it in its own single statement
+        (catalog.store.server_writes); the caller sets `recorded` once that statement landed."""
+        sealed = None if body is None else self.seal(body.decode())
+        return PendingRecord(self.key, self.outcome("ok", sealed), self.expired_before)
 
     def outcome(self, outcome: str, sealed: bytes | None) -> IdempotencyRecord:
         """The record of a final `outcome` with its `sealed` payload, created now."""

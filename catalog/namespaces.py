@@ -8,6 +8,7 @@ from cedarberg.catalog import confinement, documents, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import (
     AlreadyExistsError,
+    CatalogError,
     InvalidRequestError,
     NoSuchNamespaceError,
     UnprocessableError,
@@ -15,6 +16,7 @@ from cedarberg.catalog.errors import (
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store import server_writes
 from cedarberg.catalog.store.cache import RegistryKey
 from cedarberg.catalog.store.sql import Store, StoreTx
 
@@ -128,6 +130,10 @@ class NamespaceService:
         _check_location_property(warehouse, properties)
         body = documents.dumps({"namespace": namespace.levels, "properties": properties})
         parent = namespace.parent_key if len(namespace.levels) > 1 else None
+        if self._ctx.store.writes_alone and await self._create_alone(
+            warehouse, namespace, properties, rec, body
+        ):
+            return body
         async with self._ctx.store.write() as tx:
             try:
                 await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)
@@ -148,6 +154,33 @@ class NamespaceService:
             if rec is not None:
                 await rec.record(tx, body)
         return body
+
+    async def _create_alone(
+        self,
+        warehouse: Warehouse,
+        namespace: Namespace,
+        properties: dict[str, str],
+        rec: Recorder | None,
+        body: Body,
+    ) -> bool:
+        """`create`'s write in one statement (catalog.store.server_writes): True if it landed.
+        False (nothing written) when the name is taken, the parent is missing or the directory
+        may lie inside an object's roots: `create`'s transaction decides then, and words it."""
+        try:
+            directory = roots.namespace_directory(warehouse.location, namespace, properties)
+        except CatalogError:
+            return False
+        parent = namespace.parent_key if len(namespace.levels) > 1 else None
+        new = server_writes.NewNamespace(warehouse.name, namespace.key, parent, properties, directory)
+        pending = None if rec is None else rec.pending(body)
+        if (
+            await server_writes.insert_namespace(self._ctx.store, new, pending)
+            is not server_writes.Outcome.DONE
+        ):
+            return False
+        if rec is not None:
+            rec.recorded = True
+        return True
 
     async def load(self, warehouse_name: str | None, namespace: Namespace) -> bytes:
         warehouse = self._ctx.warehouse(warehouse_name)

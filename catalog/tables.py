@@ -23,7 +23,7 @@ from cedarberg.catalog.commits import commit, commit_response, default_location,
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError
+from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import require_namespace
@@ -48,7 +48,7 @@ from cedarberg.catalog.requests import (
 )
 from cedarberg.catalog.sealing import SealTarget
 from cedarberg.catalog.store import roots as confinement_rows
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store.sql import ObjectRow, StoreTx
 from cedarberg.catalog.table_changes import (
     Basis,
     TableChange,
@@ -72,6 +72,20 @@ def _refs_only(metadata_json: bytes) -> bytes:
     return documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
 
 
+async def _object_in_namespace(
+    tx: StoreTx, warehouse: str, identifier: Identifier
+) -> tuple[ObjectRow | None, dict[str, str]]:
+    """The table's pointer (None: none yet) and its namespace's properties, in one statement.
+    Raises NoSuchNamespaceError, or AlreadyExistsError when the name is a view's."""
+    found = await tx.get_object_in_namespace(warehouse, identifier.namespace.key, identifier.name)
+    if found is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
+    ns_properties, row = found
+    if row is not None and row.kind != TABLE:
+        raise name_taken(identifier, row.kind, TABLE)
+    return row, ns_properties
+
+
 class TableService:
     def __init__(self, ctx: CatalogContext) -> None:
         self._ctx = ctx
@@ -92,10 +106,12 @@ class TableService:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
         async with self._ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, namespace)
-            existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
-            if existing is not None:
-                raise name_taken(identifier, existing.kind, TABLE)
+            found = await tx.get_object_in_namespace(warehouse.name, namespace.key, identifier.name)
+        if found is None:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        ns_properties, existing = found
+        if existing is not None:
+            raise name_taken(identifier, existing.kind, TABLE)
         location = request.location or default_location(
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
@@ -171,10 +187,7 @@ class TableService:
 
         async def plan() -> list[TableChange]:
             async with self._ctx.store.read() as tx:
-                row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
-                if row is not None and row.kind != TABLE:
-                    raise name_taken(identifier, row.kind, TABLE)
-                ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
+                row, ns_properties = await _object_in_namespace(tx, warehouse.name, identifier)
             current = await open_table(self._ctx, row)
             change = await plan_change(
                 self._ctx, warehouse, identifier, Basis(current, ns_properties), request
@@ -210,11 +223,7 @@ class TableService:
             async with self._ctx.store.read() as tx:
                 for identifier, _change in changes:
                     if identifier not in read:
-                        row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
-                        if row is not None and row.kind != TABLE:
-                            raise name_taken(identifier, row.kind, TABLE)
-                        ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-                        read[identifier] = (row, ns_properties)
+                        read[identifier] = await _object_in_namespace(tx, warehouse.name, identifier)
             for identifier, change in changes:
                 row, ns_properties = read[identifier]
                 previous = planned.get(identifier)

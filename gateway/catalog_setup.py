@@ -56,7 +56,7 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
         },
         default_warehouse=settings.default_warehouse,
         idempotency=Idempotency(store, sealer, settings.idempotency_key_lifetime_seconds),
-        limits=Limits(default_page_size=settings.default_page_size, max_page_size=settings.max_page_size),
+        limits=Limits(),
         load_results=_load_result_cache(settings, serving),
         parsed_metadata=_parsed_metadata_cache(settings, serving),
     )

@@ -22,8 +22,8 @@ processes share one budget. There the same algorithm runs as one Lua script per 
 own clock (``TIME``), so gateway hosts need no synchronised clocks; each key expires when its
 budget is full again.
 
-Budgets are keyed by the strings the caller passes: principal ids are unique only within their
-kind, so pass e.g. ``f"{principal.kind}:{principal.id}"`` when kinds may share ids.
+Budgets are keyed by the strings the caller passes; a principal's budget is keyed by
+`principal_key`, the one place that key is built.
 
 Public API::
 
@@ -31,7 +31,7 @@ Public API::
     await limiter.check()                                 # readiness: storage reachable?
     await limiter.auth_failures_exceeded(addr)            # before any expensive authentication
     await limiter.hit_address(addr)                       # every request, before authentication
-    await limiter.hit_principal(principal_id, op_class)   # after authentication
+    await limiter.hit_principal(principal_key(principal), op_class)   # after authentication
     await limiter.hit_auth_failure(addr)                  # after a failed authentication
     await limiter.aclose()
 
@@ -80,6 +80,8 @@ from cedarberg.gateway.config.ratelimit import RateLimitSettings
 if TYPE_CHECKING:
     import redis.asyncio
 
+    from cedarberg.gateway.authn.principal import Principal
+
 __all__ = [
     "MemoryGcra",
     "OperationClass",
@@ -89,6 +91,7 @@ __all__ = [
     "RetryAfter",
     "client_key",
     "limit_for",
+    "principal_key",
 ]
 
 
@@ -145,6 +148,14 @@ def client_key(addr: str | None, ipv6_prefix_length: int = 64) -> str:
             return str(ip.ipv4_mapped)
         return str(ipaddress.IPv6Network((ip, ipv6_prefix_length), strict=False))
     return str(ip)
+
+
+def principal_key(principal: Principal) -> str:
+    """The key a principal's budget is kept under, wherever it is spent (requests, token
+    issuance, console sign-in, replayed plans): ids are unique only within their kind
+    (`gateway.authn.principal`), so the kind prefixes the id, and a user and a service of one id
+    never share a budget."""
+    return f"{principal.kind}:{principal.id}"
 
 
 # A TAT past ``now + period`` by less than this fraction of an interval is float rounding (N

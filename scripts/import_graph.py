@@ -39,39 +39,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kms", ("kms",)),
 )
 
-# Where each module of the flat layout before issue 16 went, so that the same command places the
-# modules of an older checkout (``--root``) in the layers above.
-FLAT_LAYOUT = {
-    "gateway.app": "gateway.web.app",
-    "gateway.routes.route": "gateway.web.route",
-    "gateway.routes": "gateway.web.routes",
-    "gateway.pipeline": "gateway.web.middlewares",
-    "gateway.middleware": "gateway.web.middlewares",
-    "gateway.data_access": "gateway.web.file_access",
-    **{
-        f"gateway.{m}": f"gateway.web.{m}"
-        for m in ("errors", "effect_gate", "resources", "caller", "services", "security", "http")
-    },
-    "gateway.catalog_cli": "gateway.cli.catalog",
-    "gateway.keys_cli": "gateway.cli.keys",
-    "gateway.db_cli": "gateway.cli.db",
-    "gateway.server": "gateway.serve.server",
-    "gateway.supervisor": "gateway.serve.supervisor",
-    "gateway.schema": "gateway.serve.migrate",
-}
-
-
-def _current_name(module: str) -> str:
-    for old, new in sorted(FLAT_LAYOUT.items(), key=lambda item: -len(item[0])):
-        if module == old or module.startswith(old + "."):
-            return new + module[len(old) :]
-    return module
-
 
 def layer_of(module: str) -> int | None:
     """The rank of `module`'s layer (0 is the top), or None for a module outside the layers
     (the standard library and third-party packages other than aiohttp.web)."""
-    module = _current_name(module)
     best: tuple[int, int] | None = None  # (prefix length, rank)
     for rank, (_name, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:

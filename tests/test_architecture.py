@@ -53,6 +53,41 @@ def test_the_security_pipeline_is_the_one_middleware() -> None:
     assert (pipeline,) == MIDDLEWARES
 
 
+# The pipeline's stages, outermost first (`gateway.web.middlewares.STAGES`).
+PIPELINE_STAGES = [
+    "answer",  # request id; every exception an ErrorModel; counted and logged
+    "limit_address",
+    "replay_plan",
+    "route",  # public routes go straight to their handler from here
+    "record",
+    "authenticate",
+    "limit_principal",
+    "parse_body",
+    "authorize",
+    "handle",
+]
+# (before, after): what each boundary promises (docs/threat-model.md, "The pipeline's stages").
+STAGE_ORDER = [
+    ("answer", "limit_address"),  # even a refusal by the limiter is an ErrorModel with an id
+    ("limit_address", "authenticate"),  # a flood never reaches a token or hash check
+    ("limit_address", "replay_plan"),  # a replayed read is limited like any other
+    ("authenticate", "limit_principal"),  # a budget is spent only by a proven principal
+    ("limit_principal", "authorize"),  # a principal over its budget costs no Cedar decision
+    ("parse_body", "authorize"),  # decided on the body the handler applies
+    ("authenticate", "authorize"),
+    ("authorize", "handle"),  # nothing reaches a handler undecided
+]
+
+
+def test_the_pipeline_is_one_sequence_of_named_stages_in_order() -> None:
+    from cedarberg.gateway.web.middlewares import STAGES
+
+    names = [stage.__name__ for stage in STAGES]
+    assert names == PIPELINE_STAGES
+    for before, after in STAGE_ORDER:
+        assert names.index(before) < names.index(after), (before, after)
+
+
 def test_only_gateway_authz_imports_cedarpy() -> None:
     for package in ("gateway", "catalog", "kms"):
         for module, names in _imports(package).items():

@@ -48,6 +48,13 @@ SQLITE_BY_CONSTRUCTION: dict[tuple[str, str], str] = {
     ("gateway/test_serve_lifecycle.py", "test_serve_upgrades_an_outdated_registry_by_default"): (
         "a schema upgrade of a SQLite file written in the previous release's shape"
     ),
+    (
+        "gateway/test_sqlite_writer.py",
+        "test_eight_writers_through_two_workers_share_one_writer_without_busy_waits",
+    ): ("the registry writer process that owns a SQLite file's one writer connection: SQLite only"),
+    ("gateway/test_sqlite_writer.py", "test_a_killed_writer_loses_nothing_acknowledged_and_is_replaced"): (
+        "kills the SQLite registry writer process: SQLite only (PostgreSQL has no writer process)"
+    ),
     ("gateway/test_serve_port.py", "test_the_freed_port_serves_and_says_so_once_listening"): (
         "binding a freed listening port: process lifecycle"
     ),

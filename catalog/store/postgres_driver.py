@@ -7,7 +7,8 @@ that failed is closed instead of returned, so the next checkout opens a fresh on
 
 Invariants:
 - Sessions run with `POSTGRES_SERVER_SETTINGS` (synchronous_commit on, whatever the server's
-  default): a commit is acknowledged only once it is durable.
+  default): a commit is acknowledged only once it is durable; a statement whose client has gone
+  is aborted (client_connection_check_interval), not left to commit later.
 - A write transaction is BEGIN ... COMMIT on one connection; an error while committing is
   CommitStateUnknownError. Reads run in autocommit (one READ COMMITTED snapshot per statement,
   as reads inside a default transaction had).
@@ -31,7 +32,16 @@ from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.store.driver import DatabaseError, IntegrityViolation, PoolWatch
 from cedarberg.catalog.store.statements import NO_PARAMS, Rows, Sql
 
-POSTGRES_SERVER_SETTINGS = {"synchronous_commit": "on"}
+POSTGRES_SERVER_SETTINGS = {
+    "synchronous_commit": "on",
+    # A write sent as one autocommit statement (catalog.store.server_writes) commits when it ends,
+    # even after the gateway gave up on it (shutdown cut it off, the process died): PostgreSQL runs
+    # a statement to its end whether or not its client is still there. The server checks the
+    # client's socket this often while a statement runs and aborts the statement (rolled back)
+    # once the client is gone, so a write the gateway abandoned while it waited (for a row lock,
+    # say) does not land seconds later. PostgreSQL 14 or later.
+    "client_connection_check_interval": "1000",
+}
 CHECKOUT_TIMEOUT_SECONDS = 30.0  # all connections busy this long: the registry is unavailable
 # A server that accepts TCP connections but does not answer (paused, overloaded, a half-open
 # network path) is unavailable after these, rather than holding requests for ever: opening a
@@ -203,6 +213,18 @@ class PostgresDriver:
             except (DatabaseError, *_CONNECTION_ERRORS) as err:
                 conn.broken = True
                 raise CommitStateUnknownError("the registry did not confirm the commit") from err
+
+    async def write_alone(self, sql: Sql, params: Mapping[str, Any]) -> Rows:
+        """Run one writing statement as its own transaction (autocommit). Raises IntegrityViolation
+        or DatabaseError when it was refused (nothing written), CommitStateUnknownError when it
+        was sent but not answered."""
+        async with self._connection() as conn:
+            try:
+                return await conn.execute(sql, params)
+            except DatabaseError as err:
+                if conn.broken:  # the server may have committed it before the connection failed
+                    raise CommitStateUnknownError("the registry did not confirm the write") from err
+                raise
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[PostgresConnection]:

@@ -7,13 +7,14 @@ follows '/' byte-wise). Nothing here scans all rows.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import orjson
-from sqlalchemy import BigInteger, and_, delete, insert, or_, select, text
+from sqlalchemy import ARRAY, BigInteger, Boolean, Integer, and_, column, delete, insert, or_, select, text
 from sqlalchemy import bindparam as param
 
 from cedarberg.catalog.roots import ancestors
@@ -22,9 +23,14 @@ from cedarberg.catalog.store.sql import ObjectRow, StoreTx, in_params, values_of
 from cedarberg.catalog.store.statements import Sql
 
 NAMESPACE = "namespace"
-# Serialises changes of roots across PostgreSQL transactions (check, then insert, must not
-# interleave with another's: two creates at overlapping places would both see no conflict).
-_PG_ROOTS_LOCK = 0x726F6F7473  # "roots"
+# Changes of roots on PostgreSQL (check, then insert) must not interleave with another's at an
+# overlapping place: both would see no conflict. Each takes, until its transaction ends, this lock
+# shared (a gateway of before took it exclusive: it still excludes every claim of ours), then a
+# lock per place (`place_locks`): its own roots exclusive, every place above them shared. Two
+# claims whose places overlap (equal, or one above the other) therefore run one after the other;
+# claims in disjoint places (two namespaces, two tables side by side) run at once and can share a
+# WAL flush.
+PG_ROOTS_LOCK = 0x726F6F7473  # "roots"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +48,15 @@ def _claim(row: Any) -> Claim:
 
 
 _roots = object_roots.c
-_LOCK = Sql(text("SELECT pg_advisory_xact_lock(:key)").bindparams(param("key", type_=BigInteger)))
+_LOCK = Sql(
+    text("SELECT cedarberg_lock_roots(:key, :places, :exclusive) AS locked")
+    .bindparams(
+        param("key", type_=BigInteger),
+        param("places", type_=ARRAY(Integer)),
+        param("exclusive", type_=ARRAY(Boolean)),
+    )
+    .columns(column("locked", Integer))
+)
 _HELD = Sql(select(_roots.root).where(_roots.kind == param("kind"), _roots.owner == param("owner")))
 _ADD = Sql(insert(object_roots).values(values_of(object_roots, "root", "kind", "owner", "warehouse")))
 _REMOVE = Sql(delete(object_roots).where(_roots.kind == param("kind"), _roots.owner == param("owner")))
@@ -90,10 +104,31 @@ def _near(ancestor_count: int) -> Sql:
     )
 
 
-async def lock(tx: StoreTx) -> None:
-    """Hold the roots lock until `tx` ends (PostgreSQL; SQLite writers are serialised already)."""
+def _place_key(place: str) -> int:
+    """A place's advisory lock key: 32 bits of its SHA-256 (two places sharing one only wait for
+    each other needlessly)."""
+    return int.from_bytes(hashlib.sha256(place.encode()).digest()[:4], "big", signed=True)
+
+
+def place_locks(roots: Iterable[str]) -> tuple[list[int], list[bool]]:
+    """The per-place locks a claim of `roots` takes, in the one order every claim takes them (by
+    key, so claims never wait for each other in a cycle): (keys, exclusive). Each root is locked
+    exclusive, every place above one shared (exclusive wins where a key is both)."""
+    wanted: dict[int, bool] = {}
+    for root in roots:
+        for place in ancestors(root):
+            key = _place_key(place)
+            wanted[key] = wanted.get(key, False) or place == root
+    keys = sorted(wanted)
+    return keys, [wanted[key] for key in keys]
+
+
+async def lock(tx: StoreTx, roots: Iterable[str]) -> None:
+    """Hold the locks of a claim of `roots` until `tx` ends (PostgreSQL; see PG_ROOTS_LOCK; SQLite
+    writers are serialised already)."""
     if tx.dialect == "postgresql":
-        await tx.connection.execute(_LOCK, {"key": _PG_ROOTS_LOCK})
+        keys, exclusive = place_locks(roots)
+        await tx.connection.execute(_LOCK, {"key": PG_ROOTS_LOCK, "places": keys, "exclusive": exclusive})
 
 
 async def near(tx: StoreTx, root: str) -> list[Claim]:

@@ -7,7 +7,8 @@ engine of their own at start-up (catalog.store.engine).
 
 Invariants:
 - A table or view pointer changes only through `swap_object`, an `UPDATE ... WHERE
-  metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap).
+  metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap),
+  or, on PostgreSQL, the same UPDATE inside one statement (catalog.store.server_writes).
 - Writes on SQLite are serialised in-process and start with `BEGIN IMMEDIATE`, so concurrent
   writers wait for the lock (asynchronously, up to the busy timeout) instead of failing half-way
   with "database is locked".
@@ -20,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import BigInteger, Integer, Table, delete, func, insert, select, text, update
+from sqlalchemy import BigInteger, Integer, Table, and_, delete, func, insert, select, text, update
 from sqlalchemy import bindparam as param
 from sqlalchemy.sql.expression import ColumnElement
 
@@ -50,6 +51,7 @@ from cedarberg.catalog.store.schema import (
     registry_keys,
 )
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
+from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, writer_socket_for
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.store.urls import SUPPORTED_FORMS, is_postgres, sqlite_path
 from cedarberg.kms.keys import WrappedKey
@@ -218,6 +220,16 @@ def _list_namespaces(top_level: bool, paged: bool) -> Sql:
 
 
 _GET_OBJECT = Sql(select(*_OBJECT_COLUMNS).where(*_obj_key))
+_OBJECT_IN_NAMESPACE = Sql(
+    select(_ns.properties.label("ns_properties"), *_OBJECT_COLUMNS)
+    .select_from(
+        namespaces.outerjoin(
+            catalog_objects,
+            and_(_obj.warehouse == _ns.warehouse, _obj.namespace == _ns.name, _obj.name == param("name")),
+        )
+    )
+    .where(_ns.warehouse == param("warehouse"), _ns.name == param("namespace"))
+)
 _OBJECT_LOCATIONS = Sql(
     select(_obj.namespace, _obj.name, _obj.metadata_location).where(_obj.warehouse == param("warehouse"))
 )
@@ -288,7 +300,6 @@ _INSERT_METRICS = Sql(
         )
     )
 )
-_COUNT_METRICS = Sql(select(func.count()).select_from(metrics_reports).where(*_metrics_key))
 _DELETE_METRICS = Sql(delete(metrics_reports).where(*_metrics_key))
 _DELETE_METRICS_BEFORE = Sql(
     delete(metrics_reports).where(
@@ -486,6 +497,22 @@ class StoreTx:
         ).first()
         return None if row is None else ObjectRow(*row)
 
+    async def get_object_in_namespace(
+        self, warehouse: str, namespace: str, name: str
+    ) -> tuple[dict[str, str], ObjectRow | None] | None:
+        """`get_namespace` and `get_object` in one statement (one round trip on PostgreSQL): the
+        namespace's properties and the pointer `name` in it (None: no such object); None if the
+        namespace does not exist."""
+        found = (
+            await self._conn.execute(
+                _OBJECT_IN_NAMESPACE, {"warehouse": warehouse, "namespace": namespace, "name": name}
+            )
+        ).first()
+        if found is None:
+            return None
+        properties = dict(orjson.loads(found.ns_properties))
+        return properties, None if found.uuid is None else ObjectRow(*found[1:])
+
     async def list_objects(
         self, warehouse: str, namespace: str, kind: str, after: str | None, limit: int
     ) -> list[str]:
@@ -624,12 +651,6 @@ class StoreTx:
                 "received_at_ms": _now_ms(),
             },
         )
-
-    async def count_metrics_reports(self, warehouse: str, namespace: str, name: str) -> int:
-        result = await self._conn.execute(
-            _COUNT_METRICS, {"warehouse": warehouse, "namespace": namespace, "name": name}
-        )
-        return int(result.scalar_one())
 
     async def delete_metrics_reports(self, warehouse: str, namespace: str, name: str) -> None:
         await self._conn.execute(
@@ -811,9 +832,16 @@ def open_driver(url: str, capacity: int, *, sqlite_readers: int = SQLITE_READERS
     """The driver for a registry URL (catalog.store.urls: SQLite or PostgreSQL, either spelling),
     opening at most `capacity` PostgreSQL connections or `sqlite_readers` idle SQLite readers (on
     SQLite a writer waits up to SQLITE_BUSY_TIMEOUT_SECONDS for another process's write lock).
-    Connects lazily. Raises StorageUnavailableError for any other URL."""
+    Connects lazily. Raises StorageUnavailableError for any other URL. A SQLite file whose
+    writes this process hands to a writer process (catalog.store.sqlite_handoff) gets a driver
+    that writes there and reads here."""
     path = sqlite_path(url)
     if path is not None:
+        writer = writer_socket_for(path)
+        if writer is not None:
+            return HandedOffSqliteDriver(
+                path, writer, readers=sqlite_readers, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS
+            )
         return SqliteDriver(path, readers=sqlite_readers, busy_timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
     if is_postgres(url):
         return PostgresDriver(url, capacity)
@@ -826,6 +854,11 @@ class Store:
     def __init__(self, driver: Driver, cache: RegistryCache | None = None) -> None:
         self._driver = driver
         self.pool_capacity = driver.capacity  # most connections the pool opens at once
+        # The one place that chooses how the common writes run: as one statement each on
+        # PostgreSQL (a server-side function, catalog.store.server_writes: one round trip instead
+        # of one per statement plus BEGIN and COMMIT), as a transaction of several statements on
+        # SQLite (where a statement is no round trip and writers share a COMMIT already).
+        self.writes_alone = isinstance(driver, PostgresDriver)
         # Off unless the caller gives one: CLI commands and migrations read the registry directly.
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
         self._reading: dict[Hashable, asyncio.Future[Any]] = {}
@@ -887,6 +920,23 @@ class Store:
             # Committed, rolled back or unknown: cached reads of what it touched are not trusted.
             if tx is not None:
                 self.cache.forget(tx.touched)
+
+    async def write_alone(self, sql: Sql, params: Mapping[str, Any], touched: Touched) -> Any:
+        """Run one writing statement as its own transaction (only where `writes_alone`) and return
+        its scalar result; cached reads of what it `touched` are forgotten whatever happens.
+        Raises IntegrityViolation (a constraint refused it: nothing written),
+        StorageUnavailableError (refused otherwise: nothing written), CommitStateUnknownError
+        (sent, not confirmed)."""
+        driver = self._driver
+        if not isinstance(driver, PostgresDriver):
+            raise TypeError("this store runs its writes as transactions")
+        try:
+            rows = await driver.write_alone(sql, params)
+        except (DatabaseError, OSError) as err:
+            raise _unavailable(self.dialect, err) from err
+        finally:
+            self.cache.forget(touched)
+        return rows.scalar()
 
     async def cached(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
         """`load` run in a read transaction, or its cached result (see `catalog.store.cache`)."""

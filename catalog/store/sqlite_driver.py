@@ -16,7 +16,9 @@ for all. A writer that fails rolls back to its savepoint, taking back only its o
 writer of the group returns only once the shared COMMIT has finished, and each learns its outcome
 (an error while committing is CommitStateUnknownError for all, except a full disk, which refuses
 the COMMIT before it happens: DatabaseError; a transaction SQLite rolled back entirely is
-DatabaseError for all).
+DatabaseError for all). A member whose requester is gone by the time of the COMMIT (the registry
+writer's worker died after asking to commit: catalog.store.sqlite_writer) makes the group roll
+back instead, DatabaseError for all: nothing lands that its client may have read as absent.
 
 Invariants:
 - One writer connection; the in-process lock serialises the writers' bodies (one at a time,
@@ -94,14 +96,34 @@ def _commit(conn: sqlite3.Connection) -> None:
         raise
 
 
+class SqliteCounts:
+    """What the driver did that costs (for tests, logs and profiles, never for control):
+    `commits` COMMITs run (one per group, each a sync of the WAL), `transactions` the write
+    transactions those COMMITs carried, `busy_waits` statements or BEGINs refused because another
+    connection held the write lock (each followed by a wait and a retry)."""
+
+    __slots__ = ("busy_waits", "commits", "transactions")
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.transactions = 0
+        self.busy_waits = 0
+
+    def describe(self) -> str:
+        return (
+            f"{self.transactions} write transactions in {self.commits} commits, {self.busy_waits} busy waits"
+        )
+
+
 class SqliteConnection:
     """Runs compiled statements inline; a statement refused as busy is retried asynchronously."""
 
-    __slots__ = ("_conn", "_deadline_after")
+    __slots__ = ("_conn", "_counts", "_deadline_after")
 
-    def __init__(self, conn: sqlite3.Connection, busy_timeout: float) -> None:
+    def __init__(self, conn: sqlite3.Connection, busy_timeout: float, counts: SqliteCounts) -> None:
         self._conn = conn
         self._deadline_after = busy_timeout
+        self._counts = counts
 
     @property
     def dialect(self) -> Dialect:
@@ -109,30 +131,41 @@ class SqliteConnection:
 
     async def execute(self, sql: Sql, params: Mapping[str, Any] = NO_PARAMS) -> Rows:
         compiled = sql.compiled(DIALECT)
-        args = compiled.args(params)
+        raw, rowcount = await self.run(compiled.sql, compiled.args(params))
+        if raw is None:
+            return Rows([], rowcount)
+        make = compiled.row_type
+        return Rows(raw if make is None else [make._make(row) for row in raw], len(raw))  # type: ignore[attr-defined]
+
+    async def run(self, sql: str, args: Sequence[Any]) -> tuple[list[Any] | None, int]:
+        """Run one compiled statement: its raw rows (None for a statement without a result) and
+        its row count. Raises IntegrityViolation, DatabaseError (busy past the timeout)."""
         deadline = None
         delay = _FIRST_BACKOFF
         while True:
             try:
-                cursor = self._conn.execute(compiled.sql, args)
+                cursor = self._conn.execute(sql, args)
                 if cursor.description is None:
-                    return Rows([], cursor.rowcount)
-                raw = cursor.fetchall()
-                break
+                    return None, cursor.rowcount
+                return cursor.fetchall(), -1
             except sqlite3.IntegrityError as err:
                 message = str(err).lower()
                 raise IntegrityViolation("foreign key" in message, message) from None
             except sqlite3.Error as err:
                 if not _is_busy(err):
                     raise DatabaseError(type(err).__name__) from err
+                self._counts.busy_waits += 1
                 deadline, delay = await _wait_busy(err, deadline, delay, self._deadline_after)
-        make = compiled.row_type
-        return Rows(raw if make is None else [make._make(row) for row in raw], len(raw))  # type: ignore[attr-defined]
 
     async def execute_many(self, sql: Sql, params: Sequence[Mapping[str, Any]]) -> None:
         compiled = sql.compiled(DIALECT)
+        await self.run_many(compiled.sql, [compiled.args(p) for p in params])
+
+    async def run_many(self, sql: str, args: Sequence[Sequence[Any]]) -> None:
+        """Run one compiled statement once per argument list. Raises IntegrityViolation,
+        DatabaseError."""
         try:
-            self._conn.executemany(compiled.sql, [compiled.args(p) for p in params])
+            self._conn.executemany(sql, args)
         except sqlite3.IntegrityError as err:
             message = str(err).lower()
             raise IntegrityViolation("foreign key" in message, message) from None
@@ -157,11 +190,12 @@ async def _wait_busy(
 class _Batch:
     """One write transaction shared by the writers that joined it; `done` settles with its COMMIT."""
 
-    __slots__ = ("done", "members")
+    __slots__ = ("done", "members", "requesters_gone")
 
     def __init__(self, done: asyncio.Future[None]) -> None:
         self.done = done
         self.members = 0  # writers whose changes it holds
+        self.requesters_gone: list[Callable[[], bool]] = []  # per member: is who asked for it gone?
 
 
 class SqliteDriver:
@@ -181,6 +215,7 @@ class SqliteDriver:
         self._takeovers: set[asyncio.Task[None]] = set()
         self._thread = CommitThread()
         self._watch = PoolWatch()
+        self.counts = SqliteCounts()
 
     @property
     def dialect(self) -> Dialect:
@@ -200,7 +235,14 @@ class SqliteDriver:
             raise DatabaseError(type(err).__name__) from err
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[SqliteConnection]:
+    async def write(
+        self, *, requester_gone: Callable[[], bool] | None = None
+    ) -> AsyncIterator[SqliteConnection]:
+        """One write transaction (see the module docstring). `requester_gone`, if given, is asked just
+        before the group's COMMIT whether the one who asked for this transaction is gone (the
+        registry writer's session of a worker that died after sending "commit"): then the whole
+        group is rolled back and fails (DatabaseError) instead of committing a change nobody will
+        be told about, which the dead worker's client could already have read as absent."""
         self._waiting += 1
         try:
             await self._write_lock.acquire()
@@ -224,7 +266,7 @@ class SqliteDriver:
             raise
         self._watch.checked_out()
         try:
-            yield SqliteConnection(conn, self._busy_timeout)
+            yield SqliteConnection(conn, self._busy_timeout, self.counts)
         except BaseException:
             self._watch.checked_in()
             self._undo_member(conn)
@@ -234,6 +276,8 @@ class SqliteDriver:
         try:
             conn.execute("RELEASE member")
             batch.members += 1
+            if requester_gone is not None:
+                batch.requesters_gone.append(requester_gone)
         except sqlite3.Error:
             self._undo_member(conn)
         self._end_turn()
@@ -287,11 +331,16 @@ class SqliteDriver:
 
     def _commit(self, batch: _Batch, conn: sqlite3.Connection) -> None:
         self._batch = None
-        if batch.members == 0:
+        if batch.members == 0 or any(gone() for gone in batch.requesters_gone):
             self._roll_back(conn)
-            settle(batch.done, None, None)
+            failure = DatabaseError("TransactionAbandoned") if batch.members else None
+            settle(batch.done, failure, None)
+            if failure is not None:
+                batch.done.exception()  # retrieved: the member whose requester is gone waits for nobody
             self._write_lock.release()
             return
+        self.counts.commits += 1
+        self.counts.transactions += batch.members
         self._thread.run(_commit, conn).add_done_callback(lambda future: self._committed(batch, future))
 
     def _committed(self, batch: _Batch, future: asyncio.Future[None]) -> None:
@@ -328,6 +377,7 @@ class SqliteDriver:
             except sqlite3.Error as err:
                 if not _is_busy(err):
                     raise DatabaseError(type(err).__name__) from err
+                self.counts.busy_waits += 1
                 deadline, delay = await _wait_busy(err, deadline, delay, self._busy_timeout)
 
     @asynccontextmanager
@@ -338,7 +388,7 @@ class SqliteDriver:
         conn = self._idle.pop() if self._idle else await self._open()
         self._watch.checked_out()
         try:
-            yield SqliteConnection(conn, self._busy_timeout)
+            yield SqliteConnection(conn, self._busy_timeout, self.counts)
         finally:
             self._watch.checked_in()
             if len(self._idle) < self._readers:

@@ -78,12 +78,7 @@ from cedarberg.gateway.authn.key_format import (
     parse_api_key,
     parse_parts,
 )
-from cedarberg.gateway.authn.key_guards import (
-    CacheEntry,
-    Lockout,
-    SecretHasher,
-    VerifiedCache,
-)
+from cedarberg.gateway.authn.key_guards import Lockout, SecretHasher, VerifiedCache
 from cedarberg.gateway.authn.key_record import ApiKeyRecord
 from cedarberg.gateway.authn.key_store import KeyIdTakenError, KeyStore
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind, key_principal_id
@@ -316,11 +311,11 @@ class ApiKeyAuthenticator:
         if not current and not previous:
             log.info("api key %s rejected: wrong secret", key.key_id)
             raise AuthenticationError
-        principal = _principal(record, previous=not current)
-        if epoch == self._epoch:
-            ends = [t for t in (record.expires_at, None if current else record.previous_secret_until) if t]
-            expires = min(ends).timestamp() if ends else None
-            self._cache.put(digest, CacheEntry(principal, key.key_id, expires, time.monotonic()))
+        ends = [t for t in (record.expires_at, None if current else record.previous_secret_until) if t]
+        expires = min(ends).timestamp() if ends else None
+        principal = self._cache.remember(
+            digest, _principal(record, previous=not current), key.key_id, expires, keep=epoch == self._epoch
+        )
         if current and self._hasher.needs_rehash(stored.secret_hash):
             await self._upgrade_hash(key, stored.secret_hash)
         return principal

@@ -105,7 +105,7 @@ class SignedSubjects(Protocol):
     async def authenticate(self, token: str, peer: PeerCertificate) -> Principal: ...
 
 
-# (actor token, client address, peer certificate) -> the actor (`Security.authenticate_bearer`).
+# (actor token, client address, peer certificate) -> the actor (`BearerAuthenticator.authenticate`).
 ActorAuthenticator = Callable[[str, str, PeerCertificate], Awaitable[Principal]]
 Issue = Callable[[Principal, int | None, DelegationFacts | None], Awaitable[TokenResponse | OAuthError]]
 

@@ -8,7 +8,11 @@ cache and the per-(key id, client) lockout. In-memory, per process; used by `gat
   random per-process key. A hit proves the caller presented exactly a key that verified before,
   without Argon2 and without keeping the key itself in memory. Bounded (LRU) in entries and in
   estimated bytes (`gateway.byte_lru`), with a TTL; entries of one key id are evicted together on
-  revoke or rotate.
+  revoke or rotate. Each entry's principal carries a `Proof` whose lease (`gateway.authn.credential`)
+  is current exactly while the entry would be a hit by age and is retired the moment the entry
+  leaves the cache for any reason (TTL, expiry, eviction, rotation, revocation, a stale change
+  feed's clear), so whatever remembers the principal beyond the cache (request plans,
+  `gateway.web.replay`) ends with the entry, in O(1) and without the key.
 - `Lockout`: failed verifications per subject (the API key authenticator uses the key id together
   with the client address, so a guesser locks out only itself). After `threshold` failures within
   `window` seconds (counting verifications still in flight, so a burst of concurrent guesses
@@ -19,15 +23,18 @@ cache and the per-(key id, client) lockout. In-memory, per process; used by `gat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import secrets
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from cedarberg.gateway.authn.credential import Freshness, KeyLease, Proof
 from cedarberg.gateway.authn.principal import Principal, principal_bytes
 from cedarberg.gateway.byte_lru import ByteBoundedLru
 from cedarberg.gateway.config.authn import DEFAULT_CACHE_BYTES
@@ -75,6 +82,7 @@ class CacheEntry:
     key_id: str
     expires_at: float | None  # wall-clock epoch seconds of the key's expiry
     cached_at: float  # monotonic
+    lease: KeyLease  # current while this entry is a hit; retired when it leaves the cache
 
 
 class VerifiedCache:
@@ -110,9 +118,23 @@ class VerifiedCache:
             return None
         return entry
 
-    def put(self, digest: bytes, entry: CacheEntry) -> None:
-        if self._entries.put(digest, entry, _ENTRY_BYTES + principal_bytes(entry.principal)):
-            self._by_key_id.setdefault(entry.key_id, set()).add(digest)
+    def remember(
+        self, digest: bytes, principal: Principal, key_id: str, expires_at: float | None, *, keep: bool = True
+    ) -> Principal:
+        """Cache a verification that just succeeded (unless `keep` is False: a rotation or
+        revocation raced it) and return its principal, carrying the `Proof` of the entry (see the
+        module docstring; retired at once if nothing was cached) and `valid_until` = `expires_at`."""
+        cached_at = time.monotonic()
+        freshness = Freshness()
+        freshness.until = cached_at + self._ttl  # the entry's TTL, on the same clock as `get`'s
+        lease = KeyLease(freshness)
+        principal = dataclasses.replace(principal, proof=Proof(lease), valid_until=expires_at)
+        entry = CacheEntry(principal, key_id, expires_at, cached_at, lease)
+        if keep and self._entries.put(digest, entry, _ENTRY_BYTES + principal_bytes(principal)):
+            self._by_key_id.setdefault(key_id, set()).add(digest)
+        else:
+            lease.retire()
+        return principal
 
     def evict_key(self, key_id: str) -> None:
         for digest in list(self._by_key_id.get(key_id, ())):
@@ -122,6 +144,7 @@ class VerifiedCache:
         self._entries.clear()
 
     def _unindex(self, digest: bytes, entry: CacheEntry) -> None:
+        entry.lease.retire()
         digests = self._by_key_id.get(entry.key_id)
         if digests is not None:
             digests.discard(digest)

@@ -105,9 +105,15 @@ class Principal:
     `key_secret_until` is when the key secret that proved the principal stops working (epoch
     seconds): set only for a key's previous secret during a rotation's overlap window, so that
     a gateway token it proves lives no longer. It takes no part in equality or in what policies see.
-    `proof` is what an OIDC token's principal stays valid on (its signing key's lease and any
-    client-certificate binding, `gateway.authn.credential`); remembered verifications check it on
-    every use. It takes no part in equality or in what policies see.
+    `proof` is what a remembered verification of the principal's credential stays valid on: for
+    an OIDC token its signing key's lease and any client-certificate binding, for an API key the
+    lease of its entry in the verified-key cache (`gateway.authn.credential`); remembered
+    verifications and request plans check it on every use. It takes no part in equality or in
+    what policies see.
+    `valid_until` is when the credential that proved the principal stops being good (epoch
+    seconds: a token's `exp`, an API key's expiry or the end of its previous secret's overlap),
+    None when it does not expire; set by `gateway.authn.bearer`. It takes no part in equality or
+    in what policies see.
     """
 
     id: str
@@ -119,6 +125,7 @@ class Principal:
     actor: str | None = None
     key_secret_until: float | None = field(default=None, compare=False, repr=False)
     proof: Proof | None = field(default=None, compare=False, repr=False)
+    valid_until: float | None = field(default=None, compare=False, repr=False)
 
 
 def principal_bytes(principal: Principal) -> int:

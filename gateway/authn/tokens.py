@@ -27,7 +27,7 @@ which raises `CredentialExpiredError` (the gateway answers 419 where the Iceberg
 
 A token issued for an API key carries the key's id (`attrs.api_key_id`) and generation (`kgen`,
 see `Principal.key_generation`); `verify` checks only the token itself, and the caller
-(`Security.authenticate_bearer`) then refuses it through `ApiKeyAuthenticator.check_token` if the
+(`BearerAuthenticator.authenticate`) then refuses it through `ApiKeyAuthenticator.check_token` if the
 key was rotated or revoked after it was issued. Refreshing a token (see `gateway.authn.oauth`)
 re-checks the key in the store.
 

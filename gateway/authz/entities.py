@@ -370,18 +370,6 @@ def table_resource(
     return child_table(namespace, name)
 
 
-def view_resource(
-    warehouse: str,
-    levels: Sequence[str],
-    name: str,
-    chain: Sequence[Mapping[str, str]] = (),
-    *,
-    warehouse_properties: Mapping[str, str] | None = None,
-) -> Resource:
-    namespace = namespace_resource(warehouse, levels, chain, warehouse_properties=warehouse_properties)
-    return child_view(namespace, name)
-
-
 # -- principals ----------------------------------------------------------------------------------
 
 

@@ -265,8 +265,3 @@ def compile_sources(directory: Path, version: str, sources: Mapping[str, str]) -
             {policy_id: str(policy.get("effect", "")) for policy_id, policy in static.items()}
         ),
     )
-
-
-def load_directory(directory: Path) -> CompiledPolicySet:
-    version, sources = read_directory(directory)
-    return compile_sources(directory, version, sources)

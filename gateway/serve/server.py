@@ -94,7 +94,9 @@ def _serve_on(settings: Settings, ssl_context: ssl.SSLContext | None, sock: sock
             "(set rate_limits.storage_uri to a redis:// URI to share one budget)",
             settings.workers,
         )
-    # Imported here: only a multi-process server needs it.
+    # Imported here: only a multi-process server needs them.
+    from cedarberg.gateway.serve.registry_writer import RegistryWriter
     from cedarberg.gateway.serve.supervisor import Supervisor
 
-    return Supervisor(settings, ssl_context, run_worker, sock).run()
+    writer = RegistryWriter.for_settings(settings)  # SQLite: one process writes for all workers
+    return Supervisor(settings, ssl_context, run_worker, sock, writer).run()

@@ -15,6 +15,11 @@ connection pools) and then only handles signals and exits:
 Metrics of all workers are summed: PROMETHEUS_MULTIPROC_DIR points at a private directory before
 the first fork, and a dead worker's live gauges are dropped from it.
 
+A companion (`gateway.serve.registry_writer`: the SQLite registry's writer process, when several
+workers share a SQLite file) is forked before the workers, replaced like them when it dies, told
+`in_worker()` in each worker after the fork, and stopped after the workers, so the commits they
+finish during shutdown still reach it.
+
 Fork safety: the supervisor forks after `prepare` ran to completion in `asyncio.run`, so no event
 loop and no thread exist in it when it forks.
 """
@@ -35,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.metrics import MULTIPROC_ENV
@@ -54,6 +60,22 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 Work = Callable[[Settings, ssl.SSLContext | None, socket.socket], None]
 
 
+class Companion(Protocol):
+    """A process the workers depend on (see the module docstring)."""
+
+    def run(self) -> int:
+        """Its life, in its own forked process; the exit status."""
+        ...
+
+    def in_worker(self) -> None:
+        """What each worker does (after the fork, before serving) to use it."""
+        ...
+
+    def close(self) -> None:
+        """In the supervisor, once it has exited for good."""
+        ...
+
+
 @dataclass(slots=True)
 class _Worker:
     slot: int
@@ -66,7 +88,12 @@ class Supervisor:
     passed in so that process supervision knows nothing of the application it serves."""
 
     def __init__(
-        self, settings: Settings, ssl_context: ssl.SSLContext | None, work: Work, sock: socket.socket
+        self,
+        settings: Settings,
+        ssl_context: ssl.SSLContext | None,
+        work: Work,
+        sock: socket.socket,
+        companion: Companion | None = None,
     ) -> None:
         self._settings = settings
         self._ssl_context = ssl_context
@@ -75,6 +102,9 @@ class Supervisor:
         self._restarts: deque[float] = deque()
         self._sock: socket.socket | None = sock  # listening already (`gateway.serve.listen`)
         self._metrics_dir = ""
+        self._companion = companion
+        self._companion_pid: int | None = None
+        self._companion_started = 0.0
 
     def run(self) -> int:
         """Serve until told to stop; returns the exit status."""
@@ -84,11 +114,14 @@ class Supervisor:
             log.warning("forking workers while %d threads run", threading.active_count())
         signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
+            if self._companion is not None:
+                self._spawn_companion()
             for slot in range(self._settings.workers):
                 self._spawn(slot, first_generation=True)
             return self._supervise()
         finally:
             self._close_socket()
+            self._stop_companion()
             shutil.rmtree(self._metrics_dir, ignore_errors=True)
 
     # -- workers -----------------------------------------------------------------------------
@@ -100,12 +133,71 @@ class Supervisor:
             try:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
                 _stop_with_parent(parent)
+                if self._companion is not None:
+                    self._companion.in_worker()
                 status = self._work()
             finally:
                 logging.shutdown()
                 os._exit(status)
         self._workers[pid] = _Worker(slot, time.monotonic(), first_generation)
         log.info("worker %d started (pid %d)", slot, pid)
+
+    def _spawn_companion(self) -> None:
+        assert self._companion is not None
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the companion: never returns into the supervisor's code
+            status = 1
+            try:
+                self._close_socket()  # it serves no HTTP
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+                _stop_with_parent(parent)
+                status = self._companion.run()
+            except Exception:
+                log.exception("the registry writer (pid %d) failed", os.getpid())
+            finally:
+                logging.shutdown()
+                os._exit(status)
+        self._companion_pid, self._companion_started = pid, time.monotonic()
+        log.info("registry writer started (pid %d)", pid)
+
+    def _stop_companion(self) -> None:
+        """SIGTERM the companion and wait for it (SIGKILL after the grace period); then close it."""
+        pid, self._companion_pid = self._companion_pid, None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + _KILL_GRACE_SECONDS
+            while os.waitpid(pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() >= deadline:
+                    log.error("killing the registry writer still running after %g s", _KILL_GRACE_SECONDS)
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
+        if self._companion is not None:
+            self._companion.close()
+
+    def _companion_exited(self, code: int, now: float) -> str | None:
+        """Replace the companion that exited; a reason to give up, or None."""
+        log.error("the registry writer (pid %s) exited with status %d", self._companion_pid, code)
+        self._companion_pid = None
+        if code > 0 and now - self._companion_started < _STARTUP_SECONDS:
+            return "the registry writer failed to start"
+        if self._crash_loop(now):
+            return f"{_MAX_RESTARTS} processes died within {_RESTART_WINDOW_SECONDS:.0f} s"
+        self._spawn_companion()
+        return None
+
+    def _crash_loop(self, now: float) -> bool:
+        """Count a replacement (of a worker or the companion); True once there were too many
+        within the window."""
+        while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_SECONDS:
+            self._restarts.popleft()
+        if len(self._restarts) >= _MAX_RESTARTS:
+            return True
+        self._restarts.append(now)
+        return False
 
     def _work(self) -> int:
         assert self._sock is not None
@@ -137,27 +229,29 @@ class Supervisor:
                 return 1
 
     def _reap_and_replace(self) -> str | None:
-        """Reap exited workers and replace them; a reason to give up, or None."""
+        """Reap exited workers (and the companion) and replace them; a reason to give up, or None."""
         while self._workers:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 return None
+            code = os.waitstatus_to_exitcode(status)
+            now = time.monotonic()
+            if pid == self._companion_pid:
+                fatal = self._companion_exited(code, now)
+                if fatal is not None:
+                    return fatal
+                continue
             worker = self._workers.pop(pid, None)
             if worker is None:
                 continue
             self._forget_metrics(pid)
-            code = os.waitstatus_to_exitcode(status)
-            now = time.monotonic()
             log.error("worker %d (pid %d) exited with status %d", worker.slot, pid, code)
             # It exited by itself (not by a signal) right after the first start: it has printed
             # why this configuration cannot serve, and a replacement would fail the same way.
             if worker.first_generation and code > 0 and now - worker.started < _STARTUP_SECONDS:
                 return "a worker failed to start"
-            while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_SECONDS:
-                self._restarts.popleft()
-            if len(self._restarts) >= _MAX_RESTARTS:
+            if self._crash_loop(now):
                 return f"{_MAX_RESTARTS} workers died within {_RESTART_WINDOW_SECONDS:.0f} s"
-            self._restarts.append(now)
             self._spawn(worker.slot, first_generation=False)
         return None
 
@@ -182,6 +276,8 @@ class Supervisor:
                 pid, status = os.waitpid(-1, os.WNOHANG)
                 if pid == 0:
                     break
+                if pid == self._companion_pid:  # died during the shutdown: nothing left to stop
+                    self._companion_pid = None
                 if self._workers.pop(pid, None) is not None:
                     clean = clean and os.waitstatus_to_exitcode(status) == 0
         return 0 if clean else 1

@@ -3,13 +3,13 @@
 `install(runner)` makes the server hand every request to `middlewares.run` before aiohttp's web
 application sees it: a request whose plan is valid is answered there (`gateway.web.replay`)
 without routing or the middleware chain, which on a replayed read cost more than the replay
-itself. Every other request continues into the application (routing, then the pipeline's routed
-steps in its one middleware); the middleware sees that the first steps ran (the request has its
-id) and does not run them again. It is still one pipeline, entered at its start: a server
-without the front (aiohttp's test server) runs the same first steps in the middleware.
+itself. Every other request continues, at the pipeline's `route` stage, into the application
+(routing, then the stages after routing in its one middleware); the middleware sees that the
+stages before routing ran and does not run them again. It is still one pipeline, entered at its
+start: a server without the front (aiohttp's test server) runs every stage in the middleware.
 
-`request.app` is unknown before routing, so the first steps read the application's parts from
-`middlewares.Front`, taken once when the front is installed.
+`request.app` is unknown before routing, so the first stages read the application's parts from
+`exchange.Front`, taken once when the front is installed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import cast
 from aiohttp import web
 
 from cedarberg.gateway.web import middlewares
+from cedarberg.gateway.web.exchange import Front
 
 
 def install(runner: web.AppRunner) -> None:
@@ -28,7 +29,7 @@ def install(runner: web.AppRunner) -> None:
     server = runner.server
     if server is None:
         raise RuntimeError("install the front after runner.setup()")
-    front = middlewares.Front.of(runner.app)
+    front = Front.of(runner.app)
     route_and_handle = server.request_handler  # the application's routing and middleware chain
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from cedarberg.gateway.authz.authorizer import Verdict
     from cedarberg.gateway.metrics import Metrics
     from cedarberg.gateway.storage.access import StorageAccess
-    from cedarberg.gateway.web.replay import PlanKey
+    from cedarberg.gateway.web.exchange import Exchange
     from cedarberg.gateway.web.route import Route
     from cedarberg.gateway.web.security import Security
     from cedarberg.gateway.web.services import Services
@@ -50,9 +50,9 @@ ROUTE_TABLE: web.AppKey[dict[tuple[str, str], Route]] = web.AppKey("route_table"
 REQUEST_ID = web.RequestKey("request_id", str)
 # The route table's entry for the request, looked up once (None: no route matched).
 ROUTE: web.RequestKey[Route | None] = web.RequestKey("route")
-# The request's plan key (`gateway.web.replay`), None when it may not have a plan: set by the
-# pipeline's first steps, read by its routed steps to record the plan.
-PLAN_KEY: web.RequestKey[PlanKey | None] = web.RequestKey("plan_key")
+# The request's way through the pipeline's stages, while aiohttp routes a request that entered
+# at the front: set by the `route` stage, read by the middleware that goes on from there.
+EXCHANGE: web.RequestKey[Exchange] = web.RequestKey("exchange")
 # Set by the pipeline on every authenticated request of a non-public route (or from its plan).
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal")
 # An allowed request's verdict, for handlers that read more than "allowed" (the scan grants of

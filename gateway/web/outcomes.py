@@ -1,8 +1,8 @@
 """A mutation's outcome: audited, and acknowledged only once its record is durable.
 
-The pipeline (`middlewares._decided`) calls `acknowledge` after a mutation's handler. Its
-decisions were made durable before the handler ran (and the effect gate's before the catalog
-wrote); this is the other half: a change is answered 2xx only once the record of its outcome is
+The pipeline's `handle` stage (`middlewares.handle`) calls `acknowledge` after a mutation's
+handler. Its decisions were made durable before the handler ran (and the effect gate's before the
+catalog wrote); this is the other half: a change is answered 2xx only once the record of its outcome is
 on disk (`AuditLog.durable`).
 """
 

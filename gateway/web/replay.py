@@ -5,25 +5,33 @@ record a *plan* of what it did: the principal the credential proved, every Cedar
 audit line it wrote and the metric it counted, and the answer (status, body, ETag). The next
 request with the same credential, method, path and query, from the same client address and TLS
 subject, replays the plan instead of redoing the work — with exactly the same outcome, audit lines
-and metrics — while everything the plan was derived from is unchanged:
+and metrics — while everything the plan was derived from is unchanged. Every credential form
+reaches this path alike: a gateway token, an API key as a bearer token or in `X-Api-Key`, an OIDC
+token. Plans are keyed by a keyed digest of the credential headers (BLAKE2b under a per-process
+key), so no plan holds a credential.
 
 - the policy set's version;
 - every registry entry the request read (through the registry's read cache; the same object means
   unchanged, `catalog.store.cache.RegistryCache.still_current`), so a changed grant, a commit (a
   new ETag) or a listing change ends the plan, and another process's change ends it within the
   cache's TTL, as it ends a cached read;
-- the credential's validity: a token's expiry, and its API key's generation (a rotation or
-  revocation ends every plan of the key's tokens; a stale key feed ends them all), and for an
-  OIDC token its signing key's lease (`gateway.authn.credential`: a key withdrawn from the JWKS, or
-  a key set due for a refresh, ends the plan, in O(1));
+- the credential's validity (`Principal.valid_until`, `Principal.proof`, both set by
+  `gateway.authn.bearer`): a token's expiry, and its API key's generation (a rotation or
+  revocation ends every plan of the key and of its tokens; a stale key feed ends them all); for
+  an OIDC token its signing key's lease (`gateway.authn.credential`: a key withdrawn from the
+  JWKS, or a key set due for a refresh, ends the plan, in O(1)); for an API key the lease of its
+  entry in the verified-key cache (`gateway.authn.key_guards`: the plan ends when that entry would
+  no longer be a hit — its TTL, the key's expiry or the end of a previous secret's overlap — or
+  leaves the cache, in O(1)), so a plan never answers a key that a fresh request would verify
+  again;
 - the plan's age (`max_age_seconds`: plans hold plaintext metadata, like the load-result cache).
 
 What is never recorded: mutations and any request that is not a GET or HEAD of an operation the
 operation table marks `replayable` (its answer derives only from registry reads made through the
 cache, the settings and its decisions: not metrics, planning results or credentials);
 requests asking for storage credentials (`X-Iceberg-Access-Delegation`) or answered `no-store`;
-requests authenticated by an API key or a client certificate alone (their lockouts and
-per-request checks are not plain data); requests with a token bound to a client certificate
+requests authenticated by a client certificate alone (its per-connection check is not plain
+data); requests with a token bound to a client certificate
 (`cnf.x5t#S256`: the binding is checked against each connection's certificate, not replayed);
 any request that read the registry around its cache or was refused by a gateway rule outside
 Cedar; answers other than 200, 204, 403 and 404.
@@ -33,7 +41,9 @@ Rate limits are never part of a plan: a replayed request spends its budgets like
 
 from __future__ import annotations
 
+import hashlib
 import math
+import secrets
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
@@ -48,10 +58,9 @@ from cedarberg.catalog.store.cache import ReadLog
 from cedarberg.catalog.store.cache import recording as recording_reads
 from cedarberg.gateway.audit import AuditEvent, AuditTemplate
 from cedarberg.gateway.authn.principal import AuthMethod, Principal
-from cedarberg.gateway.authn.token_cache import validity
 from cedarberg.gateway.byte_lru import ByteBoundedLru
 from cedarberg.gateway.config.caches import DEFAULT_PLAN_MAX_BYTES, DEFAULT_PLAN_MAX_ENTRIES
-from cedarberg.gateway.ratelimit import OperationClass
+from cedarberg.gateway.ratelimit import OperationClass, principal_key
 from cedarberg.gateway.tls import peer_subject
 
 if TYPE_CHECKING:
@@ -64,12 +73,35 @@ DEFAULT_MAX_BYTES = DEFAULT_PLAN_MAX_BYTES
 MAX_ENTRY_BYTES = 1024**2
 DELEGATION_HEADER = "X-Iceberg-Access-Delegation"
 _METHODS = frozenset({"GET", "HEAD"})
-_AUTH_METHODS = frozenset({AuthMethod.GATEWAY_TOKEN, AuthMethod.JWT, AuthMethod.ANONYMOUS})
+_AUTH_METHODS = frozenset(
+    {AuthMethod.GATEWAY_TOKEN, AuthMethod.JWT, AuthMethod.API_KEY, AuthMethod.ANONYMOUS}
+)
+_TOKENS = frozenset({AuthMethod.GATEWAY_TOKEN, AuthMethod.JWT})
 _STATUSES = frozenset({200, 204, 403, 404})
 _KEPT_HEADERS = ("Content-Type", "ETag")
 _PLAN_OVERHEAD_BYTES = 600  # the plan object, its tuples and the key's strings beyond their text
 
-PlanKey = tuple[str, str, str, str, str, str]
+# (method, raw path and query, credential digest, client address, TLS subject)
+PlanKey = tuple[str, str, bytes, str, str]
+# Per process: a digest names a credential only here, and only for as long as the process lives.
+# Keyed once; each digest copies the keyed state (cheaper than keying BLAKE2b per request).
+_KEYED = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
+
+
+def credential_digest(authorization: str, api_key: str) -> bytes:
+    """A keyed digest of a request's credential headers (`Authorization`, `X-Api-Key`); empty
+    when neither is sent. Injective in the pair (tagged by which headers are sent, the first
+    length-prefixed when both are), so two requests share a digest only by presenting the same
+    headers."""
+    if not api_key:
+        if not authorization:
+            return b""
+        text = b"a" + authorization.encode("utf-8", "surrogatepass")
+    else:
+        text = f"k{len(authorization)}:{authorization}{api_key}".encode("utf-8", "surrogatepass")
+    digest = _KEYED.copy()
+    digest.update(text)
+    return digest.digest()
 
 
 @dataclass(slots=True)
@@ -167,8 +199,7 @@ class PlanCache:
         return (
             request.method,
             request.raw_path,
-            headers.get("Authorization", ""),
-            headers.get("X-Api-Key", ""),
+            credential_digest(headers.get("Authorization", ""), headers.get("X-Api-Key", "")),
             request.remote or "",
             peer_subject(request.transport) or "",
         )
@@ -223,16 +254,21 @@ class PlanCache:
         if not isinstance(body, bytes | bytearray | type(None)):
             return
         expires_at = time.time() + self.max_age_seconds
-        if principal.auth_method is not AuthMethod.ANONYMOUS:
-            token = _bearer(key[2])
-            bounds = validity(token) if token else None
-            if bounds is None:
-                return
-            expires_at = min(expires_at, bounds[1])
+        if (principal.auth_method is AuthMethod.ANONYMOUS) != (key[2] == b""):
+            return  # only the credential in the key may prove the plan's principal (not a cookie)
+        proof, valid_until = principal.proof, principal.valid_until
+        if principal.auth_method in _TOKENS and valid_until is None:
+            return  # a token without a known expiry is decided afresh every time
+        if principal.auth_method is AuthMethod.API_KEY and proof is None:
+            return  # no cache entry's lease to end with: an API key lives by its cached verification
+        if proof is not None and not proof.lease.current:
+            return  # what the verification relied on ended while the request ran
+        if valid_until is not None:
+            expires_at = min(expires_at, valid_until)
         plan = Plan(
             route=route,
             principal=principal,
-            budget_key=f"{principal.kind}:{principal.id}",
+            budget_key=principal_key(principal),
             op_class=rec.op_class,
             policy_version=security.policies.version,
             expires_at=expires_at,
@@ -253,8 +289,3 @@ class PlanCache:
 
     def clear(self) -> None:
         self._plans.clear()
-
-
-def _bearer(authorization: str) -> str | None:
-    scheme, _, value = authorization.partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None

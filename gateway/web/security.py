@@ -1,24 +1,23 @@
 """The security services of one gateway process, built at start-up and closed at shutdown.
 
 Everything a request needs before it reaches the catalog lives here: the rate limiter, the three
-authenticators (API keys, gateway tokens, OIDC issuers), the Cedar policy engine and the audit log.
+authenticators (API keys, gateway tokens, OIDC issuers) behind the one the web layer asks for a
+principal (`bearer`, `gateway.authn.bearer`), the Cedar policy engine and the audit log.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
 from cedarberg.gateway.audit import AuditLog
 from cedarberg.gateway.audit_refusals import RefusalTally
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
-from cedarberg.gateway.authn.credential import PeerCertificate, no_peer_certificate
+from cedarberg.gateway.authn.bearer import BearerAuthenticator
 from cedarberg.gateway.authn.delegation import Delegation, UserSources
 from cedarberg.gateway.authn.directory import UserDirectory
 from cedarberg.gateway.authn.errors import AuthenticationError
-from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
 from cedarberg.gateway.authn.key_store import KeyStore, connect_key_store
 from cedarberg.gateway.authn.oauth import Admission, TokenEndpoint
 from cedarberg.gateway.authn.oidc import OidcAuthenticator
@@ -30,7 +29,7 @@ from cedarberg.gateway.authz.binding_static import log_static_findings
 from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.authz.reload import PolicyWatcher
 from cedarberg.gateway.config.settings import Settings
-from cedarberg.gateway.ratelimit import OperationClass, RateLimiter
+from cedarberg.gateway.ratelimit import OperationClass, RateLimiter, principal_key
 from cedarberg.gateway.web.console.services import ConsoleServices
 from cedarberg.gateway.web.delegation_judge import CedarDelegationJudge
 from cedarberg.gateway.web.replay import PlanCache
@@ -51,7 +50,7 @@ class Security:
     audit: AuditLog
     refusals: RefusalTally  # 401s and 429s, aggregated into the audit log
     anonymous: Principal | None
-    verified_tokens: VerifiedTokenCache
+    bearer: BearerAuthenticator  # every bearer credential form -> its principal
     plans: PlanCache
     directory: UserDirectory
     watcher: PolicyWatcher | None = None
@@ -103,8 +102,14 @@ class Security:
             audit=audit,
             refusals=refusals,
             anonymous=anonymous,
-            verified_tokens=VerifiedTokenCache(
-                settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
+            bearer=BearerAuthenticator(
+                api_keys,
+                tokens,
+                oidc,
+                VerifiedTokenCache(
+                    settings.tokens.verified_cache_size, settings.tokens.verified_cache_max_bytes
+                ),
+                limiter.client,
             ),
             plans=_plan_cache(settings),
             directory=UserDirectory(key_store),
@@ -114,7 +119,7 @@ class Security:
         security.token_endpoint.delegation = Delegation(
             settings.delegation,
             tokens,
-            UserSources(security.authenticate_bearer, api_keys, security.directory, oidc),
+            UserSources(security.bearer.authenticate, api_keys, security.directory, oidc),
             CedarDelegationJudge(policies, security.audit),
         )
         await oidc.warm_up()
@@ -139,30 +144,6 @@ class Security:
                 "policy_dir": str(self.policies.directory),
             },
         )
-
-    async def authenticate_bearer(
-        self, token: str, addr: str | None = None, peer: PeerCertificate = no_peer_certificate
-    ) -> Principal:
-        """Who a bearer credential names: an API key, a gateway token or an OIDC token. `addr` is
-        the caller's address: API key lockouts count per key and address. `peer` gives the
-        thumbprint of the connection's verified client certificate, for certificate-bound tokens.
-
-        Raises AuthenticationError (CredentialExpiredError for an expired token,
-        UnsupportedBindingError for a DPoP-bound one)."""
-        with contextlib.suppress(MalformedKeyError):
-            parse_api_key(token)
-            return await self.api_keys.authenticate(token, self.limiter.client(addr))
-        principal = self.verified_tokens.get(token, peer)
-        if principal is None:
-            if self.oidc.handles(token):
-                principal = await self.oidc.authenticate(token, peer)
-            else:
-                principal = self.tokens.verify(token)
-            self.verified_tokens.put(token, principal)
-        if principal.auth_method is AuthMethod.GATEWAY_TOKEN:
-            # Checked on every use, cached or not: a rotation or revocation ends older tokens.
-            await self.api_keys.check_token(principal)
-        return principal
 
     async def close(self) -> None:
         if self.watcher is not None:
@@ -208,7 +189,7 @@ def _token_budget(limiter: RateLimiter) -> Admission:
     credentials verified, so nobody can spend another principal's budget)."""
 
     async def admit(principal: Principal) -> int | None:
-        retry = await limiter.hit_principal(f"{principal.kind}:{principal.id}", OperationClass.TOKEN)
+        retry = await limiter.hit_principal(principal_key(principal), OperationClass.TOKEN)
         return None if retry is None else retry.seconds
 
     return admit

@@ -10,9 +10,11 @@ wrong figures. Nothing is measured: the scenarios are built from a dict of req/s
 
 from __future__ import annotations
 
+from bench.credential_forms import FORMS as CREDENTIAL_FORMS
+from bench.credential_forms import operations_for
 from bench.model import OK, Run, Scenario, Target
 from bench.report import DASH, TIMES, targets_table, writes_table
-from bench.scenarios import BY_NAME, WRITES
+from bench.scenarios import WRITES
 from bench.suite import variants
 from bench.targets import FAIL, PASS, SKIP, evaluate
 
@@ -47,7 +49,8 @@ def scenarios_from(results: dict[str, float]) -> list[Scenario]:
     for key, rps in results.items():
         system, variant, operation = key.split("/")
         workers = int(variant.split("-")[1].removesuffix("w")) if system == "cedarberg" else 1
-        scenario = Scenario(system, variant, operation, BY_NAME[operation].title, workers, False, 1)
+        title = operations_for((operation,))[0].title
+        scenario = Scenario(system, variant, operation, title, workers, False, 1)
         scenario.runs.append(_run(rps))
         scenario.status = OK
         scenarios.append(scenario)
@@ -92,6 +95,10 @@ def test_every_write_target_has_a_row_per_store_and_the_reads_stay_on_one_worker
         "cedarberg/http-1w/load_table": 12_000,
         "cedarberg/http-2w/load_table": 18_000,
         "seaweedfs/peer/load_table": 2_000,
+        # The other credential forms: one at the bound, one above it, one below it.
+        "cedarberg/http-1w/load_table_api_key": 10_000,
+        "cedarberg/http-1w/load_table_x_api_key": 11_000,
+        "cedarberg/http-1w/load_table_oidc": 9_000,
     }
     for operation in WRITE_OPERATIONS:
         results[f"seaweedfs/peer/{operation}"] = 500
@@ -106,9 +113,17 @@ def test_every_write_target_has_a_row_per_store_and_the_reads_stay_on_one_worker
         "2 workers (one per core), SQLite: http-2w",
         "2 workers (one per core), PostgreSQL: http-2w-pg",
     ]
-    ceiling = _rows(targets, "50% of the bare aiohttp ceiling")["SQLite"]
+    ceiling = _rows(targets, "loadTable ≥ 50% of the bare aiohttp ceiling")["SQLite"]
     assert (ceiling.verdict, ceiling.variant) == (PASS, "1 worker, SQLite: http-1w")
     assert ceiling.measured == f"12,000 vs 20,000 req/s ({TIMES}0.60)"
+    by_form = {
+        form: _rows(targets, f"loadTable with {form} ≥ 50%")["SQLite"] for _, form in CREDENTIAL_FORMS[1:]
+    }
+    assert {form: (t.verdict, t.measured) for form, t in by_form.items()} == {
+        "API key as bearer": (PASS, f"10,000 vs 20,000 req/s ({TIMES}0.50)"),
+        "API key in X-Api-Key": (PASS, f"11,000 vs 20,000 req/s ({TIMES}0.55)"),
+        "OIDC token": (FAIL, f"9,000 vs 20,000 req/s ({TIMES}0.45)"),
+    }
     peer_reads = _rows(targets, "loadTable ≥ 5x the peer")["SQLite"]
     assert (peer_reads.verdict, peer_reads.measured) == (PASS, f"12,000 vs 2,000 req/s ({TIMES}6.00)")
     scaling = _rows(targets, "one worker per core > one worker")["SQLite"]

@@ -120,6 +120,9 @@ async def test_the_loop_keeps_serving_while_another_process_holds_the_write_lock
         holder.release()
         await asyncio.wait_for(writer, 5)
     assert gap < 0.1, f"the loop stalled for {gap:.3f} s while waiting for the lock"
+    driver = store._driver
+    assert isinstance(driver, SqliteDriver)
+    assert driver.counts.busy_waits > 0  # the count that shows workers sharing a writer never wait
     async with store.read() as tx:
         assert await tx.get_namespace("w", "during") == {}
 
@@ -184,6 +187,7 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
             await tx.insert_namespace("w", "ns", None, {})
         assert driver._writer is not None
         driver._writer.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+        before = (driver.counts.commits, driver.counts.transactions)
 
         async def create(i: int) -> None:
             async with store.write() as tx:
@@ -194,8 +198,11 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
 
         outcomes = await asyncio.gather(*(create(i) for i in range(24)), return_exceptions=True)
         driver._writer.set_trace_callback(None)
+        counted = (driver.counts.commits - before[0], driver.counts.transactions - before[1])
     finally:
         await store.close()
+    assert counted == (len(commits), 23)  # the driver's counts say what the database saw
+    assert driver.counts.busy_waits == 0
     failed = [i for i, outcome in enumerate(outcomes) if outcome is not None]
     assert failed == [3]
     assert isinstance(outcomes[3], RuntimeError)

@@ -38,7 +38,7 @@ from cedarberg.gateway.authn.key_format import (
     parse_api_key,
     parse_parts,
 )
-from cedarberg.gateway.authn.key_guards import CacheEntry, Lockout, VerifiedCache
+from cedarberg.gateway.authn.key_guards import Lockout, VerifiedCache
 from cedarberg.gateway.authn.key_store import KeyStore, connect_key_store, open_key_store
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.config.authn import ApiKeySettings
@@ -416,15 +416,16 @@ def test_verified_cache_ttl_bound_and_eviction() -> None:
     principal = Principal("p", PrincipalKind.USER, frozenset(), AuthMethod.API_KEY)
     digests = [cache.digest(f"key-{i}") for i in range(3)]
     assert cache.digest("key-0") == digests[0] != hashlib.sha256(b"key-0").digest()  # keyed
-    cache.put(digests[0], CacheEntry(principal, "id0", None, cached_at=0))
-    cache.put(digests[1], CacheEntry(principal, "id1", expires_at=100.0, cached_at=0))
-    assert cache.get(digests[0], now_mono=9, now_wall=0) is not None
-    assert cache.get(digests[1], now_mono=1, now_wall=100) is None  # the key itself expired
-    cache.put(digests[1], CacheEntry(principal, "id1", None, cached_at=0))
-    cache.put(digests[2], CacheEntry(principal, "id1", None, cached_at=0))  # pushes out the LRU
+    start = time.monotonic()
+    cache.remember(digests[0], principal, "id0", None)
+    cache.remember(digests[1], principal, "id1", 100.0)
+    assert cache.get(digests[0], now_mono=start + 9, now_wall=0) is not None
+    assert cache.get(digests[1], now_mono=start + 1, now_wall=100) is None  # the key itself expired
+    cache.remember(digests[1], principal, "id1", None)
+    cache.remember(digests[2], principal, "id1", None)  # pushes out the LRU
     assert len(cache) == 2
-    assert cache.get(digests[0], now_mono=1, now_wall=0) is None
-    assert cache.get(digests[2], now_mono=10, now_wall=0) is None  # ttl over
+    assert cache.get(digests[0], now_mono=start + 1, now_wall=0) is None
+    assert cache.get(digests[2], now_mono=time.monotonic() + 10, now_wall=0) is None  # ttl over
     cache.evict_key("id1")
     assert len(cache) == 0
 
@@ -556,7 +557,7 @@ async def test_the_key_tables_are_in_the_registrys_one_migration_history(tmp_pat
         version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version"} <= tables
     assert "alembic_version_gateway" not in tables  # one version table per database
-    assert version == [("0012",)]
+    assert version == [("0013",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "key:alice"

@@ -14,7 +14,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from cedarberg.gateway.authn.key_guards import CacheEntry, VerifiedCache
+from cedarberg.gateway.authn.key_guards import VerifiedCache
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
 from cedarberg.gateway.authz import entities
@@ -145,15 +145,23 @@ def test_the_verified_token_cache_is_bounded_in_bytes() -> None:
 
 def test_the_verified_key_cache_is_bounded_in_bytes() -> None:
     cache = VerifiedCache(10_000, 300.0, max_bytes=MIB)
-    now = time.monotonic()
+    leases = []
     for n in range(200):
-        cache.put(cache.digest(f"key{n}"), CacheEntry(_principal(n, 50_000), f"k{n}", None, now))
+        principal = cache.remember(cache.digest(f"key{n}"), _principal(n, 50_000), f"k{n}", None)
+        assert principal.proof is not None
+        leases.append(principal.proof.lease)
         assert cache.estimated_bytes <= MIB
     assert 0 < len(cache) < 200
+    now = time.monotonic()
     last = cache.digest("key199")
     assert cache.get(last, now, time.time()) is not None
+    # What remembers a verification beyond the cache (request plans) ends with its entry.
+    assert [lease.current for lease in leases].count(True) == len(cache)
+    assert not leases[0].current
+    assert leases[199].current
     cache.evict_key("k199")  # the per-key index follows evictions
     assert cache.get(last, now, time.time()) is None
+    assert not leases[199].current
     held = {entry.key_id for entry, _size in cache._entries._entries.values()}
     assert cache._by_key_id.keys() == held
 

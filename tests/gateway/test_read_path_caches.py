@@ -8,6 +8,8 @@ from pathlib import Path
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from cedarberg.gateway.authn.credential import KeyLease
+from cedarberg.gateway.authn.key_guards import VerifiedCache
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authn.token_cache import VerifiedTokenCache
 from cedarberg.gateway.authz import entities
@@ -47,6 +49,40 @@ def test_the_token_cache_holds_no_token_and_is_bounded() -> None:
     held = repr(list(cache._entries))
     assert not any(token in held or token.split(".")[1] in held for token in tokens)
     assert VerifiedTokenCache(max_entries=0).get(tokens[2]) is None
+
+
+def _lease(principal: Principal) -> KeyLease:
+    assert principal.proof is not None
+    return principal.proof.lease
+
+
+def test_a_verified_keys_lease_holds_exactly_while_its_cache_entry_is_a_hit() -> None:
+    """Request plans of an API key live by this lease (`gateway.web.replay`): it must end with the
+    entry, whichever way the entry ends, and never be current for a verification not cached."""
+    cache = VerifiedCache(max_entries=10, ttl_seconds=0.2)
+    kept = cache.remember(cache.digest("a"), ANALYST, "ka", time.time() + 60)
+    assert _lease(kept).current  # control
+    assert kept.valid_until is not None
+    assert kept == ANALYST
+    expiring = cache.remember(cache.digest("b"), ANALYST, "kb", None)
+    time.sleep(0.25)
+    assert not _lease(expiring).current  # past the TTL: as `get` would no longer answer it
+    assert cache.get(cache.digest("b"), time.monotonic(), time.time()) is None
+    fresh = [cache.remember(cache.digest(k), ANALYST, k, None) for k in ("c", "d")]
+    cache.evict_key("c")  # a rotation or revocation of key c
+    assert not _lease(fresh[0]).current
+    assert _lease(fresh[1]).current
+    cache.clear()  # a stale change feed's clear
+    assert not _lease(fresh[1]).current
+    raced = cache.remember(cache.digest("e"), ANALYST, "e", None, keep=False)  # a rotation raced it
+    assert not _lease(raced).current
+    assert cache.get(cache.digest("e"), time.monotonic(), time.time()) is None
+    full = VerifiedCache(max_entries=1, ttl_seconds=60)
+    first = full.remember(full.digest("f"), ANALYST, "f", None)
+    full.remember(full.digest("g"), ANALYST, "g", None)  # evicts f
+    assert not _lease(first).current
+    off = VerifiedCache(max_entries=0, ttl_seconds=60)
+    assert not _lease(off.remember(off.digest("h"), ANALYST, "h", None)).current
 
 
 def _engine(tmp_path: Path) -> tuple[PolicyEngine, Path]:

@@ -53,10 +53,12 @@ def _wait_for(condition: Any, what: str, timeout: float = DEADLINE_SECONDS) -> N
 
 
 def _workers(gw: GatewayProcess, count: int = 2) -> set[int]:
-    """The pids of the supervisor's workers, once all `count` run."""
+    """The pids of the supervisor's workers, once all `count` run (and, on SQLite, its registry
+    writer: `gateway.serve.registry_writer`, not a worker)."""
     assert gw.pid is not None
-    _wait_for(lambda: len(_children(gw.pid or 0)) == count, f"{count} workers")
-    return _children(gw.pid)
+    writer = gw.registry_writer_pid()
+    _wait_for(lambda: len(_children(gw.pid or 0) - {writer}) == count, f"{count} workers")
+    return _children(gw.pid) - {writer}
 
 
 def _request(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
@@ -90,10 +92,10 @@ def test_workers_share_the_port_and_are_replaced_when_they_die(tmp_path: Path) -
         victim = min(workers)
         os.kill(victim, signal.SIGKILL)
         _wait_for(
-            lambda: victim not in _children(gw.pid or 0) and len(_children(gw.pid or 0)) == 2,
+            lambda: victim not in _children(gw.pid or 0) and len(_workers(gw)) == 2,
             "the dead worker to be replaced",
         )
-        replacement = _children(gw.pid) - workers
+        replacement = _workers(gw) - workers
         assert len(replacement) == 1
         assert [_create_namespace(gw, f"after{i}") for i in range(10)] == [200] * 10
         current = _children(gw.pid)
@@ -126,9 +128,11 @@ def test_sighup_reloads_the_policies_of_every_worker(tmp_path: Path) -> None:
 def test_a_killed_supervisor_takes_its_workers_with_it(tmp_path: Path) -> None:
     gw = GatewayProcess(tmp_path / "gw", extra_args=["--workers", "2"])
     with gw:
-        workers = _workers(gw)
+        _workers(gw)
+        children = _children(gw.pid or 0)  # the workers and the registry writer
+        assert gw.registry_writer_pid() in children
         gw.kill()
-        _wait_for(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
+        _wait_for(lambda: not any(_alive(pid) for pid in children), "the workers and the writer to exit")
         with pytest.raises(urllib.error.URLError):
             urllib.request.urlopen(f"{gw.url}/v1/config", timeout=5)
 
@@ -191,7 +195,7 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
     current = _cli("db", "current", *location_args)
     assert current.returncode == 3, current.stderr
     assert "registry: 0006 + gateway gw0001 (two histories" in current.stdout
-    assert "(needs 0012)" in current.stdout
+    assert "(needs 0013)" in current.stdout
 
     strict = GatewayProcess(data_dir, store_url=store_url, config={"migrate_on_start": False})
     strict.config_path.write_text("migrate_on_start = false\n")
@@ -204,11 +208,11 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
 
     upgraded = _cli("db", "upgrade", *location_args)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "registry: 0012 (from 0006 + gateway gw0001" in upgraded.stdout
-    assert _revisions(sync_url) == {"alembic_version": ["0012"]}
+    assert "registry: 0013 (from 0006 + gateway gw0001" in upgraded.stdout
+    assert _revisions(sync_url) == {"alembic_version": ["0013"]}
     current = _cli("db", "current", *location_args)
     assert current.returncode == 0, current.stderr
-    assert current.stdout.strip() == "registry: 0012 (head)"
+    assert current.stdout.strip() == "registry: 0013 (head)"
 
     with strict:  # the same data, served by a gateway that does not migrate by itself
         request = urllib.request.Request(
@@ -228,4 +232,4 @@ def test_serve_upgrades_an_outdated_registry_by_default(tmp_path: Path) -> None:
         status, body = _request(f"{gw.url}/v1/namespaces/kept")
         assert status == 200
         assert body["namespace"] == ["kept"]
-    assert _revisions(sync_url) == {"alembic_version": ["0012"]}
+    assert _revisions(sync_url) == {"alembic_version": ["0013"]}

@@ -61,7 +61,7 @@ async def _token(endpoint: TokenEndpoint, form: dict[str, str]) -> str:
 
 
 async def _usable(keys: ApiKeyAuthenticator, issuer: TokenIssuer, token: str) -> bool:
-    """What `Security.authenticate_bearer` does with a gateway token."""
+    """What `BearerAuthenticator.authenticate` does with a gateway token."""
     try:
         await keys.check_token(issuer.verify(token))
     except AuthenticationError:

@@ -2,21 +2,25 @@
 PostgreSQL (the `registry_url` fixture) with the local KEK and one warehouse, for tests that
 call `catalog/` directly.
 
-`UnconfirmedStore` is the one fake: a real store whose next write transaction commits and then
-reports `CommitStateUnknownError`, as a connection lost while committing leaves it.
+`UnconfirmedStore` is the one fake: a real store whose next write transaction (or single-statement
+write, on PostgreSQL) commits and then reports `CommitStateUnknownError`, as a connection lost
+while committing leaves it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from cedarberg.catalog.context import CatalogContext, Limits, Warehouse
 from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.sealing import Sealer
+from cedarberg.catalog.store.cache import Touched
 from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.catalog.store.statements import Sql
 from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
 
@@ -36,6 +40,13 @@ class UnconfirmedStore(Store):
         if self.unconfirm_next:
             self.unconfirm_next = False
             raise CommitStateUnknownError("the registry did not confirm the commit")
+
+    async def write_alone(self, sql: Sql, params: Mapping[str, Any], touched: Touched) -> Any:
+        outcome = await super().write_alone(sql, params, touched)
+        if self.unconfirm_next:
+            self.unconfirm_next = False
+            raise CommitStateUnknownError("the registry did not confirm the write")
+        return outcome
 
 
 @asynccontextmanager

@@ -194,9 +194,12 @@ class Killer:
             gateway.start()
             self._since_restart[index] = 0
         else:
-            victims = [self.rng.choice(_children(gateway))]
+            # A worker, or on SQLite the registry writer (`gateway.serve.registry_writer`): the
+            # supervisor replaces either.
+            children = _children(gateway)
+            victims = [self.rng.choice(children)]
             os.kill(victims[0], signal.SIGKILL)
-            self._wait_for_replacement(gateway, victims[0])
+            self._wait_for_replacement(gateway, victims[0], len(children))
             self._since_restart[index] += 1
         self.kills += 1
         self.history.kills.append(
@@ -209,11 +212,11 @@ class Killer:
             }
         )
 
-    def _wait_for_replacement(self, gateway: GatewayProcess, dead: int) -> None:
+    def _wait_for_replacement(self, gateway: GatewayProcess, dead: int, count: int) -> None:
         deadline = time.monotonic() + gateway.ready_timeout
         while time.monotonic() < deadline:
             children = _children(gateway)
-            if len(children) == self.workers and dead not in children:
+            if len(children) == count and dead not in children:
                 gateway.wait_ready()
                 return
             time.sleep(0.01)
@@ -223,7 +226,7 @@ class Killer:
 
 
 def _children(gateway: GatewayProcess) -> list[int]:
-    """The worker processes of a gateway's supervisor."""
+    """The processes of a gateway's supervisor: its workers and, on SQLite, its registry writer."""
     pid = gateway.pid
     assert pid is not None, f"gateway {gateway.url} was never started"
     assert gateway.is_running(), f"gateway {gateway.url} is not running"

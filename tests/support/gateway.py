@@ -27,6 +27,8 @@ from typing import IO, Any
 from tests.support.forkserver import ForkedProcess, fork_server
 from tests.support.ports import free_port
 
+_WRITER_STARTED = re.compile(r"registry writer started \(pid (\d+)\)")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
@@ -173,6 +175,13 @@ class GatewayProcess:
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def registry_writer_pid(self) -> int | None:
+        """The SQLite registry's writer process of the current run (a supervisor with several
+        workers on SQLite forks one: `gateway.serve.registry_writer`), as the supervisor logged
+        its latest start; None if this run has none."""
+        started = _WRITER_STARTED.findall(self._log_since_start())
+        return int(started[-1]) if started else None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``cedarberg ARGS --config .. --data-dir ..`` against this gateway's store, offline."""

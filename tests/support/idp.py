@@ -299,6 +299,7 @@ class KeySetServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                body: dict[str, Any]
                 if self.path == "/.well-known/openid-configuration":
                     body = {"issuer": owner.issuer, "jwks_uri": owner.jwks_uri or owner.keys_url}
                 elif self.path == "/keys":

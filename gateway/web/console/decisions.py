@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from cedarberg.gateway.authz.authorizer import Verdict, filter_visible, is_visible, plan_checks
+from cedarberg.gateway.authz.authorizer import Verdict, filter_visible, plan_checks
 from cedarberg.gateway.authz.context import RequestContext
 from cedarberg.gateway.authz.entities import Resource
 from cedarberg.gateway.web import verdicts
@@ -54,11 +54,6 @@ def require(request: web.Request, operation: str, resource: Resource) -> Verdict
 def visible(request: web.Request, entries: Sequence[Resource]) -> list[Resource]:
     """The entries the principal may see, in order (a listing is filtered, never denied)."""
     return filter_visible(security(request).policies, request[PRINCIPAL], _context(request), entries)
-
-
-def may_see(request: web.Request, resource: Resource) -> bool:
-    """Whether the principal may know `resource` exists (not audited: nothing is shown by it)."""
-    return is_visible(security(request).policies, request[PRINCIPAL], resource, _context(request))
 
 
 def would_allow(request: web.Request, action: str, resource: Resource) -> bool:

@@ -33,7 +33,7 @@ from cedarberg.gateway.authn.errors import AuthenticationError
 from cedarberg.gateway.authn.key_format import MalformedKeyError, parse_api_key
 from cedarberg.gateway.authn.oidc_signin import SignInError, new_signin
 from cedarberg.gateway.authn.principal import Principal
-from cedarberg.gateway.ratelimit import OperationClass
+from cedarberg.gateway.ratelimit import OperationClass, principal_key
 from cedarberg.gateway.web import http, outcomes
 from cedarberg.gateway.web.console.layout import page
 from cedarberg.gateway.web.console.pages import (
@@ -91,7 +91,7 @@ async def _open_session(request: web.Request, principal: Principal, status: int)
     """A new session for `principal`, its sign-in audited (durably) with the `status` the browser
     is answered. Raises SessionStoreFullError."""
     sec, console = security(request), _console(request)
-    retry = await sec.limiter.hit_principal(f"{principal.kind}:{principal.id}", OperationClass.TOKEN)
+    retry = await sec.limiter.hit_principal(principal_key(principal), OperationClass.TOKEN)
     if retry is not None:
         raise RateLimitedError(retry)
     secret = await console.sessions.start(principal)

@@ -26,7 +26,7 @@ from cedarberg.gateway.logs import (
     bind_request,
     log_handler,
 )
-from cedarberg.gateway.web.middlewares import REQUEST_ID_HEADER
+from cedarberg.gateway.web.answers import REQUEST_ID_HEADER
 from cedarberg.gateway.web.route import Route
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway
 from tests.support.iceberg_types import nested_type, schema_of

@@ -20,6 +20,7 @@ from pytest_aiohttp import AiohttpClient
 from cedarberg.catalog import requests as req
 from cedarberg.gateway.authn.principal import AuthMethod, PrincipalKind
 from cedarberg.gateway.web import front, middlewares
+from cedarberg.gateway.web.answers import REQUEST_ID_HEADER
 from cedarberg.gateway.web.app import GC_THRESHOLDS, create_app
 from cedarberg.gateway.web.keys import (
     METRICS,
@@ -31,7 +32,7 @@ from cedarberg.gateway.web.keys import (
     VERDICT,
     route_of,
 )
-from cedarberg.gateway.web.middlewares import MIDDLEWARES, REQUEST_ID_HEADER
+from cedarberg.gateway.web.middlewares import MIDDLEWARES
 from cedarberg.gateway.web.route import Route
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway
 from tests.support.inprocess import Template, fronted, inprocess_settings

@@ -1,0 +1,255 @@
+"""Write transactions handed to the SQLite registry's writer (catalog.store.sqlite_writer) by the
+drivers of several workers (catalog.store.sqlite_handoff), on a real file over a real Unix
+socket: they share the writer's group commits without any busy wait, a transaction that fails
+takes back only its own changes, and a worker that dies or speaks out of turn mid-transaction
+leaves nothing behind. (Two real workers of `cedarberg serve`: tests/gateway/test_sqlite_writer.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cedarberg.catalog.errors import AlreadyExistsError
+from cedarberg.catalog.store.engine import migrate_registry
+from cedarberg.catalog.store.sql import ObjectRow, Store, open_driver
+from cedarberg.catalog.store.sqlite_driver import SqliteDriver
+from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_writes_to
+from cedarberg.catalog.store.sqlite_writer import SqliteWriter
+
+WRITERS = 8
+COMMITS_EACH = 6
+
+
+def _row(name: str) -> ObjectRow:
+    return ObjectRow(
+        "w", "ns", name, "table", str(uuid.uuid4()), f"s3://b/{name}/metadata/0.json", b"\x00sealed\xff", 1,
+        "local:k", "1", b"k",
+    )  # fmt: skip
+
+
+@dataclass
+class Writer:
+    """A writer serving on a socket, and the file it writes."""
+
+    driver: SqliteDriver
+    socket_path: str
+    database: Path
+
+    def worker_store(self) -> Store:
+        """What one gateway worker opens: reads here, writes handed to the writer."""
+        return Store(HandedOffSqliteDriver(str(self.database), self.socket_path, busy_timeout=2.0))
+
+
+@pytest.fixture
+async def writer(tmp_path: Path) -> AsyncIterator[Writer]:
+    database = tmp_path / "registry.db"
+    url = f"sqlite:///{database}"
+    await migrate_registry(url)
+    setup = await Store.open(url, migrate=False)
+    try:
+        async with setup.write() as tx:
+            await tx.insert_namespace("w", "ns", None, {})
+    finally:
+        await setup.close()
+    socket_path = str(tmp_path / "writer.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(16)
+    driver = SqliteDriver(str(database), readers=0)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(SqliteWriter(driver, patience=1.0).serve(listener, stop))
+    try:
+        yield Writer(driver, socket_path, database)
+    finally:
+        stop.set()
+        await serving
+
+
+async def _names(store: Store) -> list[str]:
+    async with store.read() as tx:
+        return sorted(await tx.list_objects("w", "ns", "table", None, 1000))
+
+
+async def test_two_workers_share_the_writers_commits_without_busy_waits(writer: Writer) -> None:
+    workers = [writer.worker_store(), writer.worker_store()]
+    try:
+
+        async def create(worker: Store, n: int) -> None:
+            for i in range(COMMITS_EACH):
+                async with worker.write() as tx:
+                    await tx.insert_object(_row(f"t{n}-{i}"))
+
+        await asyncio.gather(*(create(workers[n % 2], n) for n in range(WRITERS)))
+        names = await _names(workers[1])  # read on a worker's own connection
+        stored = await _object(workers[0], "t0-0")
+    finally:
+        for worker in workers:
+            await worker.close()
+    assert names == sorted(f"t{n}-{i}" for n in range(WRITERS) for i in range(COMMITS_EACH))
+    assert stored.metadata == b"\x00sealed\xff"  # bytes survive the socket both ways
+    counts = writer.driver.counts
+    assert counts.busy_waits == 0
+    assert counts.transactions == WRITERS * COMMITS_EACH
+    assert counts.commits < counts.transactions  # concurrent writers shared COMMITs (group commit)
+
+
+async def _object(store: Store, name: str) -> ObjectRow:
+    async with store.read() as tx:
+        row = await tx.get_object("w", "ns", name)
+    assert row is not None
+    return row
+
+
+async def test_a_failing_transaction_takes_back_only_its_own_changes(writer: Writer) -> None:
+    worker = writer.worker_store()
+    try:
+        async with worker.write() as tx:
+            await tx.insert_object(_row("taken"))
+
+        async def create(name: str, fail: bool) -> None:
+            async with worker.write() as tx:
+                await tx.insert_object(_row(name))
+                await asyncio.sleep(0)  # the others queue up behind this one: one group
+                if fail:
+                    await tx.insert_object(_row("taken"))  # a constraint refuses it in the writer
+
+        outcomes = await asyncio.gather(
+            *(create(f"n{i}", fail=i == 2) for i in range(6)), return_exceptions=True
+        )
+        names = await _names(worker)
+    finally:
+        await worker.close()
+    assert [type(outcome).__name__ for outcome in outcomes] == ["NoneType"] * 2 + ["AlreadyExistsError"] + [
+        "NoneType"
+    ] * 3
+    assert isinstance(outcomes[2], AlreadyExistsError)
+    assert names == sorted(["taken", "n0", "n1", "n3", "n4", "n5"])
+
+
+def _frame(message: list[object]) -> bytes:
+    payload = orjson.dumps(message)
+    return struct.pack(">I", len(payload)) + payload
+
+
+async def _raw_session(
+    writer: Writer, *messages: list[object]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, stream = await asyncio.open_unix_connection(writer.socket_path)
+    for message in messages:
+        stream.write(_frame(message))
+    await stream.drain()
+    return reader, stream
+
+
+async def test_a_worker_that_dies_or_speaks_out_of_turn_mid_transaction_leaves_nothing(
+    writer: Writer,
+) -> None:
+    """An ordinary local process of the gateway's user talking to the writer directly: a session
+    that closes before "commit", stalls past the writer's patience, or sends something that is
+    not a message is rolled back, and the writer keeps serving the others."""
+    insert = (
+        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
+    )
+    worker = writer.worker_store()
+    try:
+        # Dies after its statement: the connection closes before "commit".
+        reader, stream = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "died", None, "{}"]])
+        assert (await reader.readexactly(4 + len(b'["ok"]')))[4:] == b'["ok"]'
+        await reader.readexactly(4)  # the statement's answer: the transaction is open in the writer
+        stream.close()
+        # Stalls past the writer's patience (1 s) with its transaction open.
+        _, stalled = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "stalled", None, "{}"]])
+        # Sends garbage mid-transaction.
+        _, garbage = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "garbage", None, "{}"]])
+        garbage.write(struct.pack(">I", 5) + b"{nope")
+        # The others keep writing through it all.
+        for i in range(3):
+            async with worker.write() as tx:
+                await tx.insert_namespace("w", f"alive{i}", None, {})
+        await asyncio.sleep(1.5)
+        async with worker.write() as tx:
+            await tx.insert_namespace("w", "after", None, {})
+        stalled.close()
+        garbage.close()
+        async with worker.read() as tx:
+            found = {
+                name: await tx.get_namespace("w", name) for name in ("died", "stalled", "garbage", "after")
+            }
+    finally:
+        await worker.close()
+    assert found == {"died": None, "stalled": None, "garbage": None, "after": {}}
+
+
+async def test_a_process_routed_to_a_writer_opens_handed_off_drivers(writer: Writer, tmp_path: Path) -> None:
+    """`hand_writes_to` routes every driver `open_driver` opens for that file (the catalog's and
+    the key store's) and no other file's."""
+    other = tmp_path / "other.db"
+    hand_writes_to(str(writer.database), writer.socket_path)
+    routed = open_driver(f"sqlite:///{writer.database}", 4)
+    unrouted = open_driver(f"sqlite:///{other}", 4)
+    try:
+        assert isinstance(routed, HandedOffSqliteDriver)
+        assert isinstance(unrouted, SqliteDriver)
+    finally:
+        hand_writes_to(str(writer.database), None)
+        await routed.close()
+        await unrouted.close()
+    again = open_driver(f"sqlite:///{writer.database}", 4)
+    await again.close()
+    assert isinstance(again, SqliteDriver)  # unrouted again
+
+
+async def _reply(reader: asyncio.StreamReader) -> list[object]:
+    (length,) = struct.unpack(">I", await reader.readexactly(4))
+    message = orjson.loads(await reader.readexactly(length))
+    assert isinstance(message, list)
+    return message
+
+
+async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landing_later(
+    writer: Writer,
+) -> None:
+    """A worker killed between sending "commit" and reading the answer cannot tell its client,
+    who may read the change as absent at once (another worker reads the file): the writer rolls
+    back that group, and every member of it is told it failed, rather than commit it afterwards.
+    A group whose members all stay is committed (the control, last)."""
+    insert = (
+        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
+    )
+    dying_reader, dying = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
+    assert await _reply(dying_reader) == ["ok"]
+    assert (await _reply(dying_reader))[0] == "rows"
+    # Another worker's transaction waits for the writer lock: it joins the dying one's group.
+    other_reader, other = await _raw_session(writer, ["begin"])
+    for _ in range(3000):  # until the writer has read its "begin" and waits for the lock (30 s at most)
+        if writer.driver._waiting:
+            break
+        await asyncio.sleep(0.01)
+    assert writer.driver._waiting == 1
+    dying.write(_frame(["commit"]))
+    await dying.drain()
+    assert await _reply(other_reader) == ["ok"]  # the group passed to the other transaction
+    dying.close()  # the worker dies before the group's COMMIT
+    await asyncio.sleep(0.2)
+    other.write(_frame(["exec", insert, ["w", "bystander", None, "{}"]]))
+    assert (await _reply(other_reader))[0] == "rows"
+    other.write(_frame(["commit"]))
+    assert await _reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed
+    other.close()
+    worker = writer.worker_store()
+    try:
+        async with worker.write() as tx:
+            await tx.insert_namespace("w", "after", None, {})
+        async with worker.read() as tx:
+            found = {name: await tx.get_namespace("w", name) for name in ("orphan", "bystander", "after")}
+    finally:
+        await worker.close()
+    assert found == {"orphan": None, "bystander": None, "after": {}}
