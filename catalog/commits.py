@@ -53,8 +53,9 @@ from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.namespaces import read_properties
 from cedarberg.catalog.sealing import ObjectKey, SealTarget
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import server_writes
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store.objects import ObjectRow
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +212,15 @@ async def _swap_all(
             target = change.seal_target(warehouse.name)
             if change.base is None:
                 name = change.identifier
-                if await tx.get_object(warehouse.name, name.namespace.key, name.name) is not None:
+                if (
+                    await object_rows.get_object(tx, warehouse.name, name.namespace.key, name.name)
+                    is not None
+                ):
                     # Created since it was planned: planning again answers as if it came first.
                     raise _LostRace
-                await tx.insert_object(new_row(ctx, target, change.key, change.metadata_json))
-            elif not await tx.swap_object(
+                await object_rows.insert_object(tx, new_row(ctx, target, change.key, change.metadata_json))
+            elif not await object_rows.swap_object(
+                tx,
                 change.base,
                 change.metadata_location,
                 ctx.sealer.seal_record(change.key, target, change.metadata_json),

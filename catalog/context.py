@@ -11,7 +11,7 @@ from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.load_results import LoadResultCache
 from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.sealing import KeyPurpose, Sealer
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.pool import Store
 
 # The one answer for a warehouse that is not there, worded as the gateway's answer for one the
 # caller may not see, so that the two cannot be told apart.

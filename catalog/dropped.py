@@ -39,7 +39,10 @@ from cedarberg.catalog.namespaces import require_namespace
 from cedarberg.catalog.objects import TABLE, require_object
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.purge_failures import PurgeBackoff, describe_failure
-from cedarberg.catalog.store.sql import DroppedRow
+from cedarberg.catalog.store import dropped as dropped_rows
+from cedarberg.catalog.store import metrics as metrics_rows
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.dropped import DroppedRow
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +130,12 @@ async def soft_drop(
         try:
             async with ctx.store.write() as tx:
                 ns, name = identifier.namespace.key, identifier.name
-                if not await tx.delete_object(warehouse.name, ns, name, kind, row.metadata_location):
+                if not await object_rows.delete_object(
+                    tx, warehouse.name, ns, name, kind, row.metadata_location
+                ):
                     raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                await tx.insert_dropped(dropped)
-                await tx.delete_metrics_reports(warehouse.name, ns, name)
+                await dropped_rows.insert_dropped(tx, dropped)
+                await metrics_rows.delete_metrics_reports(tx, warehouse.name, ns, name)
                 if rec is not None:
                     await rec.record(tx, None)
         except _PointerMoved:
@@ -139,7 +144,7 @@ async def soft_drop(
         await asyncio.to_thread(_park, moves)
         if held > purge_after:
             async with ctx.store.write() as tx:
-                await tx.release_purge(drop_id, purge_after)
+                await dropped_rows.release_purge(tx, drop_id, purge_after)
         log.info("soft-deleted %s %s (drop id %s)", kind, identifier, drop_id)
         return
     raise CommitFailedError("the object changed concurrently too many times; retry the drop")
@@ -168,7 +173,7 @@ async def list_dropped(ctx: CatalogContext, warehouse_name: str | None, page: Pa
 
     async def fetch(after: str | None, limit: int) -> list[str]:
         async with ctx.store.read() as tx:
-            found = await tx.list_dropped(warehouse.name, after, limit)
+            found = await dropped_rows.list_dropped(tx, warehouse.name, after, limit)
         rows.update((item.drop_id, item) for item in found)
         return [item.drop_id for item in found]
 
@@ -188,7 +193,7 @@ async def undrop(ctx: CatalogContext, warehouse_name: str | None, drop_id: str, 
     NoSuchNamespaceError if its namespace is gone."""
     warehouse = ctx.warehouse(warehouse_name)
     async with ctx.store.read() as tx:
-        dropped = await tx.get_dropped(drop_id)
+        dropped = await dropped_rows.get_dropped(tx, drop_id)
     if dropped is None or dropped.row.warehouse != warehouse.name:
         raise NoSuchTableError(f"no dropped table or view with id {drop_id}")
     back = [(parked, published) for published, parked in dropped.moved_files]
@@ -197,8 +202,8 @@ async def undrop(ctx: CatalogContext, warehouse_name: str | None, drop_id: str, 
     try:
         async with ctx.store.write() as tx:
             await require_namespace(tx, warehouse.name, Namespace.parse(dropped.row.namespace))
-            await tx.insert_object(dropped.row)
-            if not await tx.delete_dropped(drop_id):  # undropped concurrently
+            await object_rows.insert_object(tx, dropped.row)
+            if not await dropped_rows.delete_dropped(tx, drop_id):  # undropped concurrently
                 raise NoSuchTableError(f"no dropped table or view with id {drop_id}")  # noqa: TRY301
             if rec is not None:
                 await rec.record(tx, body)
@@ -250,13 +255,13 @@ async def purge_dropped(ctx: CatalogContext, dropped: DroppedRow) -> None:
     )
     parked = {target for _source, target in dropped.moved_files}
     async with ctx.store.read() as tx:
-        others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
+        others = [loc for *_, loc in await object_rows.object_locations(tx, warehouse.name)]
     held = await confinement.held(
         ctx, row.kind, row.uuid, confinement.roots_of_document(row.kind, metadata_json)
     )
     await asyncio.to_thread(purge_files, warehouse, Purged(object_location, held, table), parked, others)
     async with ctx.store.write() as tx:
-        await tx.delete_dropped(dropped.drop_id)
+        await dropped_rows.delete_dropped(tx, dropped.drop_id)
         await confinement.forget(tx, row.kind, row.uuid)
     ctx.sealer.forget(row.data_key)
 
@@ -272,14 +277,14 @@ async def purge_due(ctx: CatalogContext, backoff: PurgeBackoff | None = None, li
     registry raises while reading or recording (StorageUnavailableError), and cancellation."""
     backoff = backoff or PurgeBackoff()
     async with ctx.store.read() as tx:
-        due = await tx.due_for_purge(_now_ms(), ctx.warehouses.keys(), limit)
+        due = await dropped_rows.due_for_purge(tx, _now_ms(), ctx.warehouses.keys(), limit)
     purged = 0
     for dropped in due:
         # Claimed first: another sweeper (worker or instance) does not purge it at the same time,
         # and an attempt that never ends (the process dies mid-purge) still waits its backoff.
         attempts = dropped.purge_attempts + 1
         async with ctx.store.write() as tx:
-            if not await tx.claim_purge(dropped, _now_ms() + backoff.delay_ms(attempts)):
+            if not await dropped_rows.claim_purge(tx, dropped, _now_ms() + backoff.delay_ms(attempts)):
                 continue
         try:
             await purge_dropped(ctx, dropped)
@@ -306,4 +311,6 @@ async def _record_failure(
         exc_info=None if isinstance(err, CatalogError) else err,
     )
     async with ctx.store.write() as tx:
-        await tx.record_purge_failure(dropped.drop_id, attempts, describe_failure(err), _now_ms() + delay_ms)
+        await dropped_rows.record_purge_failure(
+            tx, dropped.drop_id, attempts, describe_failure(err), _now_ms() + delay_ms
+        )

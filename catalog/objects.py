@@ -22,8 +22,11 @@ from cedarberg.catalog.idempotency import Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import read_namespace, require_namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.cache import RegistryKey
-from cedarberg.catalog.store.sql import ObjectRow, Store, StoreTx
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
+from cedarberg.catalog.store.tx import StoreTx
 
 TABLE = "table"
 VIEW = "view"
@@ -48,7 +51,7 @@ def rename_target_taken(move: Move, existing_kind: str) -> AlreadyExistsError:
 
 async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
     """The stored table or view. Raises NoSuchTableError / NoSuchViewError."""
-    row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
+    row = await object_rows.get_object(tx, warehouse, identifier.namespace.key, identifier.name)
     if row is None or row.kind != kind:
         raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
     return row
@@ -59,7 +62,8 @@ async def read_object(store: Store, warehouse: str, identifier: Identifier, kind
     a mutation, which compares against the database). Raises NoSuchTableError / NoSuchViewError."""
     namespace, name = identifier.namespace.key, identifier.name
     row = await store.cached(
-        RegistryKey.object(warehouse, namespace, name), lambda tx: tx.get_object(warehouse, namespace, name)
+        RegistryKey.object(warehouse, namespace, name),
+        lambda tx: object_rows.get_object(tx, warehouse, namespace, name),
     )
     if row is None or row.kind != kind:
         raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
@@ -98,7 +102,7 @@ async def list_objects(
     async def fetch(after: str | None, limit: int) -> list[str]:
         key = store.cache.listing_key(("objects", warehouse.name, namespace.key), kind, after, limit)
         return await store.cached(
-            key, lambda tx: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
+            key, lambda tx: object_rows.list_objects(tx, warehouse.name, namespace.key, kind, after, limit)
         )
 
     result = await fetch_page(page, fetch, ctx.page_key, Scope(warehouse.name, kind, namespace.key))
@@ -146,11 +150,15 @@ async def rename_object(
             if row.metadata_location != judged.metadata_location:
                 continue  # changed since it was judged: judge the new version
             await require_namespace(tx, warehouse.name, target.namespace)
-            taken = await tx.get_object(warehouse.name, target.namespace.key, target.name)
+            taken = await object_rows.get_object(tx, warehouse.name, target.namespace.key, target.name)
             if taken is not None:
                 raise rename_target_taken(move, taken.kind)
-            await tx.rename_object(
-                warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
+            await object_rows.rename_object(
+                tx,
+                warehouse.name,
+                kind,
+                (source.namespace.key, source.name),
+                (target.namespace.key, target.name),
             )
             if rec is not None:
                 await rec.record(tx, None)

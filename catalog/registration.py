@@ -30,8 +30,9 @@ from cedarberg.catalog.errors import (
 from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.namespaces import require_namespace
 from cedarberg.catalog.objects import TABLE, name_taken
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as rows
-from cedarberg.catalog.store.sql import StoreTx
+from cedarberg.catalog.store.tx import StoreTx
 
 # The one answer for a file outside the place the caller's namespace holds, inside another
 # namespace's directory or another object's files, or not there at all: the answers cannot tell
@@ -70,7 +71,7 @@ async def confine_file(
     namespace = identifier.namespace
     async with ctx.store.read() as tx:
         ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+        existing = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
         claims = await rows.near(tx, location)
     replaced_uuid = None
     if existing is not None:

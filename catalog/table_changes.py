@@ -25,7 +25,7 @@ from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.objects import TABLE
 from cedarberg.catalog.requests import CommitTableRequest
 from cedarberg.catalog.sealing import ObjectKey
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store.objects import ObjectRow
 
 TableChange = PlannedChange[TableMetadata]
 TableJob = CommitJob[TableMetadata]

@@ -47,8 +47,11 @@ from cedarberg.catalog.requests import (
     RegisterTableRequest,
 )
 from cedarberg.catalog.sealing import SealTarget
+from cedarberg.catalog.store import metrics as metrics_rows
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as confinement_rows
-from cedarberg.catalog.store.sql import ObjectRow, StoreTx
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.catalog.table_changes import (
     Basis,
     TableChange,
@@ -77,7 +80,9 @@ async def _object_in_namespace(
 ) -> tuple[ObjectRow | None, dict[str, str]]:
     """The table's pointer (None: none yet) and its namespace's properties, in one statement.
     Raises NoSuchNamespaceError, or AlreadyExistsError when the name is a view's."""
-    found = await tx.get_object_in_namespace(warehouse, identifier.namespace.key, identifier.name)
+    found = await object_rows.get_object_in_namespace(
+        tx, warehouse, identifier.namespace.key, identifier.name
+    )
     if found is None:
         raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
     ns_properties, row = found
@@ -106,7 +111,9 @@ class TableService:
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
         async with self._ctx.store.read() as tx:
-            found = await tx.get_object_in_namespace(warehouse.name, namespace.key, identifier.name)
+            found = await object_rows.get_object_in_namespace(
+                tx, warehouse.name, namespace.key, identifier.name
+            )
         if found is None:
             raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
         ns_properties, existing = found
@@ -256,12 +263,14 @@ class TableService:
             metadata = parse_metadata(await self._ctx.sealer.open_row(row)) if purge else None
             ns, name = identifier.namespace.key, identifier.name
             async with self._ctx.store.write() as tx:
-                if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
+                if not await object_rows.delete_object(
+                    tx, warehouse.name, ns, name, TABLE, row.metadata_location
+                ):
                     continue  # dropped or changed concurrently: look again
-                await tx.delete_metrics_reports(warehouse.name, ns, name)
+                await metrics_rows.delete_metrics_reports(tx, warehouse.name, ns, name)
                 own = await confinement_rows.held(tx, TABLE, row.uuid)
                 await confinement.forget(tx, TABLE, row.uuid)
-                others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
+                others = [loc for *_, loc in await object_rows.object_locations(tx, warehouse.name)]
                 if rec is not None:
                     await rec.record(tx, None)
             if metadata is not None:
@@ -301,9 +310,11 @@ class TableService:
             ns, name = identifier.namespace.key, identifier.name
             try:
                 async with self._ctx.store.write() as tx:
-                    if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
+                    if not await object_rows.delete_object(
+                        tx, warehouse.name, ns, name, TABLE, row.metadata_location
+                    ):
                         raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                    await tx.delete_metrics_reports(warehouse.name, ns, name)
+                    await metrics_rows.delete_metrics_reports(tx, warehouse.name, ns, name)
                     await confinement.forget(tx, TABLE, row.uuid)
                     if rec is not None:
                         await rec.record(tx, body)
@@ -358,7 +369,7 @@ class TableService:
         )
         body = documents.load_result(location, metadata_json)
         async with self._ctx.store.read() as tx:
-            replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+            replaced = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
         if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
             raise name_taken(identifier, replaced.kind, TABLE)
         judged = [effects.of_table_change(identifier, None, metadata)]
@@ -369,7 +380,7 @@ class TableService:
         await gate(judged)
         async with self._ctx.store.write() as tx:
             await require_namespace(tx, warehouse.name, namespace)
-            existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+            existing = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
             if existing is not None:
                 if (
                     not request.overwrite
@@ -380,12 +391,12 @@ class TableService:
                     # Not the table whose removal was judged: a concurrent change won.
                     raise name_taken(identifier, existing.kind, TABLE)
                 # The row takes the registered table's UUID and key: delete and insert.
-                await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
+                await object_rows.delete_object(tx, warehouse.name, namespace.key, identifier.name, TABLE)
                 if existing.uuid != uid:
                     await confinement.forget(tx, TABLE, existing.uuid)
             await registration.check_uuid(tx, uid)
             await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
-            await tx.insert_object(row)
+            await object_rows.insert_object(tx, row)
             if rec is not None:
                 await rec.record(tx, body)
         return body
@@ -415,6 +426,6 @@ class TableService:
         )
         async with self._ctx.store.write() as tx:
             await require_object(tx, warehouse.name, identifier, TABLE)
-            await tx.insert_metrics_report(
-                warehouse.name, identifier.namespace.key, identifier.name, report.report_type, sealed
+            await metrics_rows.insert_metrics_report(
+                tx, warehouse.name, identifier.namespace.key, identifier.name, report.report_type, sealed
             )

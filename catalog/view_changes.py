@@ -25,7 +25,8 @@ from cedarberg.catalog.identifiers import Identifier
 from cedarberg.catalog.namespaces import require_namespace
 from cedarberg.catalog.objects import VIEW, name_taken, require_object
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.objects import ObjectRow
 
 ViewChange = PlannedChange[ViewMetadata]
 
@@ -75,7 +76,7 @@ async def plan_create(
     KeyServiceUnavailableError."""
     async with ctx.store.read() as tx:
         ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-        existing = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
+        existing = await object_rows.get_object(tx, warehouse.name, identifier.namespace.key, identifier.name)
     if existing is not None:
         raise name_taken(identifier, existing.kind, VIEW)
     location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
@@ -142,7 +143,7 @@ async def plan_register(
     confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, held)
     registration.check_contents(location, held, ())
     async with ctx.store.read() as tx:
-        existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+        existing = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
         if existing is not None:
             raise name_taken(identifier, existing.kind, VIEW)
     key = await (

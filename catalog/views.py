@@ -20,6 +20,7 @@ from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.view_changes import ViewChange
 
 ViewJob = CommitJob[ViewMetadata]
@@ -101,9 +102,9 @@ class ViewService:
             await soft_drop(self._ctx, warehouse, identifier, VIEW, rec)
             return None
         async with self._ctx.store.write() as tx:
-            row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
-            if row is None or not await tx.delete_object(
-                warehouse.name, identifier.namespace.key, identifier.name, VIEW
+            row = await object_rows.get_object(tx, warehouse.name, identifier.namespace.key, identifier.name)
+            if row is None or not await object_rows.delete_object(
+                tx, warehouse.name, identifier.namespace.key, identifier.name, VIEW
             ):
                 raise NoSuchViewError(f"View does not exist: {identifier}")
             await confinement.forget(tx, VIEW, row.uuid)

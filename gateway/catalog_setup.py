@@ -14,7 +14,7 @@ from cedarberg.catalog.load_results import LoadResultCache
 from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store.cache import RegistryCache
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.pool import Store
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.storage.properties import fileio_properties
 from cedarberg.kms.keyring import KeyRing

@@ -7,7 +7,7 @@ statement text is fixed). The caller keeps its general transaction (catalog.comm
 catalog.namespaces) for everything else: an `Outcome.GENERAL` answer, or a constraint violation,
 means nothing was written and the general transaction decides (and words the refusal) exactly as
 it always did. The compare-and-swap is the same `metadata_location = expected` condition as
-`StoreTx.swap_object`.
+`catalog.store.objects.swap_object`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from sqlalchemy import bindparam as param
 from cedarberg.catalog.roots import ancestors
 from cedarberg.catalog.store.cache import Touched
 from cedarberg.catalog.store.driver import IntegrityViolation
+from cedarberg.catalog.store.idempotency import IdempotencyRecord
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.roots import PG_ROOTS_LOCK, namespace_owner, place_locks
-from cedarberg.catalog.store.sql import IdempotencyRecord, ObjectRow, Store
 from cedarberg.catalog.store.statements import Sql
 
 
@@ -40,7 +42,8 @@ class Outcome(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
-    """An idempotency record to write with the change (`StoreTx.put_idempotency`'s arguments)."""
+    """An idempotency record to write with the change (the arguments of
+    `catalog.store.idempotency.put_idempotency`)."""
 
     key: str
     record: IdempotencyRecord
@@ -154,7 +157,8 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class NewNamespace:
-    """A namespace to create (keys as `StoreTx.insert_namespace` takes them) and its directory."""
+    """A namespace to create (keys as `catalog.store.namespaces.insert_namespace` takes them) and
+    its directory."""
 
     warehouse: str
     name: str

@@ -25,7 +25,7 @@ from sqlalchemy import Connection
 from cedarberg.catalog.errors import CatalogError
 from cedarberg.catalog.store.engine import on_schema_connection
 from cedarberg.catalog.store.history import MIGRATIONS, SchemaHistoryError, TwoHistories, two_histories
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.pool import Store
 
 _T = TypeVar("_T")
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from cedarberg.catalog import requests as req
 from cedarberg.catalog.identifiers import SEPARATOR, Identifier, Namespace
 from cedarberg.catalog.namespaces import read_many
+from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.gateway.authn.api_keys import ApiKeyError
 from cedarberg.gateway.authz import naming
 from cedarberg.gateway.authz.context import ChangeSummary
@@ -110,7 +111,7 @@ async def _chain(
     if not fresh:
         return [found or _NO_PROPERTIES for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
-        read = await tx.namespace_properties(warehouse, keys)
+        read = await namespace_rows.namespace_properties(tx, warehouse, keys)
     return [read.get(key) or _NO_PROPERTIES for key in keys]
 
 

@@ -28,7 +28,8 @@ from cedarberg.catalog.idempotency import Body
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.objects import TABLE, VIEW
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.tables import TableService
 from cedarberg.catalog.views import ViewService
 from tests.support.catalogs import WAREHOUSE, UnconfirmedStore, catalog_context
@@ -112,7 +113,7 @@ class Kind:
 
         async def plan_table() -> list[commits.PlannedChange[Any]]:
             async with ctx.store.read() as tx:
-                row = await tx.get_object(WAREHOUSE, NAMESPACE.key, identifier.name)
+                row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, identifier.name)
             current = await table_changes.open_table(ctx, row)
             table = req.parse(req.CommitTableRequest, self._request(properties, uuid))
             basis = table_changes.Basis(current, {})
@@ -142,7 +143,7 @@ def metadata_files(tmp_path: Path) -> set[Path]:
 
 async def pointer(ctx: CatalogContext, kind: Kind) -> ObjectRow:
     async with ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name)
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, kind.identifier().name)
     assert row is not None
     return row
 
@@ -296,7 +297,7 @@ async def test_a_refused_effect_writes_nothing(ctx: CatalogContext, kind: Kind, 
         await kind.create(ctx, refuse)
     assert metadata_files(tmp_path) == set()
     async with ctx.store.read() as tx:
-        assert await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+        assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
 
     await kind.create(ctx)
     before_files, before_row = metadata_files(tmp_path), await pointer(ctx, kind)

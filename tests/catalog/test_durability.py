@@ -12,8 +12,9 @@ from sqlalchemy import Integer, String, column, text
 
 from cedarberg.catalog import fileio
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.gateway.authn.key_store import open_key_store
 
 SQLITE_SYNCHRONOUS_FULL = 2  # what PRAGMA synchronous answers for FULL

@@ -21,7 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.pool import Store
 from cedarberg.gateway.authn.api_keys import (
     ApiKeyAuthenticator,
     ApiKeyRevokedError,

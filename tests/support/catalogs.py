@@ -19,8 +19,9 @@ from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store.cache import Touched
-from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
 
