@@ -39,6 +39,7 @@ from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.tables import TableService
@@ -185,7 +186,7 @@ async def _catalog_benchmarks(store: Store, work: Path, n: int) -> None:
 
 async def _run(label: str, url: str, work: Path, n: int) -> None:
     print(f"{label}:")
-    store = await Store.open(url)
+    store = await open_store(url)
     try:
         await _store_benchmarks(store, n)
         await _catalog_benchmarks(store, work, n)

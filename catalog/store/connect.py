@@ -1,4 +1,4 @@
-"""The driver for a registry URL: SQLite (embedded default) or PostgreSQL (scale-out).
+"""The registry for a URL, and its driver: SQLite (embedded default) or PostgreSQL (scale-out).
 
 Statements are written in SQLAlchemy Core, compiled once per dialect (catalog.store.statements)
 and run on the plain drivers: sqlite3 inline on the event loop (catalog.store.sqlite_driver) or
@@ -10,7 +10,10 @@ serialised in-process and start with `BEGIN IMMEDIATE`, so concurrent writers wa
 from __future__ import annotations
 
 from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.catalog.store.cache import RegistryCache
 from cedarberg.catalog.store.driver import Driver
+from cedarberg.catalog.store.engine import migrate_registry
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.postgres_driver import PostgresDriver
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, writer_socket_for
@@ -38,3 +41,20 @@ def open_driver(url: str, capacity: int, *, sqlite_readers: int = SQLITE_READERS
     if is_postgres(url):
         return PostgresDriver(url, capacity)
     raise StorageUnavailableError(f"the registry URL must be {SUPPORTED_FORMS}")
+
+
+async def open_store(
+    url: str,
+    *,
+    migrate: bool = True,
+    pool_size: int = 10,
+    max_overflow: int = 10,
+    cache: RegistryCache | None = None,
+) -> Store:
+    """Connect and (unless `migrate` is False: the caller made sure the schema is current)
+    apply migrations. The pool sizes apply to PostgreSQL (SQLite needs only a few
+    connections: its statements run inline, its writers are serialised). Raises
+    StorageUnavailableError if unreachable."""
+    if migrate:
+        await migrate_registry(url)
+    return Store(open_driver(url, pool_size + max_overflow), cache)

@@ -17,9 +17,7 @@ from sqlalchemy import text
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store.cache import RegistryCache, Touched, note_uncached_read
-from cedarberg.catalog.store.connect import open_driver
 from cedarberg.catalog.store.driver import DatabaseError, Driver, IntegrityViolation
-from cedarberg.catalog.store.engine import migrate_registry
 from cedarberg.catalog.store.postgres_driver import PostgresDriver
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.store.tx import StoreTx
@@ -40,7 +38,8 @@ def _unavailable(dialect: str, err: Exception) -> StorageUnavailableError:
 
 
 class Store:
-    """The registry connection pool. Open with `Store.open`, close with `close`."""
+    """The registry connection pool. Open with `catalog.store.connect.open_store`, close with
+    `close`."""
 
     def __init__(self, driver: Driver, cache: RegistryCache | None = None) -> None:
         self._driver = driver
@@ -54,24 +53,6 @@ class Store:
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
         self._reading: dict[Hashable, asyncio.Future[Any]] = {}
         self._refreshes: set[asyncio.Task[Any]] = set()  # held so they are not collected mid-read
-
-    @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        migrate: bool = True,
-        pool_size: int = 10,
-        max_overflow: int = 10,
-        cache: RegistryCache | None = None,
-    ) -> Store:
-        """Connect and (unless `migrate` is False: the caller made sure the schema is current)
-        apply migrations. The pool sizes apply to PostgreSQL (SQLite needs only a few
-        connections: its statements run inline, its writers are serialised). Raises
-        StorageUnavailableError if unreachable."""
-        if migrate:
-            await migrate_registry(url)
-        return cls(open_driver(url, pool_size + max_overflow), cache)
 
     @property
     def dialect(self) -> str:

@@ -24,6 +24,7 @@ from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.purge_failures import MAX_ERROR_CHARS, PurgeBackoff, describe_failure
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store import dropped as dropped_rows
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.dropped import DroppedRow
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
@@ -87,7 +88,7 @@ def test_failure_messages_name_the_failure_without_quoting_what_it_carried() -> 
 
 @pytest.fixture
 async def store(store_url: str | None, tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(store_url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+    opened = await open_store(store_url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
     yield opened
     await opened.close()
 

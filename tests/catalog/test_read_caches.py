@@ -12,6 +12,7 @@ import pytest
 from cedarberg.catalog.load_results import LoadResultCache
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store.cache import RegistryCache, RegistryKey, Touched
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.pool import Store
 
 
@@ -83,7 +84,7 @@ def test_a_zero_ttl_turns_the_cache_off() -> None:
 
 async def _store(registry_url: str, ttl: float) -> Store:
     """A fresh registry (the `registry_url` fixture) whose reads go through a cache with this TTL."""
-    return await Store.open(registry_url, cache=RegistryCache(ttl_seconds=ttl))
+    return await open_store(registry_url, cache=RegistryCache(ttl_seconds=ttl))
 
 
 async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(registry_url: str) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy import Integer, String, column, text
 from cedarberg.catalog.errors import AlreadyExistsError, StorageUnavailableError
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.engine import migrate_registry
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
@@ -210,7 +211,7 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
     assert failed == [3]
     assert isinstance(outcomes[3], RuntimeError)
     assert 1 <= len(commits) <= 12, commits  # one per writer would be 23
-    reopened = await Store.open(f"sqlite+aiosqlite:///{path}")
+    reopened = await open_store(f"sqlite+aiosqlite:///{path}")
     try:
         async with reopened.read() as tx:
             names = await object_rows.list_objects(tx, "w", "ns", "table", None, 100)
@@ -222,7 +223,7 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
 async def test_a_transaction_failing_midway_leaves_the_registry_unchanged(
     store_url: str | None, tmp_path: Path
 ) -> None:
-    store = await Store.open(_url(store_url, tmp_path))
+    store = await open_store(_url(store_url, tmp_path))
     try:
         async with store.write() as tx:
             await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
@@ -272,7 +273,7 @@ _SETTING = Sql(text("SHOW synchronous_commit").columns(column("synchronous_commi
 
 @pytest.mark.postgres
 async def test_postgres_statements_are_prepared_once_per_connection(postgres_url: str) -> None:
-    store = await Store.open(postgres_url)
+    store = await open_store(postgres_url)
     try:
         async with store.write() as tx:
             await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
@@ -298,7 +299,7 @@ async def test_a_lost_postgres_connection_fails_one_request_and_is_replaced(
 ) -> None:
     """No pre-ping: the request that finds its connection gone gets StorageUnavailableError (no
     driver message), the connection is dropped, the next request opens a fresh one."""
-    store = await Store.open(postgres_url)
+    store = await open_store(postgres_url)
     try:
         async with store.read() as tx:
             pid = (await tx.connection.execute(_BACKEND)).scalar_one()

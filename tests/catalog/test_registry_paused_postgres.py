@@ -13,7 +13,7 @@ import pytest
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import postgres_driver
-from cedarberg.catalog.store.pool import Store
+from cedarberg.catalog.store.connect import open_store
 from tests.support.postgres import PostgresServer
 
 BOUND_SECONDS = 1.0
@@ -36,8 +36,8 @@ async def test_a_paused_postgres_is_unavailable_within_the_bounds(
     monkeypatch.setattr(postgres_driver, "CONNECT_TIMEOUT_SECONDS", BOUND_SECONDS)
     monkeypatch.setattr(postgres_driver, "STATEMENT_TIMEOUT_SECONDS", BOUND_SECONDS)
     url = paused_server.create_database("paused")
-    pooled = await Store.open(url)
-    fresh = await Store.open(url, migrate=False)
+    pooled = await open_store(url)
+    fresh = await open_store(url, migrate=False)
     try:
         async with pooled.write() as tx:  # control: the registry answers
             await namespace_rows.insert_namespace(tx, "w", "before", None, {})

@@ -20,7 +20,7 @@ import pytest
 from cedarberg.catalog.errors import AlreadyExistsError
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
-from cedarberg.catalog.store.connect import open_driver
+from cedarberg.catalog.store.connect import open_driver, open_store
 from cedarberg.catalog.store.engine import migrate_registry
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
@@ -57,7 +57,7 @@ async def writer(tmp_path: Path) -> AsyncIterator[Writer]:
     database = tmp_path / "registry.db"
     url = f"sqlite:///{database}"
     await migrate_registry(url)
-    setup = await Store.open(url, migrate=False)
+    setup = await open_store(url, migrate=False)
     try:
         async with setup.write() as tx:
             await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
