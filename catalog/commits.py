@@ -40,7 +40,15 @@ from typing import Generic, TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from cedarberg.catalog import confinement, documents, fileio, locations, registration, roots, round_trip
+from cedarberg.catalog import (
+    confinement,
+    documents,
+    fileio,
+    locations,
+    lookups,
+    roots,
+    round_trip,
+)
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
 from cedarberg.catalog.errors import (
@@ -51,7 +59,7 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.namespaces import read_properties
+from cedarberg.catalog.lookups import read_properties
 from cedarberg.catalog.sealing import ObjectKey, SealTarget
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import server_writes
@@ -201,7 +209,7 @@ async def _swap_all(
     async with ctx.store.write() as tx:
         for change in ordered:
             if change.check_uuid_free:
-                await registration.check_uuid(tx, change.object_uuid)
+                await lookups.check_uuid(tx, change.object_uuid)
             await confinement.claim(
                 tx,
                 ctx,

@@ -35,8 +35,7 @@ from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import TABLE, require_object
+from cedarberg.catalog.lookups import TABLE, require_namespace, require_object
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.purge_failures import PurgeBackoff, describe_failure
 from cedarberg.catalog.store import dropped as dropped_rows

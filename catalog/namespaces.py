@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from cedarberg.catalog import confinement, documents, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import (
@@ -15,12 +13,10 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Namespace
+from cedarberg.catalog.lookups import read_namespace, require_namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import server_writes
-from cedarberg.catalog.store.cache import RegistryKey
-from cedarberg.catalog.store.pool import Store
-from cedarberg.catalog.store.tx import StoreTx
 
 LOCATION_PROPERTY = "location"
 
@@ -28,62 +24,6 @@ LOCATION_PROPERTY = "location"
 def _check_location_property(warehouse: Warehouse, properties: dict[str, str]) -> None:
     if LOCATION_PROPERTY in properties:
         locations.require_within(properties[LOCATION_PROPERTY], warehouse.location, "namespace location")
-
-
-async def require_namespace(
-    tx: StoreTx, warehouse: str, namespace: Namespace, for_update: bool = False
-) -> dict[str, str]:
-    """The namespace's properties. Raises NoSuchNamespaceError."""
-    properties = await namespace_rows.get_namespace(tx, warehouse, namespace.key, for_update)
-    if properties is None:
-        raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
-    return properties
-
-
-async def read_namespace(store: Store, warehouse: str, namespace: Namespace) -> dict[str, str]:
-    """`require_namespace` for reads: the registry's properties or their short-lived cached copy
-    (callers must not modify them). Raises NoSuchNamespaceError."""
-    properties = await read_properties(store, warehouse, namespace.key)
-    if properties is None:
-        raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
-    return properties
-
-
-def _properties_of(warehouse: str, name: str) -> Callable[[StoreTx], Awaitable[dict[str, str] | None]]:
-    return lambda tx: namespace_rows.get_namespace(tx, warehouse, name)
-
-
-async def read_properties(store: Store, warehouse: str, name: str) -> dict[str, str] | None:
-    """A namespace's properties (None if it does not exist), through the read cache."""
-    return await store.cached(RegistryKey.namespace(warehouse, name), _properties_of(warehouse, name))
-
-
-async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict[str, str] | None]:
-    """Properties of several namespaces (None where one does not exist), in order, through the
-    read cache; whatever is not cached is read in one query."""
-    cache = store.cache
-    found: dict[str, dict[str, str] | None] = {}
-    if cache.enabled:
-        for name in names:
-            key = RegistryKey.namespace(warehouse, name)
-            hit, value, stale = cache.lookup_stale(key)
-            if hit:
-                found[name] = value
-                if stale:
-                    store.refresh_later(key, _properties_of(warehouse, name))
-    missing = [name for name in names if name not in found]
-    if missing:
-        generation = cache.generation
-        async with store.read(for_cache=True) as tx:
-            read = await namespace_rows.namespace_properties(tx, warehouse, missing)
-        for name in missing:
-            found[name] = cache.store(
-                RegistryKey.namespace(warehouse, name),
-                read.get(name),
-                generation,
-                _properties_of(warehouse, name),
-            )
-    return [found[name] for name in names]
 
 
 class NamespaceService:

@@ -14,32 +14,13 @@ from cedarberg.catalog.effects import EffectGate
 from cedarberg.catalog.errors import (
     AlreadyExistsError,
     CommitFailedError,
-    NoSuchTableError,
-    NoSuchViewError,
-    NotFoundError,
 )
 from cedarberg.catalog.idempotency import Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.namespaces import read_namespace, require_namespace
+from cedarberg.catalog.lookups import VIEW, read_namespace, require_namespace, require_object
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.store import objects as object_rows
-from cedarberg.catalog.store.cache import RegistryKey
 from cedarberg.catalog.store.objects import ObjectRow
-from cedarberg.catalog.store.pool import Store
-from cedarberg.catalog.store.tx import StoreTx
-
-TABLE = "table"
-VIEW = "view"
-_MISSING: dict[str, type[NotFoundError]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
-
-
-def name_taken(identifier: Identifier, existing_kind: str, wanted_kind: str) -> AlreadyExistsError:
-    """The error for creating a `wanted_kind` where an `existing_kind` has the name, worded as
-    Iceberg's reference catalog words it (engines show it to people; Iceberg's compatibility kit
-    asserts it): "Table already exists: ns.t", "View with same name already exists: ns.v"."""
-    if existing_kind == wanted_kind:
-        return AlreadyExistsError(f"{existing_kind.capitalize()} already exists: {identifier}")
-    return AlreadyExistsError(f"{existing_kind.capitalize()} with same name already exists: {identifier}")
 
 
 def rename_target_taken(move: Move, existing_kind: str) -> AlreadyExistsError:
@@ -47,27 +28,6 @@ def rename_target_taken(move: Move, existing_kind: str) -> AlreadyExistsError:
     return AlreadyExistsError(
         f"Cannot rename {move.source} to {move.target}. {existing_kind.capitalize()} already exists"
     )
-
-
-async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
-    """The stored table or view. Raises NoSuchTableError / NoSuchViewError."""
-    row = await object_rows.get_object(tx, warehouse, identifier.namespace.key, identifier.name)
-    if row is None or row.kind != kind:
-        raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
-    return row
-
-
-async def read_object(store: Store, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
-    """`require_object` for reads: the registry's row, or its short-lived cached copy (never for
-    a mutation, which compares against the database). Raises NoSuchTableError / NoSuchViewError."""
-    namespace, name = identifier.namespace.key, identifier.name
-    row = await store.cached(
-        RegistryKey.object(warehouse, namespace, name),
-        lambda tx: object_rows.get_object(tx, warehouse, namespace, name),
-    )
-    if row is None or row.kind != kind:
-        raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
-    return row
 
 
 async def load_object(

@@ -22,7 +22,7 @@ from cedarberg.catalog.commits import CommitJob, NewFile, PlannedChange, default
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import NoSuchTableError
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.objects import TABLE
+from cedarberg.catalog.lookups import TABLE
 from cedarberg.catalog.requests import CommitTableRequest
 from cedarberg.catalog.sealing import ObjectKey
 from cedarberg.catalog.store.objects import ObjectRow

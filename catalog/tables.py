@@ -14,6 +14,7 @@ from cedarberg.catalog import (
     effects,
     fileio,
     locations,
+    lookups,
     registration,
     roots,
     table_changes,
@@ -26,17 +27,8 @@ from cedarberg.catalog.effects import EffectGate
 from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import (
-    TABLE,
-    Move,
-    list_objects,
-    load_object,
-    name_taken,
-    read_object,
-    rename_object,
-    require_object,
-)
+from cedarberg.catalog.lookups import TABLE, name_taken, read_object, require_namespace, require_object
+from cedarberg.catalog.objects import Move, list_objects, load_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.planning import mode as planning_mode
 from cedarberg.catalog.planning.read_restrictions import ReadView, read_restrictions
@@ -394,7 +386,7 @@ class TableService:
                 await object_rows.delete_object(tx, warehouse.name, namespace.key, identifier.name, TABLE)
                 if existing.uuid != uid:
                     await confinement.forget(tx, TABLE, existing.uuid)
-            await registration.check_uuid(tx, uid)
+            await lookups.check_uuid(tx, uid)
             await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
             await object_rows.insert_object(tx, row)
             if rec is not None:

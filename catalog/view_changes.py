@@ -22,8 +22,7 @@ from cedarberg.catalog.commits import NewFile, PlannedChange, default_location
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import InvalidRequestError
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import VIEW, name_taken, require_object
+from cedarberg.catalog.lookups import VIEW, name_taken, require_namespace, require_object
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.objects import ObjectRow

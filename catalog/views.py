@@ -17,7 +17,8 @@ from cedarberg.catalog.effects import EffectGate
 from cedarberg.catalog.errors import NoSuchViewError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
+from cedarberg.catalog.lookups import VIEW, read_object
+from cedarberg.catalog.objects import Move, list_objects, load_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from cedarberg.catalog.store import objects as object_rows

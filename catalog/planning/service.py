@@ -38,7 +38,7 @@ from cedarberg.catalog.errors import (
     StorageUnavailableError,
 )
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.objects import TABLE, read_object
+from cedarberg.catalog.lookups import TABLE, read_object
 from cedarberg.catalog.planning import confined, pages
 from cedarberg.catalog.planning.grants import ScanGrant
 from cedarberg.catalog.planning.limits import PlanningLimits

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from cedarberg.catalog.effects import Effect, EffectGate
-from cedarberg.catalog.objects import VIEW
+from cedarberg.catalog.lookups import VIEW
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.authorizer import Check, effect_checks
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from cedarberg.catalog import requests as req
 from cedarberg.catalog.identifiers import SEPARATOR, Identifier, Namespace
-from cedarberg.catalog.namespaces import read_many
+from cedarberg.catalog.lookups import read_many
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.gateway.authn.api_keys import ApiKeyError
 from cedarberg.gateway.authz import naming

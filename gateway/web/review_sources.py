@@ -29,7 +29,7 @@ from cedarberg.catalog.errors import (
     NoSuchWarehouseError,
 )
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.objects import TABLE, VIEW
+from cedarberg.catalog.lookups import TABLE, VIEW
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.key_record import ApiKeyRecord

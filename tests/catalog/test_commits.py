@@ -26,8 +26,8 @@ from cedarberg.catalog.effects import Effect
 from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError, ForbiddenError
 from cedarberg.catalog.idempotency import Body
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.lookups import TABLE, VIEW
 from cedarberg.catalog.namespaces import NamespaceService
-from cedarberg.catalog.objects import TABLE, VIEW
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.tables import TableService

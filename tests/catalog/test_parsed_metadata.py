@@ -29,8 +29,8 @@ from cedarberg.catalog import requests as req
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.effects import Effect
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.lookups import TABLE, VIEW
 from cedarberg.catalog.namespaces import NamespaceService
-from cedarberg.catalog.objects import TABLE, VIEW
 from cedarberg.catalog.parsed_metadata import SIZE_FACTOR, ParsedMetadataCache
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.objects import ObjectRow

@@ -19,6 +19,8 @@ from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store.cache import Touched
+from cedarberg.catalog.store.connect import open_driver
+from cedarberg.catalog.store.engine import migrate_registry
 from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.store.tx import StoreTx
@@ -62,7 +64,9 @@ async def catalog_context(
     """A catalog on the registry at `url` (the `registry_url` fixture: SQLite or PostgreSQL;
     default a fresh SQLite file under `tmp_path`), with warehouse `w` at `tmp_path/warehouse`
     (sealing its files unless `seal_files` is False)."""
-    store = await store_class.open(url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+    url = url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+    await migrate_registry(url)
+    store = store_class(open_driver(url, capacity=20))  # as `open_store` opens one
     keyring = KeyRing.open(KmsSettings(), tmp_path / "kms")
     sealer = Sealer(keyring)
     try:
