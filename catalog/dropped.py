@@ -45,7 +45,6 @@ from cedarberg.catalog.store.dropped import DroppedRow
 
 log = logging.getLogger(__name__)
 
-PARKING_DIR = "cedarberg-dropped"
 # How long a drop holds off the first purge of what it dropped while it moves the files.
 PARKING_HOLD_MS = 30_000
 
@@ -68,7 +67,7 @@ def _published_files(kind: str, metadata_json: bytes, metadata_location: str) ->
 
 
 def _parked(object_location: str, drop_id: str, published: str) -> str:
-    return locations.join(object_location, PARKING_DIR, drop_id, published.rsplit("/", 1)[-1])
+    return locations.join(object_location, locations.PARKING_DIR, drop_id, published.rsplit("/", 1)[-1])
 
 
 def _move_all(moves: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from cedarberg.catalog import fileio, locations
 from cedarberg.catalog.commits import new_row
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.dropped import PARKING_DIR
 from cedarberg.catalog.errors import AlreadyExistsError, CatalogError, KeyServiceUnavailableError
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.locations import PARKING_DIR
 from cedarberg.catalog.sealing import ObjectKey, OpenedFile, SealTarget
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows

@@ -20,13 +20,13 @@ from typing import TypeVar
 
 from cedarberg.catalog import confinement, fileio, json_nesting, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.dropped import PARKING_DIR
 from cedarberg.catalog.errors import (
     InvalidRequestError,
     LocationNotAllowedError,
     NoFileError,
 )
 from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.locations import PARKING_DIR
 from cedarberg.catalog.lookups import TABLE, name_taken, require_namespace
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as rows
