@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # admin endpoint's own functions so that the two cannot disagree (`routes.console_audit` ->
 # `routes.audit_trail`, whose lookup of a key's groups is the access review's, `review_sources`).
 MAX_GATEWAY_DEPTH = 17
+# The longest import chain of catalog/ (17 modules before issue 32 put the registry's statements
+# one module per table, the lookups in `catalog.lookups`, `PARKING_DIR` with the location rules
+# and typed the context's idempotency service by a protocol): an operation (tables, views,
+# planning) -> the changes it plans -> the commit engine -> confinement -> the context -> the
+# sealer -> the store's pool -> its transaction -> the driver -> the statements. Operation modules
+# import lookups, not each other; a new level needs a reason written here.
+MAX_CATALOG_DEPTH = 10
 
 
 def _imports(package: str) -> dict[str, set[str]]:
@@ -158,6 +165,31 @@ def test_no_import_cycles_deferred_imports_included() -> None:
 def test_gateway_import_depth_is_bounded() -> None:
     length, chain = graph.depth(graph.package(ROOT, "gateway").graph)
     assert length <= MAX_GATEWAY_DEPTH, " -> ".join(chain)
+
+
+def test_catalog_import_depth_is_bounded() -> None:
+    length, chain = graph.depth(graph.package(ROOT, "catalog").graph)
+    assert length <= MAX_CATALOG_DEPTH, " -> ".join(chain)
+
+
+def test_the_depth_is_the_longest_chain_deferred_imports_included(tmp_path: Path) -> None:
+    """The bounds above would pass vacuously if `depth` missed a level: a chain of three modules
+    measures 3 (control); one deferred import from its bottom onto another module measures 4
+    (attack: deepening the graph inside a function is still deepening it)."""
+    package = tmp_path / "catalog"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "top.py").write_text("from catalog.middle import f\n")
+    (package / "middle.py").write_text("from catalog import bottom\n\ndef f():\n    return bottom\n")
+    (package / "bottom.py").write_text("")
+    (package / "beside.py").write_text("from catalog import bottom\n")
+    length, chain = graph.depth(graph.package(tmp_path, "catalog").graph)
+    assert (length, chain) == (3, ["catalog.top", "catalog.middle", "catalog.bottom"])
+
+    (package / "deeper.py").write_text("")
+    (package / "bottom.py").write_text("def g():\n    from catalog import deeper\n")
+    length, chain = graph.depth(graph.package(tmp_path, "catalog").graph)
+    assert (length, chain) == (4, ["catalog.top", "catalog.middle", "catalog.bottom", "catalog.deeper"])
 
 
 def test_the_graph_sees_deferred_imports_and_cycles(tmp_path: Path) -> None:
