@@ -1,4 +1,4 @@
-"""Micro-benchmark of the registry (catalog.store.sql) in one process: CPU and wall time per
+"""Micro-benchmark of the registry (catalog.store) in one process: CPU and wall time per
 registry transaction, on SQLite and on PostgreSQL.
 
     python -m bench.registry                      # both stores, default loop sizes

@@ -58,7 +58,7 @@ class SchemaState:
 
 
 def _revisions() -> tuple[str, set[str]]:
-    # Imported here, as in catalog.store.sql: Alembic is slow to import and needed once.
+    # Imported here, as in catalog.store.engine: Alembic is slow to import and needed once.
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
