@@ -44,13 +44,13 @@ from cedarberg.catalog import confinement, documents, fileio, locations, registr
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
 from cedarberg.catalog.errors import (
-    CommitFailedError,
     CommitStateUnknownError,
     LocationNotAllowedError,
     StorageUnavailableError,
 )
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier
+from cedarberg.catalog.lost_races import PointerMoved, retry_lost_races
 from cedarberg.catalog.namespaces import read_properties
 from cedarberg.catalog.sealing import ObjectKey, SealTarget
 from cedarberg.catalog.store import server_writes
@@ -59,10 +59,6 @@ from cedarberg.catalog.store.sql import ObjectRow
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
-
-
-class _LostRace(Exception):
-    """A pointer moved between read and swap; the whole commit is retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +209,14 @@ async def _swap_all(
                 name = change.identifier
                 if await tx.get_object(warehouse.name, name.namespace.key, name.name) is not None:
                     # Created since it was planned: planning again answers as if it came first.
-                    raise _LostRace
+                    raise PointerMoved
                 await tx.insert_object(new_row(ctx, target, change.key, change.metadata_json))
             elif not await tx.swap_object(
                 change.base,
                 change.metadata_location,
                 ctx.sealer.seal_record(change.key, target, change.metadata_json),
             ):
-                raise _LostRace
+                raise PointerMoved
         if rec is not None:
             await rec.record(tx, body)
 
@@ -230,7 +226,7 @@ async def _swap_alone(
 ) -> bool:
     """Step 4 for one change in one statement (catalog.store.server_writes): True if it landed.
     False if it is not the common case (roots to claim, a possible conflict, a constraint): then
-    nothing was written and the transaction of `_swap_all` decides. Raises _LostRace."""
+    nothing was written and the transaction of `_swap_all` decides. Raises PointerMoved."""
     target = change.seal_target(warehouse.name)
     pending = None if rec is None else rec.pending(body)
     if change.base is not None:
@@ -253,7 +249,7 @@ async def _swap_alone(
         placement = server_writes.Placement(change.roots, ns_properties, change.check_uuid_free)
         outcome = await server_writes.insert_object(ctx.store, row, placement, pending)
     if outcome is server_writes.Outcome.LOST_RACE:
-        raise _LostRace
+        raise PointerMoved
     if outcome is server_writes.Outcome.GENERAL:
         return False
     if rec is not None:
@@ -303,7 +299,9 @@ async def commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], g
 
 async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], gate: EffectGate) -> Body:
     kind = "object"  # named by the planned changes once an attempt has planned any
-    for _attempt in range(ctx.limits.commit_retries):
+
+    async def attempt() -> Body:
+        nonlocal kind
         changes = await job.plan()
         body = job.render(changes)
         if not changes:
@@ -317,12 +315,14 @@ async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], 
         except CommitStateUnknownError:
             log.exception("commit outcome unknown; keeping %d new metadata file(s)", len(written))
             raise
-        except _LostRace:
-            await asyncio.to_thread(fileio.delete_files, written)
-            continue
-        except BaseException:
+        except BaseException:  # a lost race too: nothing was committed
             await asyncio.to_thread(fileio.delete_files, written)
             raise
         _keep_parsed(ctx, changes)
         return body
-    raise CommitFailedError(f"the {kind} changed concurrently too many times; reload and retry")
+
+    return await retry_lost_races(
+        ctx.limits.commit_retries,
+        attempt,
+        lambda: f"the {kind} changed concurrently too many times; reload and retry",
+    )

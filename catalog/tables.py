@@ -23,9 +23,10 @@ from cedarberg.catalog.commits import commit, commit_response, default_location,
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError, NoSuchNamespaceError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
 from cedarberg.catalog.namespaces import require_namespace
 from cedarberg.catalog.objects import (
     TABLE,
@@ -61,10 +62,6 @@ from cedarberg.catalog.table_changes import (
 log = logging.getLogger(__name__)
 
 SNAPSHOT_MODES = ("all", "refs")
-
-
-class _PointerMoved(Exception):
-    """The registry row changed between reading it and deleting it."""
 
 
 def _refs_only(metadata_json: bytes) -> bytes:
@@ -248,17 +245,17 @@ class TableService:
         if warehouse.seal_files:
             await soft_drop(self._ctx, warehouse, identifier, TABLE, rec)
             return None
-        for _attempt in range(self._ctx.limits.commit_retries):
+
+        async def attempt() -> None:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             # Opened before anything is deleted: a KMS outage fails the drop, it does not leave
             # a dropped table whose files can no longer be found.
             metadata = parse_metadata(await self._ctx.sealer.open_row(row)) if purge else None
-            ns, name = identifier.namespace.key, identifier.name
             async with self._ctx.store.write() as tx:
-                if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
-                    continue  # dropped or changed concurrently: look again
-                await tx.delete_metrics_reports(warehouse.name, ns, name)
+                # Only the version whose files were read: a commit meanwhile is looked at again.
+                await delete_unchanged(tx, warehouse.name, identifier, row)
+                await tx.delete_metrics_reports(warehouse.name, identifier.namespace.key, identifier.name)
                 own = await confinement_rows.held(tx, TABLE, row.uuid)
                 await confinement.forget(tx, TABLE, row.uuid)
                 others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
@@ -270,8 +267,13 @@ class TableService:
                 )
                 await asyncio.to_thread(purge_files, warehouse, purged, set(), others)
             self._ctx.sealer.forget(row.data_key)
-            return None
-        raise CommitFailedError("the table changed concurrently too many times; retry the drop")
+
+        await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the table changed concurrently too many times; retry the drop",
+        )
+        return None
 
     async def unregister(
         self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None
@@ -284,7 +286,8 @@ class TableService:
         its location is answered, so that any catalog or engine can register or read it. Later
         commits through this catalog fail: the table is no longer in the registry."""
         warehouse = self._ctx.warehouse(warehouse_name)
-        for _attempt in range(self._ctx.limits.commit_retries):
+
+        async def attempt() -> Body:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             # Opened before anything changes: a KMS outage fails the unregister, nothing else.
@@ -298,27 +301,26 @@ class TableService:
                 await asyncio.to_thread(fileio.write_new_file, location, metadata_json)
                 written = True
             body = documents.unregister_result(location, metadata_json)
-            ns, name = identifier.namespace.key, identifier.name
             try:
                 async with self._ctx.store.write() as tx:
-                    if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
-                        raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                    await tx.delete_metrics_reports(warehouse.name, ns, name)
+                    await delete_unchanged(tx, warehouse.name, identifier, row)
+                    await tx.delete_metrics_reports(warehouse.name, identifier.namespace.key, identifier.name)
                     await confinement.forget(tx, TABLE, row.uuid)
                     if rec is not None:
                         await rec.record(tx, body)
-            except _PointerMoved:
-                if written:
-                    await asyncio.to_thread(fileio.delete_files, [location])
-                continue  # committed or dropped concurrently: look again
-            except BaseException:
+            except BaseException:  # a lost race too: the plain copy is not the answer
                 if written:
                     await asyncio.to_thread(fileio.delete_files, [location])
                 raise
             self._ctx.sealer.forget(row.data_key)
             log.info("unregistered table %s (last metadata %s)", identifier, location)
             return body
-        raise CommitFailedError("the table changed concurrently too many times; retry the unregister")
+
+        return await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the table changed concurrently too many times; retry the unregister",
+        )
 
     async def register(
         self,
