@@ -1,6 +1,7 @@
 """The commit algorithm (`catalog.commits`) for both kinds of object, on a real catalog (SQLite,
 local KEK, sealing warehouse): lost races, unknown outcomes, failed requirements, gate
-refusals, and the in-process commit lock.
+refusals, and the in-process commit lock; and drops (plain warehouse), which race commits through
+the same retry (`catalog.lost_races`): a drop deletes only the version it read.
 
 A race with "another process" is a second `CatalogContext` on the same registry with its own
 commit locks, committing from inside the first commit's gate: after the first planned, before
@@ -10,6 +11,7 @@ it writes or swaps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -28,10 +30,11 @@ from cedarberg.catalog.idempotency import Body
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.objects import TABLE, VIEW
+from cedarberg.catalog.store import roots as root_rows
 from cedarberg.catalog.store.sql import ObjectRow
 from cedarberg.catalog.tables import TableService
 from cedarberg.catalog.views import ViewService
-from tests.support.catalogs import WAREHOUSE, UnconfirmedStore, catalog_context
+from tests.support.catalogs import WAREHOUSE, RacedStore, UnconfirmedStore, catalog_context
 
 NAMESPACE = Namespace.of(["ns"])
 SCHEMA = {
@@ -331,3 +334,91 @@ async def test_concurrent_view_replaces_in_one_process_run_one_at_a_time(
 
         assert most_in_gate == 1
         assert await properties(ctx, kind) == {f"p{i}": "1" for i in range(5)}
+
+
+# -- drops race commits as commits race each other ---------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def raced(tmp_path: Path, registry_url: str, retries: int) -> AsyncIterator[CatalogContext]:
+    """A plain (not sealing) catalog whose next write transaction is preceded by the test's race."""
+    async with catalog_context(
+        tmp_path,
+        url=registry_url,
+        store_class=RacedStore,
+        limits=Limits(commit_retries=retries),
+        seal_files=False,
+    ) as opened:
+        await NamespaceService(opened).create(None, NAMESPACE, {}, None)
+        yield opened
+
+
+def race_next_write(ctx: CatalogContext, racing: Callable[[], Awaitable[object]]) -> None:
+    async def run() -> None:
+        await racing()
+
+    assert isinstance(ctx.store, RacedStore)
+    ctx.store.before_next_write = run
+
+
+async def held_roots(ctx: CatalogContext, kind: Kind, uuid: str) -> list[str]:
+    async with ctx.store.read() as tx:
+        return await root_rows.held(tx, kind.name, uuid)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_drop_that_a_commit_raced_fails_like_a_commit_once_retries_run_out(
+    tmp_path: Path, registry_url: str, kind: Kind
+) -> None:
+    async with raced(tmp_path, registry_url, retries=1) as ctx:
+        await kind.create(ctx)
+        # Another writer commits after the drop read the object and before it deletes it.
+        race_next_write(ctx, lambda: kind.change(another_process(ctx), {"theirs": "1"}))
+
+        with pytest.raises(CommitFailedError, match="changed concurrently too many times; retry the drop"):
+            await kind.drop(ctx)
+
+        assert await properties(ctx, kind) == {"theirs": "1"}  # the newer version stays
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_drop_that_a_replacement_raced_drops_the_object_it_finds_and_frees_its_roots(
+    tmp_path: Path, registry_url: str, kind: Kind
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await kind.create(ctx)
+        first = (await pointer(ctx, kind)).uuid
+        other = another_process(ctx)
+        replacement: list[str] = []
+
+        async def replace_it() -> None:
+            await kind.drop(other)
+            await kind.create(other)
+            replacement.append((await pointer(other, kind)).uuid)
+
+        race_next_write(ctx, replace_it)
+        await kind.drop(ctx)
+
+        async with ctx.store.read() as tx:
+            assert await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+        assert replacement
+        assert replacement[0] != first
+        # The roots forgotten are those of the object deleted: nothing stays claimed for either.
+        assert await held_roots(ctx, kind, replacement[0]) == []
+        assert await held_roots(ctx, kind, first) == []
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_plain_drop_removes_the_object_and_its_roots(
+    tmp_path: Path, registry_url: str, kind: Kind
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await kind.create(ctx)
+        uuid = (await pointer(ctx, kind)).uuid
+        assert await held_roots(ctx, kind, uuid) != []
+
+        await kind.drop(ctx)
+
+        async with ctx.store.read() as tx:
+            assert await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+        assert await held_roots(ctx, kind, uuid) == []
