@@ -11,15 +11,13 @@ from collections.abc import Sequence
 from cedarberg.catalog import (
     confinement,
     documents,
-    effects,
     fileio,
     locations,
-    registration,
     roots,
     table_changes,
     table_metadata,
 )
-from cedarberg.catalog.commits import commit, commit_response, default_location, new_row
+from cedarberg.catalog.commits import commit, commit_response, default_location
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
@@ -27,7 +25,6 @@ from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
-from cedarberg.catalog.namespaces import require_namespace
 from cedarberg.catalog.objects import (
     TABLE,
     Move,
@@ -47,7 +44,6 @@ from cedarberg.catalog.requests import (
     MetricsReport,
     RegisterTableRequest,
 )
-from cedarberg.catalog.sealing import SealTarget
 from cedarberg.catalog.store import roots as confinement_rows
 from cedarberg.catalog.store.sql import ObjectRow, StoreTx
 from cedarberg.catalog.table_changes import (
@@ -57,6 +53,7 @@ from cedarberg.catalog.table_changes import (
     open_table,
     parse_metadata,
     plan_change,
+    plan_register,
 )
 
 log = logging.getLogger(__name__)
@@ -336,61 +333,12 @@ class TableService:
         also removes the table it replaces, and is gated as that too."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        target = registration.Target(TABLE, identifier, request.overwrite)
-        location = await registration.confine_file(self._ctx, warehouse, target, request.metadata_location)
-        content = await registration.read_file(self._ctx, location)
-        opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
-        metadata = registration.read_metadata(opened.metadata_json, fileio.parse_table_metadata, "table")
-        uid = str(metadata.table_uuid)
-        if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
-            raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
-        async with self._ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        held = roots.roots_of(metadata)
-        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
-        registration.check_contents(location, held, roots.added_paths(None, metadata))
-        metadata_json = documents.model_json(metadata)
-        key = await (
-            self._ctx.sealer.unwrap_object_key(warehouse.name, TABLE, uid, opened.sealed_key)
-            if opened.sealed_key is not None
-            else self._ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
-        )
-        row = new_row(
-            self._ctx, SealTarget(warehouse.name, identifier, TABLE, uid, location), key, metadata_json
-        )
-        body = documents.load_result(location, metadata_json)
-        async with self._ctx.store.read() as tx:
-            replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
-        if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
-            raise name_taken(identifier, replaced.kind, TABLE)
-        judged = [effects.of_table_change(identifier, None, metadata)]
-        if replaced is not None:
-            judged.append(
-                effects.of_departure(identifier, parse_metadata(await self._ctx.sealer.open_row(replaced)))
-            )
-        await gate(judged)
-        async with self._ctx.store.write() as tx:
-            await require_namespace(tx, warehouse.name, namespace)
-            existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
-            if existing is not None:
-                if (
-                    not request.overwrite
-                    or existing.kind != TABLE
-                    or replaced is None
-                    or existing.metadata_location != replaced.metadata_location
-                ):
-                    # Not the table whose removal was judged: a concurrent change won.
-                    raise name_taken(identifier, existing.kind, TABLE)
-                # The row takes the registered table's UUID and key: delete and insert.
-                await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
-                if existing.uuid != uid:
-                    await confinement.forget(tx, TABLE, existing.uuid)
-            await registration.check_uuid(tx, uid)
-            await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
-            await tx.insert_object(row)
-            if rec is not None:
-                await rec.record(tx, body)
-        return body
+
+        async def plan() -> list[TableChange]:
+            return [await plan_register(self._ctx, warehouse, identifier, request)]
+
+        job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
+        return await commit(self._ctx, warehouse, job, gate)
 
     async def rename(
         self,
