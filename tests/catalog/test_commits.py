@@ -422,3 +422,75 @@ async def test_a_plain_drop_removes_the_object_and_its_roots(
         async with ctx.store.read() as tx:
             assert await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
         assert await held_roots(ctx, kind, uuid) == []
+
+
+# -- a registration over a table is a commit too ------------------------------------------------
+
+
+async def register_over(ctx: CatalogContext, metadata_location: str, gate: Gate) -> Body:
+    """Register `metadata_location` at the table of TABLE_KIND, replacing it (`overwrite`)."""
+    request = req.parse(
+        req.RegisterTableRequest,
+        {"name": TABLE_KIND.identifier().name, "metadata-location": metadata_location, "overwrite": True},
+    )
+    return await TableService(ctx).register(None, NAMESPACE, request, None, gate)
+
+
+TABLE_KIND = Kind(TABLE)
+
+
+async def test_a_registration_over_a_table_that_a_commit_raced_is_judged_again_on_the_newer_version(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await TABLE_KIND.create(ctx)
+        first = await pointer(ctx, TABLE_KIND)
+        await TABLE_KIND.change(ctx, {"v": "1"})
+        judged: list[Sequence[Effect]] = []
+
+        async def recording_gate(effects: Sequence[Effect]) -> None:
+            judged.append(effects)
+
+        # Another writer commits to the table after the registration judged replacing it.
+        race_next_write(ctx, lambda: TABLE_KIND.change(another_process(ctx), {"theirs": "1"}))
+        body = await register_over(ctx, first.metadata_location, recording_gate)
+
+        assert len(judged) == 2  # the departure of the newer version was judged before it went
+        assert all(len(effects) == 2 for effects in judged)  # the arrival, then the departure
+        row = await pointer(ctx, TABLE_KIND)
+        assert row.metadata_location == first.metadata_location
+        assert row.uuid == first.uuid
+        assert await properties(ctx, TABLE_KIND) == {}
+        assert body is not None
+        assert orjson.loads(body)["metadata-location"] == first.metadata_location
+
+
+async def test_a_registration_over_a_table_that_keeps_changing_fails_and_leaves_it(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with raced(tmp_path, registry_url, retries=1) as ctx:
+        await TABLE_KIND.create(ctx)
+        first = await pointer(ctx, TABLE_KIND)
+        await TABLE_KIND.change(ctx, {"v": "1"})
+        race_next_write(ctx, lambda: TABLE_KIND.change(another_process(ctx), {"theirs": "1"}))
+
+        with pytest.raises(CommitFailedError, match="table changed concurrently too many times"):
+            await register_over(ctx, first.metadata_location, allow)
+
+        assert await properties(ctx, TABLE_KIND) == {"v": "1", "theirs": "1"}  # not replaced
+
+
+async def test_a_registration_over_a_table_replaces_it_with_its_earlier_metadata(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await TABLE_KIND.create(ctx)
+        first = await pointer(ctx, TABLE_KIND)
+        await TABLE_KIND.change(ctx, {"v": "1"})
+
+        await register_over(ctx, first.metadata_location, allow)
+
+        row = await pointer(ctx, TABLE_KIND)
+        assert row.metadata_location == first.metadata_location
+        assert await properties(ctx, TABLE_KIND) == {}
+        assert await held_roots(ctx, TABLE_KIND, row.uuid) != []
