@@ -7,8 +7,9 @@ engine of their own at start-up (catalog.store.engine).
 
 Invariants:
 - A table or view pointer changes only through `swap_object`, an `UPDATE ... WHERE
-  metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap),
-  or, on PostgreSQL, the same UPDATE inside one statement (catalog.store.server_writes).
+  metadata_location = :expected AND wrapped_key = :expected_key` whose row count tells whether
+  the swap won (compare-and-swap), or, on PostgreSQL, the same UPDATE inside one statement
+  (catalog.store.server_writes).
 - Writes on SQLite are serialised in-process and start with `BEGIN IMMEDIATE`, so concurrent
   writers wait for the lock (asynchronously, up to the busy timeout) instead of failing half-way
   with "database is locked".
@@ -238,7 +239,11 @@ _INSERT_OBJECT = Sql(
 )
 _SWAP_OBJECT = Sql(
     update(catalog_objects)
-    .where(*_obj_key, _obj.metadata_location == param("expected"))
+    .where(
+        *_obj_key,
+        _obj.metadata_location == param("expected"),
+        _obj.wrapped_key == param("expected_key", type_=_obj.wrapped_key.type),
+    )
     .values(
         metadata_location=param("new_location"),
         metadata=param("new_metadata", type_=_obj.metadata.type),
@@ -544,7 +549,9 @@ class StoreTx:
 
     async def swap_object(self, base: ObjectRow, new_location: str, new_metadata: bytes) -> bool:
         """Compare-and-swap the pointer `base` was read from; True if it still named
-        `base.metadata_location` and now moved."""
+        `base.metadata_location` with `base`'s data key (a file location alone does not name a
+        version: a table dropped and its last file registered again has the same one) and now
+        moved."""
         warehouse, namespace, name = base.warehouse, base.namespace, base.name
         self.touched.objects.add((warehouse, namespace, name))
         result = await self._conn.execute(
@@ -554,6 +561,7 @@ class StoreTx:
                 "namespace": namespace,
                 "name": name,
                 "expected": base.metadata_location,
+                "expected_key": base.wrapped_key,
                 "new_location": new_location,
                 "new_metadata": new_metadata,
                 "now": _now_ms(),

@@ -494,3 +494,41 @@ async def test_a_registration_over_a_table_replaces_it_with_its_earlier_metadata
         assert row.metadata_location == first.metadata_location
         assert await properties(ctx, TABLE_KIND) == {}
         assert await held_roots(ctx, TABLE_KIND, row.uuid) != []
+
+
+async def test_a_commit_planned_before_its_table_was_dropped_and_registered_again_is_planned_again(
+    tmp_path: Path, registry_url: str
+) -> None:
+    """A metadata file's location does not name a version: a table dropped and its last file
+    registered again at the same name has the same one, with a new data key. A commit planned on
+    the row read before loses the swap and is planned on the registered table (it used to land,
+    sealing the registry's copy under the dropped table's key: the table could not be opened)."""
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await TABLE_KIND.create(ctx)
+        before = await pointer(ctx, TABLE_KIND)
+        other = another_process(ctx)
+        planned: list[str] = []
+        inner = TABLE_KIND.planner(ctx, {"mine": "1"})
+
+        async def plan() -> list[commits.PlannedChange[Any]]:
+            changes = await inner()
+            planned.extend(change.base.wrapped_key.hex() for change in changes if change.base)
+            return changes
+
+        async def racing_gate(effects: Sequence[Effect]) -> None:
+            if len(planned) == 1:
+                await TABLE_KIND.drop(other)
+                await register_over(other, before.metadata_location, allow)
+
+        await commits.commit(
+            ctx,
+            ctx.warehouse(None),
+            commits.CommitJob([TABLE_KIND.identifier()], plan, lambda changes: None),
+            racing_gate,
+        )
+
+        row = await pointer(ctx, TABLE_KIND)
+        assert len(planned) == 2
+        assert planned[0] == before.wrapped_key.hex()
+        assert planned[1] == row.wrapped_key.hex() != before.wrapped_key.hex()
+        assert await properties(ctx, TABLE_KIND) == {"mine": "1"}  # opens under its own key
