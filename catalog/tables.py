@@ -44,7 +44,9 @@ from cedarberg.catalog.requests import (
     MetricsReport,
     RegisterTableRequest,
 )
+from cedarberg.catalog.store import commit_reads
 from cedarberg.catalog.store import roots as confinement_rows
+from cedarberg.catalog.store.commit_reads import ObjectInChain
 from cedarberg.catalog.store.sql import ObjectRow, StoreTx
 from cedarberg.catalog.table_changes import (
     Basis,
@@ -54,6 +56,7 @@ from cedarberg.catalog.table_changes import (
     parse_metadata,
     plan_change,
     plan_register,
+    with_namespaces_read,
 )
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,21 @@ async def _object_in_namespace(
     if row is not None and row.kind != TABLE:
         raise name_taken(identifier, row.kind, TABLE)
     return row, ns_properties
+
+
+async def _object_in_chain(ctx: CatalogContext, warehouse: str, identifier: Identifier) -> ObjectInChain:
+    """The table's pointer (None: none yet) with the properties of its namespace and every one
+    above it, in one statement. Raises NoSuchNamespaceError, or AlreadyExistsError when the name
+    is a view's."""
+    levels = identifier.namespace.levels
+    chain = [Namespace.of(levels[: depth + 1]).key for depth in range(len(levels))]
+    async with ctx.store.read() as tx:
+        found = await commit_reads.object_in_chain(tx, warehouse, chain, identifier.name)
+    if found is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
+    if found.row is not None and found.row.kind != TABLE:
+        raise name_taken(identifier, found.row.kind, TABLE)
+    return found
 
 
 class TableService:
@@ -180,13 +198,13 @@ class TableService:
         warehouse = self._ctx.warehouse(warehouse_name)
 
         async def plan() -> list[TableChange]:
-            async with self._ctx.store.read() as tx:
-                row, ns_properties = await _object_in_namespace(tx, warehouse.name, identifier)
-            current = await open_table(self._ctx, row)
+            # The pointer and the grants the effect is judged on, in one statement.
+            found = await _object_in_chain(self._ctx, warehouse.name, identifier)
+            current = await open_table(self._ctx, found.row)
             change = await plan_change(
-                self._ctx, warehouse, identifier, Basis(current, ns_properties), request
+                self._ctx, warehouse, identifier, Basis(current, found.ns_properties), request
             )
-            return [] if change is None else [change]
+            return [] if change is None else [with_namespaces_read(change, found.chain)]
 
         async def current() -> bytes:
             async with self._ctx.store.read() as tx:
