@@ -32,10 +32,11 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from cedarberg.catalog import confinement, documents, fileio, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
+from cedarberg.catalog.errors import CatalogError, NoSuchTableError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.lookups import TABLE, require_namespace, require_object
+from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.purge_failures import PurgeBackoff, describe_failure
 from cedarberg.catalog.store import dropped as dropped_rows
@@ -47,10 +48,6 @@ log = logging.getLogger(__name__)
 
 # How long a drop holds off the first purge of what it dropped while it moves the files.
 PARKING_HOLD_MS = 30_000
-
-
-class _PointerMoved(Exception):
-    """The object changed between reading it and dropping it."""
 
 
 def _now_ms() -> int:
@@ -111,7 +108,8 @@ async def soft_drop(
 ) -> None:
     """Soft-delete a table or view. Raises NoSuchTableError / NoSuchViewError,
     KeyServiceUnavailableError, CommitFailedError after repeated concurrent changes."""
-    for _attempt in range(ctx.limits.commit_retries):
+
+    async def attempt() -> None:
         async with ctx.store.read() as tx:
             row = await require_object(tx, warehouse.name, identifier, kind)
         object_location, published = _published_files(
@@ -125,27 +123,26 @@ async def soft_drop(
         # leave files or directories behind); a drop that dies meanwhile is purged after the hold.
         held = max(purge_after, now + PARKING_HOLD_MS)
         dropped = DroppedRow(drop_id, row, moves, now, purge_after, next_purge_attempt_ms=held)
-        try:
-            async with ctx.store.write() as tx:
-                ns, name = identifier.namespace.key, identifier.name
-                if not await object_rows.delete_object(
-                    tx, warehouse.name, ns, name, kind, row.metadata_location
-                ):
-                    raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                await dropped_rows.insert_dropped(tx, dropped)
-                await metrics_rows.delete_metrics_reports(tx, warehouse.name, ns, name)
-                if rec is not None:
-                    await rec.record(tx, None)
-        except _PointerMoved:
-            continue
+        async with ctx.store.write() as tx:
+            await delete_unchanged(tx, warehouse.name, identifier, row)
+            await dropped_rows.insert_dropped(tx, dropped)
+            await metrics_rows.delete_metrics_reports(
+                tx, warehouse.name, identifier.namespace.key, identifier.name
+            )
+            if rec is not None:
+                await rec.record(tx, None)
         # Dropped now: a file that cannot be parked stays published and is purged from there.
         await asyncio.to_thread(_park, moves)
         if held > purge_after:
             async with ctx.store.write() as tx:
                 await dropped_rows.release_purge(tx, drop_id, purge_after)
         log.info("soft-deleted %s %s (drop id %s)", kind, identifier, drop_id)
-        return
-    raise CommitFailedError("the object changed concurrently too many times; retry the drop")
+
+    await retry_lost_races(
+        ctx.limits.commit_retries,
+        attempt,
+        lambda: "the object changed concurrently too many times; retry the drop",
+    )
 
 
 def _describe(dropped: DroppedRow) -> dict[str, Any]:

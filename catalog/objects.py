@@ -13,11 +13,11 @@ from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import EffectGate
 from cedarberg.catalog.errors import (
     AlreadyExistsError,
-    CommitFailedError,
 )
 from cedarberg.catalog.idempotency import Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.lookups import VIEW, read_namespace, require_namespace, require_object
+from cedarberg.catalog.lost_races import PointerMoved, retry_lost_races
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.objects import ObjectRow
@@ -99,7 +99,8 @@ async def rename_object(
     version that was judged. Raises NoSuch*/AlreadyExists errors, CommitFailedError after
     repeated concurrent changes, and whatever `gate` raises to refuse."""
     kind, source, target = move.kind, move.source, move.target
-    for _attempt in range(ctx.limits.commit_retries):
+
+    async def attempt() -> None:
         async with ctx.store.read() as tx:
             judged = await require_object(tx, warehouse.name, source, kind)
         across = source.namespace != target.namespace
@@ -108,7 +109,7 @@ async def rename_object(
         async with ctx.store.write() as tx:
             row = await require_object(tx, warehouse.name, source, kind)
             if row.metadata_location != judged.metadata_location:
-                continue  # changed since it was judged: judge the new version
+                raise PointerMoved  # changed since it was judged: judge the new version
             await require_namespace(tx, warehouse.name, target.namespace)
             taken = await object_rows.get_object(tx, warehouse.name, target.namespace.key, target.name)
             if taken is not None:
@@ -122,5 +123,9 @@ async def rename_object(
             )
             if rec is not None:
                 await rec.record(tx, None)
-        return
-    raise CommitFailedError("the object changed concurrently too many times; retry the rename")
+
+    await retry_lost_races(
+        ctx.limits.commit_retries,
+        attempt,
+        lambda: "the object changed concurrently too many times; retry the rename",
+    )

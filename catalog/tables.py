@@ -11,23 +11,21 @@ from collections.abc import Sequence
 from cedarberg.catalog import (
     confinement,
     documents,
-    effects,
     fileio,
     locations,
-    lookups,
-    registration,
     roots,
     table_changes,
     table_metadata,
 )
-from cedarberg.catalog.commits import commit, commit_response, default_location, new_row
+from cedarberg.catalog.commits import commit, commit_response, default_location
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError, NoSuchNamespaceError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.lookups import TABLE, name_taken, read_object, require_namespace, require_object
+from cedarberg.catalog.lookups import TABLE, name_taken, read_object, require_object
+from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
 from cedarberg.catalog.objects import Move, list_objects, load_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.planning import mode as planning_mode
@@ -38,10 +36,11 @@ from cedarberg.catalog.requests import (
     MetricsReport,
     RegisterTableRequest,
 )
-from cedarberg.catalog.sealing import SealTarget
+from cedarberg.catalog.store import commit_reads
 from cedarberg.catalog.store import metrics as metrics_rows
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as confinement_rows
+from cedarberg.catalog.store.commit_reads import ObjectInChain
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.catalog.table_changes import (
@@ -51,15 +50,13 @@ from cedarberg.catalog.table_changes import (
     open_table,
     parse_metadata,
     plan_change,
+    plan_register,
+    with_namespaces_read,
 )
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_MODES = ("all", "refs")
-
-
-class _PointerMoved(Exception):
-    """The registry row changed between reading it and deleting it."""
 
 
 def _refs_only(metadata_json: bytes) -> bytes:
@@ -81,6 +78,21 @@ async def _object_in_namespace(
     if row is not None and row.kind != TABLE:
         raise name_taken(identifier, row.kind, TABLE)
     return row, ns_properties
+
+
+async def _object_in_chain(ctx: CatalogContext, warehouse: str, identifier: Identifier) -> ObjectInChain:
+    """The table's pointer (None: none yet) with the properties of its namespace and every one
+    above it, in one statement. Raises NoSuchNamespaceError, or AlreadyExistsError when the name
+    is a view's."""
+    levels = identifier.namespace.levels
+    chain = [Namespace.of(levels[: depth + 1]).key for depth in range(len(levels))]
+    async with ctx.store.read() as tx:
+        found = await commit_reads.object_in_chain(tx, warehouse, chain, identifier.name)
+    if found is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
+    if found.row is not None and found.row.kind != TABLE:
+        raise name_taken(identifier, found.row.kind, TABLE)
+    return found
 
 
 class TableService:
@@ -185,13 +197,13 @@ class TableService:
         warehouse = self._ctx.warehouse(warehouse_name)
 
         async def plan() -> list[TableChange]:
-            async with self._ctx.store.read() as tx:
-                row, ns_properties = await _object_in_namespace(tx, warehouse.name, identifier)
-            current = await open_table(self._ctx, row)
+            # The pointer and the grants the effect is judged on, in one statement.
+            found = await _object_in_chain(self._ctx, warehouse.name, identifier)
+            current = await open_table(self._ctx, found.row)
             change = await plan_change(
-                self._ctx, warehouse, identifier, Basis(current, ns_properties), request
+                self._ctx, warehouse, identifier, Basis(current, found.ns_properties), request
             )
-            return [] if change is None else [change]
+            return [] if change is None else [with_namespaces_read(change, found.chain)]
 
         async def current() -> bytes:
             async with self._ctx.store.read() as tx:
@@ -247,19 +259,19 @@ class TableService:
         if warehouse.seal_files:
             await soft_drop(self._ctx, warehouse, identifier, TABLE, rec)
             return None
-        for _attempt in range(self._ctx.limits.commit_retries):
+
+        async def attempt() -> None:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             # Opened before anything is deleted: a KMS outage fails the drop, it does not leave
             # a dropped table whose files can no longer be found.
             metadata = parse_metadata(await self._ctx.sealer.open_row(row)) if purge else None
-            ns, name = identifier.namespace.key, identifier.name
             async with self._ctx.store.write() as tx:
-                if not await object_rows.delete_object(
-                    tx, warehouse.name, ns, name, TABLE, row.metadata_location
-                ):
-                    continue  # dropped or changed concurrently: look again
-                await metrics_rows.delete_metrics_reports(tx, warehouse.name, ns, name)
+                # Only the version whose files were read: a commit meanwhile is looked at again.
+                await delete_unchanged(tx, warehouse.name, identifier, row)
+                await metrics_rows.delete_metrics_reports(
+                    tx, warehouse.name, identifier.namespace.key, identifier.name
+                )
                 own = await confinement_rows.held(tx, TABLE, row.uuid)
                 await confinement.forget(tx, TABLE, row.uuid)
                 others = [loc for *_, loc in await object_rows.object_locations(tx, warehouse.name)]
@@ -271,8 +283,13 @@ class TableService:
                 )
                 await asyncio.to_thread(purge_files, warehouse, purged, set(), others)
             self._ctx.sealer.forget(row.data_key)
-            return None
-        raise CommitFailedError("the table changed concurrently too many times; retry the drop")
+
+        await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the table changed concurrently too many times; retry the drop",
+        )
+        return None
 
     async def unregister(
         self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None
@@ -285,7 +302,8 @@ class TableService:
         its location is answered, so that any catalog or engine can register or read it. Later
         commits through this catalog fail: the table is no longer in the registry."""
         warehouse = self._ctx.warehouse(warehouse_name)
-        for _attempt in range(self._ctx.limits.commit_retries):
+
+        async def attempt() -> Body:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             # Opened before anything changes: a KMS outage fails the unregister, nothing else.
@@ -299,29 +317,28 @@ class TableService:
                 await asyncio.to_thread(fileio.write_new_file, location, metadata_json)
                 written = True
             body = documents.unregister_result(location, metadata_json)
-            ns, name = identifier.namespace.key, identifier.name
             try:
                 async with self._ctx.store.write() as tx:
-                    if not await object_rows.delete_object(
-                        tx, warehouse.name, ns, name, TABLE, row.metadata_location
-                    ):
-                        raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                    await metrics_rows.delete_metrics_reports(tx, warehouse.name, ns, name)
+                    await delete_unchanged(tx, warehouse.name, identifier, row)
+                    await metrics_rows.delete_metrics_reports(
+                        tx, warehouse.name, identifier.namespace.key, identifier.name
+                    )
                     await confinement.forget(tx, TABLE, row.uuid)
                     if rec is not None:
                         await rec.record(tx, body)
-            except _PointerMoved:
-                if written:
-                    await asyncio.to_thread(fileio.delete_files, [location])
-                continue  # committed or dropped concurrently: look again
-            except BaseException:
+            except BaseException:  # a lost race too: the plain copy is not the answer
                 if written:
                     await asyncio.to_thread(fileio.delete_files, [location])
                 raise
             self._ctx.sealer.forget(row.data_key)
             log.info("unregistered table %s (last metadata %s)", identifier, location)
             return body
-        raise CommitFailedError("the table changed concurrently too many times; retry the unregister")
+
+        return await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the table changed concurrently too many times; retry the unregister",
+        )
 
     async def register(
         self,
@@ -337,61 +354,12 @@ class TableService:
         also removes the table it replaces, and is gated as that too."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        target = registration.Target(TABLE, identifier, request.overwrite)
-        location = await registration.confine_file(self._ctx, warehouse, target, request.metadata_location)
-        content = await registration.read_file(self._ctx, location)
-        opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
-        metadata = registration.read_metadata(opened.metadata_json, fileio.parse_table_metadata, "table")
-        uid = str(metadata.table_uuid)
-        if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
-            raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
-        async with self._ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        held = roots.roots_of(metadata)
-        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
-        registration.check_contents(location, held, roots.added_paths(None, metadata))
-        metadata_json = documents.model_json(metadata)
-        key = await (
-            self._ctx.sealer.unwrap_object_key(warehouse.name, TABLE, uid, opened.sealed_key)
-            if opened.sealed_key is not None
-            else self._ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
-        )
-        row = new_row(
-            self._ctx, SealTarget(warehouse.name, identifier, TABLE, uid, location), key, metadata_json
-        )
-        body = documents.load_result(location, metadata_json)
-        async with self._ctx.store.read() as tx:
-            replaced = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
-        if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
-            raise name_taken(identifier, replaced.kind, TABLE)
-        judged = [effects.of_table_change(identifier, None, metadata)]
-        if replaced is not None:
-            judged.append(
-                effects.of_departure(identifier, parse_metadata(await self._ctx.sealer.open_row(replaced)))
-            )
-        await gate(judged)
-        async with self._ctx.store.write() as tx:
-            await require_namespace(tx, warehouse.name, namespace)
-            existing = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
-            if existing is not None:
-                if (
-                    not request.overwrite
-                    or existing.kind != TABLE
-                    or replaced is None
-                    or existing.metadata_location != replaced.metadata_location
-                ):
-                    # Not the table whose removal was judged: a concurrent change won.
-                    raise name_taken(identifier, existing.kind, TABLE)
-                # The row takes the registered table's UUID and key: delete and insert.
-                await object_rows.delete_object(tx, warehouse.name, namespace.key, identifier.name, TABLE)
-                if existing.uuid != uid:
-                    await confinement.forget(tx, TABLE, existing.uuid)
-            await lookups.check_uuid(tx, uid)
-            await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
-            await object_rows.insert_object(tx, row)
-            if rec is not None:
-                await rec.record(tx, body)
-        return body
+
+        async def plan() -> list[TableChange]:
+            return [await plan_register(self._ctx, warehouse, identifier, request)]
+
+        job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
+        return await commit(self._ctx, warehouse, job, gate)
 
     async def rename(
         self,

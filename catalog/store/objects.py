@@ -2,8 +2,9 @@
 table and view to its current metadata file, with the sealed metadata and the wrapped data key.
 
 Invariant: a pointer changes only through `swap_object`, an `UPDATE ... WHERE
-metadata_location = :expected` whose row count tells whether the swap won (compare-and-swap),
-or, on PostgreSQL, the same UPDATE inside one statement (catalog.store.server_writes).
+metadata_location = :expected AND wrapped_key = :expected_key` whose row count tells whether the
+swap won (compare-and-swap), or, on PostgreSQL, the same UPDATE inside one statement
+(catalog.store.server_writes).
 """
 
 from __future__ import annotations
@@ -73,7 +74,11 @@ _INSERT_OBJECT = Sql(
 )
 _SWAP_OBJECT = Sql(
     update(catalog_objects)
-    .where(*_obj_key, _obj.metadata_location == param("expected"))
+    .where(
+        *_obj_key,
+        _obj.metadata_location == param("expected"),
+        _obj.wrapped_key == param("expected_key", type_=_obj.wrapped_key.type),
+    )
     .values(
         metadata_location=param("new_location"),
         metadata=param("new_metadata", type_=_obj.metadata.type),
@@ -168,7 +173,9 @@ async def insert_object(tx: StoreTx, row: ObjectRow) -> None:
 
 async def swap_object(tx: StoreTx, base: ObjectRow, new_location: str, new_metadata: bytes) -> bool:
     """Compare-and-swap the pointer `base` was read from; True if it still named
-    `base.metadata_location` and now moved."""
+    `base.metadata_location` with `base`'s data key (a file location alone does not name a
+    version: a table dropped and its last file registered again has the same one) and now
+    moved."""
     warehouse, namespace, name = base.warehouse, base.namespace, base.name
     tx.touched.objects.add((warehouse, namespace, name))
     result = await tx.connection.execute(
@@ -178,6 +185,7 @@ async def swap_object(tx: StoreTx, base: ObjectRow, new_location: str, new_metad
             "namespace": namespace,
             "name": name,
             "expected": base.metadata_location,
+            "expected_key": base.wrapped_key,
             "new_location": new_location,
             "new_metadata": new_metadata,
             "now": now_ms(),

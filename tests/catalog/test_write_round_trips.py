@@ -1,6 +1,6 @@
 """Writes on PostgreSQL in one round trip (issue 32 §2): a table commit, a create and a namespace
 creation are each one statement, a server-side function run in autocommit
-(`catalog.store.server_writes`, migration 0013), with no BEGIN or COMMIT around it; the
+(`catalog.store.server_writes`, migrations 0013 and 0014), with no BEGIN or COMMIT around it; the
 compare-and-swap and the location rule hold inside that statement exactly as in the transaction.
 
 Round trips are counted on the real driver: every statement asyncpg sends is recorded (a
@@ -155,7 +155,7 @@ async def test_a_table_create_and_a_commit_each_write_in_one_statement(
     await service.commit(None, Identifier.of(NAMESPACE, "t"), set_property("a"), None, allow)
     commit = sent.during(start)
 
-    for statements, function in ((create, "cedarberg_create_object"), (commit, "cedarberg_swap_object")):
+    for statements, function in ((create, "cedarberg_create_object"), (commit, "cedarberg_swap_version")):
         assert writes(statements) == [statements[-1]]
         assert statements[-1].startswith(f"SELECT {function}(")
         assert not [sql for sql in statements if sql.split(" ")[0] in _TRANSACTION_CONTROL]

@@ -4,12 +4,14 @@ call `catalog/` directly.
 
 `UnconfirmedStore` is the one fake: a real store whose next write transaction (or single-statement
 write, on PostgreSQL) commits and then reports `CommitStateUnknownError`, as a connection lost
-while committing leaves it.
+while committing leaves it. `RacedStore` is a real store that runs a test's action (another
+writer's request) just before its next write transaction opens: between an operation's read and
+its write.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,21 @@ class UnconfirmedStore(Store):
             self.unconfirm_next = False
             raise CommitStateUnknownError("the registry did not confirm the write")
         return outcome
+
+
+class RacedStore(Store):
+    """A Store that runs `before_next_write` (once, then forgets it) before its next write
+    transaction opens: another writer lands between an operation's read and its write."""
+
+    before_next_write: Callable[[], Awaitable[None]] | None = None
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[StoreTx]:
+        racing, self.before_next_write = self.before_next_write, None
+        if racing is not None:
+            await racing()
+        async with super().write() as tx:
+            yield tx
 
 
 @asynccontextmanager
