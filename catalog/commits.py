@@ -42,15 +42,7 @@ from typing import Generic, TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from cedarberg.catalog import (
-    confinement,
-    documents,
-    fileio,
-    locations,
-    lookups,
-    roots,
-    round_trip,
-)
+from cedarberg.catalog import confinement, documents, fileio, locations, lookups, roots, round_trip
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
 from cedarberg.catalog.errors import (

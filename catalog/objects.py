@@ -1,4 +1,4 @@
-"""What tables and views share: lookup by kind, listing and renaming."""
+"""What tables and views share: loading, listing and renaming (their lookups: catalog.lookups)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from pyiceberg.view.metadata import ViewMetadata
 from cedarberg.catalog import documents, effects
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import (
-    AlreadyExistsError,
-)
+from cedarberg.catalog.errors import AlreadyExistsError
 from cedarberg.catalog.idempotency import Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.lookups import VIEW, read_namespace, require_namespace, require_object
