@@ -22,7 +22,9 @@ from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.lost_races import PointerMoved, retry_lost_races
 from cedarberg.catalog.namespaces import read_namespace, require_namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store import commit_reads
 from cedarberg.catalog.store.cache import RegistryKey
+from cedarberg.catalog.store.commit_reads import ObjectInChain
 from cedarberg.catalog.store.sql import ObjectRow, Store, StoreTx
 
 TABLE = "table"
@@ -52,6 +54,16 @@ async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, ki
     if row is None or row.kind != kind:
         raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
     return row
+
+
+async def read_for_change(store: Store, warehouse: str, identifier: Identifier) -> ObjectInChain | None:
+    """What a change to `identifier` plans and is judged on, in one statement from the database
+    (never a cache): the object's pointer and the properties of its namespace and every one above
+    it (`catalog.store.commit_reads`); None if its namespace does not exist."""
+    levels = identifier.namespace.levels
+    chain = [Namespace.of(levels[: depth + 1]).key for depth in range(len(levels))]
+    async with store.read() as tx:
+        return await commit_reads.object_in_chain(tx, warehouse, chain, identifier.name)
 
 
 async def read_object(store: Store, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
