@@ -34,6 +34,7 @@ since one may be live: deleting it could leave the registry pointing at a missin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -113,6 +114,14 @@ class PlannedChange(Generic[M]):
     def seal_target(self, warehouse: str) -> SealTarget:
         """The version this change seals its metadata for, in `warehouse` (a name)."""
         return SealTarget(warehouse, self.identifier, self.kind, self.object_uuid, self.metadata_location)
+
+
+def with_namespaces_read(
+    change: PlannedChange[M], chain: tuple[dict[str, str] | None, ...]
+) -> PlannedChange[M]:
+    """`change`, its effect carrying the namespace properties read from the database with its base
+    (from the top level down): the gate decides on them instead of reading them again."""
+    return dataclasses.replace(change, effect=dataclasses.replace(change.effect, namespaces_read=chain))
 
 
 def default_location(

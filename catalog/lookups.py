@@ -18,10 +18,12 @@ from cedarberg.catalog.errors import (
     NotFoundError,
 )
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.store import commit_reads
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as root_rows
 from cedarberg.catalog.store.cache import RegistryKey
+from cedarberg.catalog.store.commit_reads import ObjectInChain
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.tx import StoreTx
@@ -46,6 +48,16 @@ async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, ki
     if row is None or row.kind != kind:
         raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
     return row
+
+
+async def read_for_change(store: Store, warehouse: str, identifier: Identifier) -> ObjectInChain | None:
+    """What a change to `identifier` plans and is judged on, in one statement from the database
+    (never a cache): the object's pointer and the properties of its namespace and every one above
+    it (`catalog.store.commit_reads`); None if its namespace does not exist."""
+    levels = identifier.namespace.levels
+    chain = [Namespace.of(levels[: depth + 1]).key for depth in range(len(levels))]
+    async with store.read() as tx:
+        return await commit_reads.object_in_chain(tx, warehouse, chain, identifier.name)
 
 
 async def read_object(store: Store, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:

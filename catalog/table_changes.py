@@ -129,12 +129,6 @@ async def plan_register(
     )
 
 
-def with_namespaces_read(change: TableChange, chain: tuple[dict[str, str] | None, ...]) -> TableChange:
-    """`change`, its effect carrying the namespace properties read with its base (from the top
-    level down), so that the gate decides on them instead of reading them again."""
-    return dataclasses.replace(change, effect=dataclasses.replace(change.effect, namespaces_read=chain))
-
-
 @dataclass(frozen=True, slots=True)
 class Basis:
     """What one table change applies to."""

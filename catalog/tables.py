@@ -17,14 +17,14 @@ from cedarberg.catalog import (
     table_changes,
     table_metadata,
 )
-from cedarberg.catalog.commits import commit, commit_response, default_location
+from cedarberg.catalog.commits import commit, commit_response, default_location, with_namespaces_read
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
 from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.lookups import TABLE, name_taken, read_object, require_object
+from cedarberg.catalog.lookups import TABLE, name_taken, read_for_change, read_object, require_object
 from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
 from cedarberg.catalog.objects import Move, list_objects, load_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
@@ -36,13 +36,11 @@ from cedarberg.catalog.requests import (
     MetricsReport,
     RegisterTableRequest,
 )
-from cedarberg.catalog.store import commit_reads
 from cedarberg.catalog.store import metrics as metrics_rows
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as confinement_rows
 from cedarberg.catalog.store.commit_reads import ObjectInChain
 from cedarberg.catalog.store.objects import ObjectRow
-from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.catalog.table_changes import (
     Basis,
     TableChange,
@@ -51,7 +49,6 @@ from cedarberg.catalog.table_changes import (
     parse_metadata,
     plan_change,
     plan_register,
-    with_namespaces_read,
 )
 
 log = logging.getLogger(__name__)
@@ -64,30 +61,11 @@ def _refs_only(metadata_json: bytes) -> bytes:
     return documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
 
 
-async def _object_in_namespace(
-    tx: StoreTx, warehouse: str, identifier: Identifier
-) -> tuple[ObjectRow | None, dict[str, str]]:
-    """The table's pointer (None: none yet) and its namespace's properties, in one statement.
-    Raises NoSuchNamespaceError, or AlreadyExistsError when the name is a view's."""
-    found = await object_rows.get_object_in_namespace(
-        tx, warehouse, identifier.namespace.key, identifier.name
-    )
-    if found is None:
-        raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
-    ns_properties, row = found
-    if row is not None and row.kind != TABLE:
-        raise name_taken(identifier, row.kind, TABLE)
-    return row, ns_properties
-
-
 async def _object_in_chain(ctx: CatalogContext, warehouse: str, identifier: Identifier) -> ObjectInChain:
     """The table's pointer (None: none yet) with the properties of its namespace and every one
     above it, in one statement. Raises NoSuchNamespaceError, or AlreadyExistsError when the name
     is a view's."""
-    levels = identifier.namespace.levels
-    chain = [Namespace.of(levels[: depth + 1]).key for depth in range(len(levels))]
-    async with ctx.store.read() as tx:
-        found = await commit_reads.object_in_chain(tx, warehouse, chain, identifier.name)
+    found = await read_for_change(ctx.store, warehouse, identifier)
     if found is None:
         raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
     if found.row is not None and found.row.kind != TABLE:
@@ -114,15 +92,10 @@ class TableService:
         gated like any commit that creates one; a staged table is gated when it is committed."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        async with self._ctx.store.read() as tx:
-            found = await object_rows.get_object_in_namespace(
-                tx, warehouse.name, namespace.key, identifier.name
-            )
-        if found is None:
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
-        ns_properties, existing = found
-        if existing is not None:
-            raise name_taken(identifier, existing.kind, TABLE)
+        found = await _object_in_chain(self._ctx, warehouse.name, identifier)
+        if found.row is not None:
+            raise name_taken(identifier, found.row.kind, TABLE)
+        ns_properties = found.ns_properties
         location = request.location or default_location(
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
@@ -135,9 +108,13 @@ class TableService:
             return documents.load_result(None, documents.model_json(metadata))
         key = await self._ctx.sealer.new_object_key(warehouse.name, TABLE, str(metadata.table_uuid))
         change = table_changes.created(identifier, metadata, key)
+        judged_on_read = [with_namespaces_read(change, found.chain)]
 
         async def plan() -> list[TableChange]:
-            return [change]
+            # The first attempt is judged on the grants read with the name; a retry reads them.
+            first = judged_on_read[:]
+            judged_on_read.clear()
+            return first or [change]
 
         job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
         return await commit(self._ctx, warehouse, job, gate)
@@ -230,21 +207,21 @@ class TableService:
 
         async def plan() -> list[TableChange]:
             planned: dict[Identifier, TableChange] = {}
-            read: dict[Identifier, tuple[ObjectRow | None, dict[str, str]]] = {}
-            async with self._ctx.store.read() as tx:
-                for identifier, _change in changes:
-                    if identifier not in read:
-                        read[identifier] = await _object_in_namespace(tx, warehouse.name, identifier)
+            read: dict[Identifier, ObjectInChain] = {}
+            for identifier, _change in changes:
+                if identifier not in read:
+                    read[identifier] = await _object_in_chain(self._ctx, warehouse.name, identifier)
             for identifier, change in changes:
-                row, ns_properties = read[identifier]
+                found = read[identifier]
                 previous = planned.get(identifier)
-                current = None if previous is not None else await open_table(self._ctx, row)
+                current = None if previous is not None else await open_table(self._ctx, found.row)
                 step = await plan_change(
-                    self._ctx, warehouse, identifier, Basis(current, ns_properties, previous), change
+                    self._ctx, warehouse, identifier, Basis(current, found.ns_properties, previous), change
                 )
                 if step is not None:
                     planned[identifier] = step
-            return list(planned.values())
+            # Each table's effect is judged on the grants read with its pointer.
+            return [with_namespaces_read(step, read[name].chain) for name, step in planned.items()]
 
         tables = [identifier for identifier, _change in changes]
         await commit(self._ctx, warehouse, TableJob(tables, plan, lambda _changes: None, rec), gate)

@@ -160,8 +160,10 @@ async def test_a_table_create_and_a_commit_each_write_in_one_statement(
         assert statements[-1].startswith(f"SELECT {function}(")
         assert not [sql for sql in statements if sql.split(" ")[0] in _TRANSACTION_CONTROL]
     # The commit's other round trip is its plan's read in autocommit: the pointer and the
-    # namespace it lies in, in one statement.
+    # properties (grants) of its namespace chain, in one statement (the gate decides on them).
     assert len(commit) == 2
+    assert "ns_properties" in commit[0]
+    assert "catalog_objects" in commit[0]
     location = await table_location(ctx, "t")
     async with ctx.store.read() as tx:
         row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, "t")
