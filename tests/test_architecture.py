@@ -192,6 +192,64 @@ def test_the_depth_is_the_longest_chain_deferred_imports_included(tmp_path: Path
     assert (length, chain) == (4, ["catalog.top", "catalog.middle", "catalog.bottom", "catalog.deeper"])
 
 
+def _statement_style_breaches(store: Path) -> list[str]:
+    """Where the registry's statements leave their one style (issue 32): free functions, one
+    module per table, each taking the transaction first. A breach is a method on `StoreTx`
+    beyond its `dialect`, or a public module-level `async def` of a module that imports `StoreTx`
+    whose first parameter is not `tx: StoreTx`."""
+    found = []
+    for path in sorted(store.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "StoreTx":
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+                found += [
+                    f"{path.name}: StoreTx.{name}" for name in sorted(methods - {"__init__", "dialect"})
+                ]
+        imports_tx = any(
+            isinstance(node, ast.ImportFrom) and any(alias.name == "StoreTx" for alias in node.names)
+            for node in tree.body
+        )
+        for node in tree.body:
+            if not imports_tx or not isinstance(node, ast.AsyncFunctionDef) or node.name.startswith("_"):
+                continue
+            first = node.args.args[0] if node.args.args else None
+            if (
+                first is None
+                or first.arg != "tx"
+                or ast.unparse(first.annotation or ast.Name("")) != "StoreTx"
+            ):
+                found.append(f"{path.name}: {node.name}")
+    return found
+
+
+def test_the_registry_statements_are_free_functions_taking_the_transaction() -> None:
+    assert _statement_style_breaches(ROOT / "catalog" / "store") == []
+
+
+def test_the_statement_style_check_finds_a_method_and_a_function_without_the_transaction(
+    tmp_path: Path,
+) -> None:
+    """Control: free functions taking `tx: StoreTx` first pass. Attack: a statement put back on
+    the transaction as a method, and one taking the store instead, are both found."""
+    (tmp_path / "tx.py").write_text(
+        "class StoreTx:\n    def __init__(self, conn):\n        self.connection = conn\n\n"
+        "    @property\n    def dialect(self):\n        return 'sqlite'\n"
+    )
+    (tmp_path / "rows.py").write_text(
+        "from cedarberg.catalog.store.tx import StoreTx\n\n"
+        "async def get_row(tx: StoreTx, key: str) -> None: ...\n\n"
+        "async def _helper(conn) -> None: ...\n"
+    )
+    assert _statement_style_breaches(tmp_path) == []
+
+    (tmp_path / "tx.py").write_text("class StoreTx:\n    async def get_row(self, key):\n        ...\n")
+    (tmp_path / "rows.py").write_text(
+        "from cedarberg.catalog.store.tx import StoreTx\n\nasync def get_row(store, key: str) -> None: ...\n"
+    )
+    assert _statement_style_breaches(tmp_path) == ["rows.py: get_row", "tx.py: StoreTx.get_row"]
+
+
 def test_the_graph_sees_deferred_imports_and_cycles(tmp_path: Path) -> None:
     """The checks above would pass vacuously if the graph missed imports inside functions."""
     (tmp_path / "gateway").mkdir()
