@@ -21,8 +21,8 @@ MAX_GATEWAY_DEPTH = 17
 # one module per table, the lookups in `catalog.lookups`, `PARKING_DIR` with the location rules
 # and typed the context's idempotency service by a protocol): an operation (tables, views,
 # planning) -> the changes it plans -> the commit engine -> confinement -> the context -> the
-# sealer -> the store's pool -> its transaction -> the driver -> the statements. Operation modules
-# import lookups, not each other; a new level needs a reason written here.
+# sealer -> file IO (or the store's pool) -> ... -> errors. Operation modules import
+# `catalog.lookups`, not each other; a new level needs a reason written here.
 MAX_CATALOG_DEPTH = 10
 
 
