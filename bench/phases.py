@@ -21,7 +21,15 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("audit record", ("gateway/audit.py", "gateway/audit_writer.py")),
     (
         "registry SQL (driver, statements)",
-        ("sqlite_driver", "store/sql.py", "postgres_driver", "store/statements", "asyncpg"),
+        (
+            "sqlite_driver",
+            "postgres_driver",
+            "store/statements",
+            "asyncpg",
+            *(f"store/{table}.py" for table in ("namespaces", "objects", "idempotency", "dropped", "keys")),
+            "store/metrics.py",
+            "store/pool.py",
+        ),
     ),
     ("file write hand-off (to_thread)", ("fileio.py", "asyncio/threads.py")),
     (

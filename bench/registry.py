@@ -1,4 +1,4 @@
-"""Micro-benchmark of the registry (catalog.store.sql) in one process: CPU and wall time per
+"""Micro-benchmark of the registry (catalog.store) in one process: CPU and wall time per
 registry transaction, on SQLite and on PostgreSQL.
 
     python -m bench.registry                      # both stores, default loop sizes
@@ -37,7 +37,11 @@ from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.sealing import Sealer
-from cedarberg.catalog.store.sql import ObjectRow, Store
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.connect import open_store
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.tables import TableService
 from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
@@ -71,8 +75,9 @@ async def _measure(name: str, n: int, step: Callable[[int], Awaitable[None]], pe
 
 async def _store_benchmarks(store: Store, n: int) -> None:
     async with store.write() as tx:
-        await tx.insert_namespace(WAREHOUSE, "bench", None, {})
-        await tx.insert_object(
+        await namespace_rows.insert_namespace(tx, WAREHOUSE, "bench", None, {})
+        await object_rows.insert_object(
+            tx,
             ObjectRow(
                 WAREHOUSE,
                 "bench",
@@ -85,28 +90,31 @@ async def _store_benchmarks(store: Store, n: int) -> None:
                 "local:k",
                 "1",
                 b"k" * 60,
-            )
+            ),
         )
     counter = [0]
 
     async def commit_registry(_i: int) -> None:
         async with store.write() as tx:
-            row = await tx.get_object(WAREHOUSE, "bench", "t")
+            row = await object_rows.get_object(tx, WAREHOUSE, "bench", "t")
             assert row is not None
             counter[0] += 1
-            assert await tx.swap_object(row, f"loc-{counter[0]}", b"n" * 200)
+            assert await object_rows.swap_object(tx, row, f"loc-{counter[0]}", b"n" * 200)
 
     async def create_namespace(i: int) -> None:
         async with store.write() as tx:
-            await tx.insert_namespace(WAREHOUSE, f"ns{i}_{uuid.uuid4().hex[:6]}", None, {"owner": "bench"})
+            await namespace_rows.insert_namespace(
+                tx, WAREHOUSE, f"ns{i}_{uuid.uuid4().hex[:6]}", None, {"owner": "bench"}
+            )
 
     async def get_object(_i: int) -> None:
         async with store.read() as tx:
-            assert await tx.get_object(WAREHOUSE, "bench", "t") is not None
+            assert await object_rows.get_object(tx, WAREHOUSE, "bench", "t") is not None
 
     for i in range(WRITERS):
         async with store.write() as tx:
-            await tx.insert_object(
+            await object_rows.insert_object(
+                tx,
                 ObjectRow(
                     WAREHOUSE,
                     "bench",
@@ -119,7 +127,7 @@ async def _store_benchmarks(store: Store, n: int) -> None:
                     "local:k",
                     "1",
                     b"k" * 60,
-                )
+                ),
             )
 
     async def commit_concurrently(i: int) -> None:
@@ -127,9 +135,9 @@ async def _store_benchmarks(store: Store, n: int) -> None:
 
         async def one(table: str) -> None:
             async with store.write() as tx:
-                row = await tx.get_object(WAREHOUSE, "bench", table)
+                row = await object_rows.get_object(tx, WAREHOUSE, "bench", table)
                 assert row is not None
-                assert await tx.swap_object(row, f"loc-{i}-{uuid.uuid4().hex[:6]}", b"n" * 200)
+                assert await object_rows.swap_object(tx, row, f"loc-{i}-{uuid.uuid4().hex[:6]}", b"n" * 200)
 
         await asyncio.gather(*(one(f"t{w}") for w in range(WRITERS)))
 
@@ -178,7 +186,7 @@ async def _catalog_benchmarks(store: Store, work: Path, n: int) -> None:
 
 async def _run(label: str, url: str, work: Path, n: int) -> None:
     print(f"{label}:")
-    store = await Store.open(url)
+    store = await open_store(url)
     try:
         await _store_benchmarks(store, n)
         await _catalog_benchmarks(store, work, n)

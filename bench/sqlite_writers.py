@@ -27,9 +27,12 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.driver import Driver
 from cedarberg.catalog.store.engine import migrate_registry
-from cedarberg.catalog.store.sql import ObjectRow, Store
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteCounts, SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver
 from cedarberg.catalog.store.sqlite_writer import SqliteWriter
@@ -58,7 +61,7 @@ async def _write(database: str, socket_path: str | None, tag: str, writers: int,
     async def one(writer: int) -> None:
         for i in range(n):
             async with store.write() as tx:
-                await tx.insert_object(_row(f"{tag}-{writer}-{i}"))
+                await object_rows.insert_object(tx, _row(f"{tag}-{writer}-{i}"))
 
     try:
         await asyncio.gather(*(one(writer) for writer in range(writers)))
@@ -91,7 +94,7 @@ async def _prepare(database: str) -> None:
     store = Store(SqliteDriver(database))
     try:
         async with store.write() as tx:
-            await tx.insert_namespace("w", "ns", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
     finally:
         await store.close()
 

@@ -14,9 +14,11 @@ Tables and views share this one algorithm; only the planning differs (`catalog.t
    written in another object's place.
 4. In ONE database transaction, claim each object's roots (`catalog.confinement`), swap every
    pointer only if it still names the version read in 1 (or insert it, for a create); record the
-   idempotent response in the same transaction. On PostgreSQL a single change in the common case
-   (no roots to claim for a commit; nothing near the roots of a create) is one statement instead,
-   a server-side function doing the same checks (`catalog.store.server_writes`): one round trip.
+   idempotent response in the same transaction. A registration with `overwrite` deletes the table
+   it replaces there first, only if that is still the version judged in 2. On PostgreSQL a
+   single change in the common case (no roots to claim for a commit; nothing near the roots of a
+   create) is one statement instead, a server-side function doing the same checks
+   (`catalog.store.server_writes`): one round trip.
 5. If any swap lost a race, roll back, delete the files of step 3 and start again from 1: the
    requirements are re-checked against the newer metadata, so a commit that still holds lands
    and one that no longer holds fails with CommitFailedError.
@@ -32,6 +34,7 @@ since one may be live: deleting it could leave the registry pointing at a missin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -40,29 +43,27 @@ from typing import Generic, TypeVar
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.view.metadata import ViewMetadata
 
-from cedarberg.catalog import confinement, documents, fileio, locations, registration, roots, round_trip
+from cedarberg.catalog import confinement, documents, fileio, locations, lookups, roots, round_trip
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import Effect, EffectGate
 from cedarberg.catalog.errors import (
-    CommitFailedError,
     CommitStateUnknownError,
     LocationNotAllowedError,
     StorageUnavailableError,
 )
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.namespaces import read_properties
+from cedarberg.catalog.lookups import read_properties
+from cedarberg.catalog.lost_races import PointerMoved, delete_unchanged, retry_lost_races
 from cedarberg.catalog.sealing import ObjectKey, SealTarget
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import server_writes
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.tx import StoreTx
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", TableMetadata, ViewMetadata)
-
-
-class _LostRace(Exception):
-    """A pointer moved between read and swap; the whole commit is retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,15 @@ class NewFile:
 
     metadata_location: str
     key: ObjectKey
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """The table a registration with `overwrite` takes the place of: gated as leaving (`effect`),
+    and deleted in the swap only if its pointer is still `row`, the version judged."""
+
+    row: ObjectRow
+    effect: Effect
 
 
 # Not slotted: a slotted generic dataclass cannot be built through its subscripted alias on 3.11.
@@ -94,10 +104,24 @@ class PlannedChange(Generic[M]):
     # (tables) the snapshot ids this commit has added so far: a later change list to the same
     # table may not add them again (`catalog.snapshot_ids`).
     added_snapshot_ids: frozenset[int] = frozenset()
+    replaces: Replaced | None = None  # (a registration with overwrite) the table it replaces
+
+    @property
+    def effects(self) -> tuple[Effect, ...]:
+        """What the gate judges: the change's effect, then the departure of a table it replaces."""
+        return (self.effect,) if self.replaces is None else (self.effect, self.replaces.effect)
 
     def seal_target(self, warehouse: str) -> SealTarget:
         """The version this change seals its metadata for, in `warehouse` (a name)."""
         return SealTarget(warehouse, self.identifier, self.kind, self.object_uuid, self.metadata_location)
+
+
+def with_namespaces_read(
+    change: PlannedChange[M], chain: tuple[dict[str, str] | None, ...]
+) -> PlannedChange[M]:
+    """`change`, its effect carrying the namespace properties read from the database with its base
+    (from the top level down): the gate decides on them instead of reading them again."""
+    return dataclasses.replace(change, effect=dataclasses.replace(change.effect, namespaces_read=chain))
 
 
 def default_location(
@@ -199,8 +223,10 @@ async def _swap_all(
         return
     async with ctx.store.write() as tx:
         for change in ordered:
+            if change.replaces is not None:
+                await _remove_replaced(ctx, tx, warehouse, change)
             if change.check_uuid_free:
-                await registration.check_uuid(tx, change.object_uuid)
+                await lookups.check_uuid(tx, change.object_uuid)
             await confinement.claim(
                 tx,
                 ctx,
@@ -211,18 +237,35 @@ async def _swap_all(
             target = change.seal_target(warehouse.name)
             if change.base is None:
                 name = change.identifier
-                if await tx.get_object(warehouse.name, name.namespace.key, name.name) is not None:
+                if (
+                    await object_rows.get_object(tx, warehouse.name, name.namespace.key, name.name)
+                    is not None
+                ):
                     # Created since it was planned: planning again answers as if it came first.
-                    raise _LostRace
-                await tx.insert_object(new_row(ctx, target, change.key, change.metadata_json))
-            elif not await tx.swap_object(
+                    raise PointerMoved
+                await object_rows.insert_object(tx, new_row(ctx, target, change.key, change.metadata_json))
+            elif not await object_rows.swap_object(
+                tx,
                 change.base,
                 change.metadata_location,
                 ctx.sealer.seal_record(change.key, target, change.metadata_json),
             ):
-                raise _LostRace
+                raise PointerMoved
         if rec is not None:
             await rec.record(tx, body)
+
+
+async def _remove_replaced(
+    ctx: CatalogContext, tx: StoreTx, warehouse: Warehouse, change: PlannedChange[M]
+) -> None:
+    """Delete the table a registration replaces (only the version judged: else PointerMoved, and
+    the registration is planned and judged again), and its roots unless the registered table,
+    with the same UUID, takes them over. Its data key goes with its row."""
+    assert change.replaces is not None
+    replaced = change.replaces.row
+    await delete_unchanged(tx, warehouse.name, change.identifier, replaced)
+    if replaced.uuid != change.object_uuid:
+        await confinement.forget(tx, replaced.kind, replaced.uuid)
 
 
 async def _swap_alone(
@@ -230,7 +273,9 @@ async def _swap_alone(
 ) -> bool:
     """Step 4 for one change in one statement (catalog.store.server_writes): True if it landed.
     False if it is not the common case (roots to claim, a possible conflict, a constraint): then
-    nothing was written and the transaction of `_swap_all` decides. Raises _LostRace."""
+    nothing was written and the transaction of `_swap_all` decides. Raises PointerMoved."""
+    if change.replaces is not None:
+        return False  # two rows change: the transaction does it
     target = change.seal_target(warehouse.name)
     pending = None if rec is None else rec.pending(body)
     if change.base is not None:
@@ -253,7 +298,7 @@ async def _swap_alone(
         placement = server_writes.Placement(change.roots, ns_properties, change.check_uuid_free)
         outcome = await server_writes.insert_object(ctx.store, row, placement, pending)
     if outcome is server_writes.Outcome.LOST_RACE:
-        raise _LostRace
+        raise PointerMoved
     if outcome is server_writes.Outcome.GENERAL:
         return False
     if rec is not None:
@@ -303,13 +348,15 @@ async def commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], g
 
 async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], gate: EffectGate) -> Body:
     kind = "object"  # named by the planned changes once an attempt has planned any
-    for _attempt in range(ctx.limits.commit_retries):
+
+    async def attempt() -> Body:
+        nonlocal kind
         changes = await job.plan()
         body = job.render(changes)
         if not changes:
             return body
         kind = changes[0].kind
-        await gate([change.effect for change in changes])
+        await gate([effect for change in changes for effect in change.effects])
         await _check_places_clear(ctx, changes)
         written = await _write_files(ctx, warehouse, changes)
         try:
@@ -317,12 +364,14 @@ async def _commit(ctx: CatalogContext, warehouse: Warehouse, job: CommitJob[M], 
         except CommitStateUnknownError:
             log.exception("commit outcome unknown; keeping %d new metadata file(s)", len(written))
             raise
-        except _LostRace:
-            await asyncio.to_thread(fileio.delete_files, written)
-            continue
-        except BaseException:
+        except BaseException:  # a lost race too: nothing was committed
             await asyncio.to_thread(fileio.delete_files, written)
             raise
         _keep_parsed(ctx, changes)
         return body
-    raise CommitFailedError(f"the {kind} changed concurrently too many times; reload and retry")
+
+    return await retry_lost_races(
+        ctx.limits.commit_retries,
+        attempt,
+        lambda: f"the {kind} changed concurrently too many times; reload and retry",
+    )

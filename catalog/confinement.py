@@ -22,8 +22,11 @@ from cedarberg.catalog import roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import CatalogError, ForbiddenError, LocationNotAllowedError
 from cedarberg.catalog.identifiers import Namespace
+from cedarberg.catalog.store import dropped as dropped_rows
+from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import roots as rows
-from cedarberg.catalog.store.sql import ObjectRow, StoreTx
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.tx import StoreTx
 
 log = logging.getLogger(__name__)
 TABLE = "table"  # the kinds of catalog.objects (not imported: catalog.objects imports this module)
@@ -67,7 +70,7 @@ async def claim(
     if not fresh:
         return
     await rows.lock(tx, fresh)
-    properties = await tx.get_namespace(warehouse.name, namespace.key) or {}
+    properties = await namespace_rows.get_namespace(tx, warehouse.name, namespace.key) or {}
     check_new_roots(ctx, warehouse, namespace, properties, fresh)
     await _check_no_overlap(tx, kind, owner, fresh)
     await rows.add_new(tx, warehouse.name, kind, owner, fresh)
@@ -96,7 +99,7 @@ async def check_free(
 ) -> None:
     """`claim` without recording (stage-create): raises LocationNotAllowedError."""
     async with ctx.store.read() as tx:
-        properties = await tx.get_namespace(warehouse.name, namespace.key) or {}
+        properties = await namespace_rows.get_namespace(tx, warehouse.name, namespace.key) or {}
         check_new_roots(ctx, warehouse, namespace, properties, candidate)
         await _check_no_overlap(tx, kind, "", candidate)
 
@@ -230,7 +233,7 @@ async def _row(ctx: CatalogContext, table: str, key: str) -> ObjectRow | None:
     async with ctx.store.read() as tx:
         if table == "catalog_objects":
             return await rows.object_by_uuid(tx, key)
-        dropped = await tx.get_dropped(key)
+        dropped = await dropped_rows.get_dropped(tx, key)
         return None if dropped is None else dropped.row
 
 

@@ -1,21 +1,50 @@
-"""What every catalog operation needs: the registry, the warehouses and the shared limits."""
+"""What every catalog operation needs: the registry, the warehouses and the shared limits.
+
+The context names the services it carries by what its users call on them where the concrete
+class sits above the operations (`IdempotentRuns`: catalog.idempotency imports the store's
+one-statement writes), so that every operation module can import the context without importing
+those services' dependencies.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from cedarberg.catalog import locations
 from cedarberg.catalog.commit_locks import CommitLocks
 from cedarberg.catalog.errors import InvalidRequestError, NoSuchWarehouseError
-from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.load_results import LoadResultCache
 from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.sealing import KeyPurpose, Sealer
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.pool import Store
 
 # The one answer for a warehouse that is not there, worded as the gateway's answer for one the
 # caller may not see, so that the two cannot be told apart.
 NO_SUCH_WAREHOUSE = "Warehouse does not exist"
+
+
+class IdempotentRuns(Protocol):
+    """Runs a mutation once per (caller, Idempotency-Key) and replays its recorded outcome
+    (catalog.idempotency.Idempotency)."""
+
+    @property
+    def lifetime_seconds(self) -> int:
+        """How long an outcome is replayed."""
+        ...
+
+    async def run(
+        self,
+        key: str | None,
+        operation: str,
+        mutation: Callable[[Any], Awaitable[bytes | None]],
+        *,
+        caller: str,
+        request: bytes,
+    ) -> bytes | None:
+        """The mutation's outcome, run now or replayed (see Idempotency.run)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +71,7 @@ class CatalogContext:
     sealer: Sealer
     warehouses: dict[str, Warehouse]
     default_warehouse: str
-    idempotency: Idempotency
+    idempotency: IdempotentRuns
     limits: Limits
     load_results: LoadResultCache = field(default_factory=lambda: LoadResultCache(max_bytes=0))
     parsed_metadata: ParsedMetadataCache = field(default_factory=ParsedMetadataCache)

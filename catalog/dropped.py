@@ -32,24 +32,22 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from cedarberg.catalog import confinement, documents, fileio, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import CatalogError, CommitFailedError, NoSuchTableError
+from cedarberg.catalog.errors import CatalogError, NoSuchTableError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import TABLE, require_object
+from cedarberg.catalog.lookups import TABLE, require_namespace, require_object
+from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
 from cedarberg.catalog.purge_failures import PurgeBackoff, describe_failure
-from cedarberg.catalog.store.sql import DroppedRow
+from cedarberg.catalog.store import dropped as dropped_rows
+from cedarberg.catalog.store import metrics as metrics_rows
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.dropped import DroppedRow
 
 log = logging.getLogger(__name__)
 
-PARKING_DIR = "cedarberg-dropped"
 # How long a drop holds off the first purge of what it dropped while it moves the files.
 PARKING_HOLD_MS = 30_000
-
-
-class _PointerMoved(Exception):
-    """The object changed between reading it and dropping it."""
 
 
 def _now_ms() -> int:
@@ -66,7 +64,7 @@ def _published_files(kind: str, metadata_json: bytes, metadata_location: str) ->
 
 
 def _parked(object_location: str, drop_id: str, published: str) -> str:
-    return locations.join(object_location, PARKING_DIR, drop_id, published.rsplit("/", 1)[-1])
+    return locations.join(object_location, locations.PARKING_DIR, drop_id, published.rsplit("/", 1)[-1])
 
 
 def _move_all(moves: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -110,7 +108,8 @@ async def soft_drop(
 ) -> None:
     """Soft-delete a table or view. Raises NoSuchTableError / NoSuchViewError,
     KeyServiceUnavailableError, CommitFailedError after repeated concurrent changes."""
-    for _attempt in range(ctx.limits.commit_retries):
+
+    async def attempt() -> None:
         async with ctx.store.read() as tx:
             row = await require_object(tx, warehouse.name, identifier, kind)
         object_location, published = _published_files(
@@ -124,25 +123,26 @@ async def soft_drop(
         # leave files or directories behind); a drop that dies meanwhile is purged after the hold.
         held = max(purge_after, now + PARKING_HOLD_MS)
         dropped = DroppedRow(drop_id, row, moves, now, purge_after, next_purge_attempt_ms=held)
-        try:
-            async with ctx.store.write() as tx:
-                ns, name = identifier.namespace.key, identifier.name
-                if not await tx.delete_object(warehouse.name, ns, name, kind, row.metadata_location):
-                    raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                await tx.insert_dropped(dropped)
-                await tx.delete_metrics_reports(warehouse.name, ns, name)
-                if rec is not None:
-                    await rec.record(tx, None)
-        except _PointerMoved:
-            continue
+        async with ctx.store.write() as tx:
+            await delete_unchanged(tx, warehouse.name, identifier, row)
+            await dropped_rows.insert_dropped(tx, dropped)
+            await metrics_rows.delete_metrics_reports(
+                tx, warehouse.name, identifier.namespace.key, identifier.name
+            )
+            if rec is not None:
+                await rec.record(tx, None)
         # Dropped now: a file that cannot be parked stays published and is purged from there.
         await asyncio.to_thread(_park, moves)
         if held > purge_after:
             async with ctx.store.write() as tx:
-                await tx.release_purge(drop_id, purge_after)
+                await dropped_rows.release_purge(tx, drop_id, purge_after)
         log.info("soft-deleted %s %s (drop id %s)", kind, identifier, drop_id)
-        return
-    raise CommitFailedError("the object changed concurrently too many times; retry the drop")
+
+    await retry_lost_races(
+        ctx.limits.commit_retries,
+        attempt,
+        lambda: "the object changed concurrently too many times; retry the drop",
+    )
 
 
 def _describe(dropped: DroppedRow) -> dict[str, Any]:
@@ -168,7 +168,7 @@ async def list_dropped(ctx: CatalogContext, warehouse_name: str | None, page: Pa
 
     async def fetch(after: str | None, limit: int) -> list[str]:
         async with ctx.store.read() as tx:
-            found = await tx.list_dropped(warehouse.name, after, limit)
+            found = await dropped_rows.list_dropped(tx, warehouse.name, after, limit)
         rows.update((item.drop_id, item) for item in found)
         return [item.drop_id for item in found]
 
@@ -188,7 +188,7 @@ async def undrop(ctx: CatalogContext, warehouse_name: str | None, drop_id: str, 
     NoSuchNamespaceError if its namespace is gone."""
     warehouse = ctx.warehouse(warehouse_name)
     async with ctx.store.read() as tx:
-        dropped = await tx.get_dropped(drop_id)
+        dropped = await dropped_rows.get_dropped(tx, drop_id)
     if dropped is None or dropped.row.warehouse != warehouse.name:
         raise NoSuchTableError(f"no dropped table or view with id {drop_id}")
     back = [(parked, published) for published, parked in dropped.moved_files]
@@ -197,8 +197,8 @@ async def undrop(ctx: CatalogContext, warehouse_name: str | None, drop_id: str, 
     try:
         async with ctx.store.write() as tx:
             await require_namespace(tx, warehouse.name, Namespace.parse(dropped.row.namespace))
-            await tx.insert_object(dropped.row)
-            if not await tx.delete_dropped(drop_id):  # undropped concurrently
+            await object_rows.insert_object(tx, dropped.row)
+            if not await dropped_rows.delete_dropped(tx, drop_id):  # undropped concurrently
                 raise NoSuchTableError(f"no dropped table or view with id {drop_id}")  # noqa: TRY301
             if rec is not None:
                 await rec.record(tx, body)
@@ -250,13 +250,13 @@ async def purge_dropped(ctx: CatalogContext, dropped: DroppedRow) -> None:
     )
     parked = {target for _source, target in dropped.moved_files}
     async with ctx.store.read() as tx:
-        others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
+        others = [loc for *_, loc in await object_rows.object_locations(tx, warehouse.name)]
     held = await confinement.held(
         ctx, row.kind, row.uuid, confinement.roots_of_document(row.kind, metadata_json)
     )
     await asyncio.to_thread(purge_files, warehouse, Purged(object_location, held, table), parked, others)
     async with ctx.store.write() as tx:
-        await tx.delete_dropped(dropped.drop_id)
+        await dropped_rows.delete_dropped(tx, dropped.drop_id)
         await confinement.forget(tx, row.kind, row.uuid)
     ctx.sealer.forget(row.data_key)
 
@@ -272,14 +272,14 @@ async def purge_due(ctx: CatalogContext, backoff: PurgeBackoff | None = None, li
     registry raises while reading or recording (StorageUnavailableError), and cancellation."""
     backoff = backoff or PurgeBackoff()
     async with ctx.store.read() as tx:
-        due = await tx.due_for_purge(_now_ms(), ctx.warehouses.keys(), limit)
+        due = await dropped_rows.due_for_purge(tx, _now_ms(), ctx.warehouses.keys(), limit)
     purged = 0
     for dropped in due:
         # Claimed first: another sweeper (worker or instance) does not purge it at the same time,
         # and an attempt that never ends (the process dies mid-purge) still waits its backoff.
         attempts = dropped.purge_attempts + 1
         async with ctx.store.write() as tx:
-            if not await tx.claim_purge(dropped, _now_ms() + backoff.delay_ms(attempts)):
+            if not await dropped_rows.claim_purge(tx, dropped, _now_ms() + backoff.delay_ms(attempts)):
                 continue
         try:
             await purge_dropped(ctx, dropped)
@@ -306,4 +306,6 @@ async def _record_failure(
         exc_info=None if isinstance(err, CatalogError) else err,
     )
     async with ctx.store.write() as tx:
-        await tx.record_purge_failure(dropped.drop_id, attempts, describe_failure(err), _now_ms() + delay_ms)
+        await dropped_rows.record_purge_failure(
+            tx, dropped.drop_id, attempts, describe_failure(err), _now_ms() + delay_ms
+        )

@@ -57,6 +57,10 @@ class Effect:
     update_kinds: frozenset[str]
     refs: frozenset[str] = frozenset()  # refs created, moved or removed
     property_keys: frozenset[str] = frozenset()  # properties set, changed or removed
+    # The properties (grants) of the namespaces from the top level down to the object's own, as
+    # read from the database with the version the change was planned on (None where a namespace
+    # does not exist); None when the plan did not read them, and the gate reads them itself.
+    namespaces_read: tuple[Mapping[str, str] | None, ...] | None = None
 
     @property
     def changes_anything(self) -> bool:

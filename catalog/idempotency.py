@@ -32,8 +32,11 @@ import orjson
 
 from cedarberg.catalog import errors
 from cedarberg.catalog.sealing import KeyPurpose, ObjectKey, Sealer
+from cedarberg.catalog.store import idempotency as idempotency_rows
+from cedarberg.catalog.store.idempotency import DuplicateKeyError, IdempotencyRecord
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.server_writes import PendingRecord
-from cedarberg.catalog.store.sql import DuplicateKeyError, IdempotencyRecord, Store, StoreTx
+from cedarberg.catalog.store.tx import StoreTx
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -85,7 +88,8 @@ class Recorder:
         return Sealer.seal_document(self.sealing_key, self.key, payload)
 
     async def record(self, tx: StoreTx, body: Body) -> None:
-        await tx.put_idempotency(
+        await idempotency_rows.put_idempotency(
+            tx,
             self.key,
             self.outcome("ok", None if body is None else self.seal(body.decode())),
             self.expired_before,
@@ -156,8 +160,8 @@ class Idempotency:
         sealed = None if payload is None else recorder.seal(payload)
         try:
             async with self._store.write() as tx:
-                await tx.put_idempotency(
-                    recorder.key, recorder.outcome(outcome, sealed), recorder.expired_before
+                await idempotency_rows.put_idempotency(
+                    tx, recorder.key, recorder.outcome(outcome, sealed), recorder.expired_before
                 )
         except DuplicateKeyError:
             pass  # a concurrent duplicate recorded first; both outcomes describe the same operation
@@ -166,7 +170,9 @@ class Idempotency:
         """The recorded outcome as a 1-tuple (body), or None. Re-raises a recorded error; raises
         IdempotencyKeyReusedError if the record answered another operation or request."""
         async with self._store.read() as tx:
-            record = await tx.get_idempotency(key, not_before=time.time() - self.lifetime_seconds)
+            record = await idempotency_rows.get_idempotency(
+                tx, key, not_before=time.time() - self.lifetime_seconds
+            )
         if record is None:
             return None
         if record.operation != operation:

@@ -16,6 +16,9 @@ from cedarberg.catalog.errors import InvalidRequestError, LocationNotAllowedErro
 SUPPORTED_SCHEMES = frozenset({"file", "s3", "s3a", "s3n", "gs", "abfs", "abfss"})
 # s3a/s3n are Hadoop's spellings of the same object store paths as s3.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+# The directory under an object's location where a soft drop parks its metadata files (until
+# undrop or purge): registration refuses a file in it, a rebuild skips it.
+PARKING_DIR = "cedarberg-dropped"
 # One regular-expression search, not a Python loop over every character: a commit normalises
 # each of its roots several times.
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f]")

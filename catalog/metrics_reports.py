@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store import metrics as metrics_rows
+from cedarberg.catalog.store.pool import Store
 
 SWEEP_BATCH = 1000
 
@@ -21,7 +22,7 @@ async def sweep(store: Store, retention_seconds: float, now: float | None = None
     deleted = 0
     while True:
         async with store.write() as tx:
-            count = await tx.delete_metrics_reports_before(before_ms, SWEEP_BATCH)
+            count = await metrics_rows.delete_metrics_reports_before(tx, before_ms, SWEEP_BATCH)
         deleted += count
         if count < SWEEP_BATCH:
             return deleted

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from cedarberg.catalog import confinement, documents, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.errors import (
@@ -15,10 +13,10 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Namespace
+from cedarberg.catalog.lookups import read_namespace, require_namespace
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
+from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import server_writes
-from cedarberg.catalog.store.cache import RegistryKey
-from cedarberg.catalog.store.sql import Store, StoreTx
 
 LOCATION_PROPERTY = "location"
 
@@ -26,62 +24,6 @@ LOCATION_PROPERTY = "location"
 def _check_location_property(warehouse: Warehouse, properties: dict[str, str]) -> None:
     if LOCATION_PROPERTY in properties:
         locations.require_within(properties[LOCATION_PROPERTY], warehouse.location, "namespace location")
-
-
-async def require_namespace(
-    tx: StoreTx, warehouse: str, namespace: Namespace, for_update: bool = False
-) -> dict[str, str]:
-    """The namespace's properties. Raises NoSuchNamespaceError."""
-    properties = await tx.get_namespace(warehouse, namespace.key, for_update)
-    if properties is None:
-        raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
-    return properties
-
-
-async def read_namespace(store: Store, warehouse: str, namespace: Namespace) -> dict[str, str]:
-    """`require_namespace` for reads: the registry's properties or their short-lived cached copy
-    (callers must not modify them). Raises NoSuchNamespaceError."""
-    properties = await read_properties(store, warehouse, namespace.key)
-    if properties is None:
-        raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
-    return properties
-
-
-def _properties_of(warehouse: str, name: str) -> Callable[[StoreTx], Awaitable[dict[str, str] | None]]:
-    return lambda tx: tx.get_namespace(warehouse, name)
-
-
-async def read_properties(store: Store, warehouse: str, name: str) -> dict[str, str] | None:
-    """A namespace's properties (None if it does not exist), through the read cache."""
-    return await store.cached(RegistryKey.namespace(warehouse, name), _properties_of(warehouse, name))
-
-
-async def read_many(store: Store, warehouse: str, names: list[str]) -> list[dict[str, str] | None]:
-    """Properties of several namespaces (None where one does not exist), in order, through the
-    read cache; whatever is not cached is read in one query."""
-    cache = store.cache
-    found: dict[str, dict[str, str] | None] = {}
-    if cache.enabled:
-        for name in names:
-            key = RegistryKey.namespace(warehouse, name)
-            hit, value, stale = cache.lookup_stale(key)
-            if hit:
-                found[name] = value
-                if stale:
-                    store.refresh_later(key, _properties_of(warehouse, name))
-    missing = [name for name in names if name not in found]
-    if missing:
-        generation = cache.generation
-        async with store.read(for_cache=True) as tx:
-            read = await tx.namespace_properties(warehouse, missing)
-        for name in missing:
-            found[name] = cache.store(
-                RegistryKey.namespace(warehouse, name),
-                read.get(name),
-                generation,
-                _properties_of(warehouse, name),
-            )
-    return [found[name] for name in names]
 
 
 class NamespaceService:
@@ -100,7 +42,7 @@ class NamespaceService:
         async def fetch(after: str | None, limit: int) -> list[str]:
             key = store.cache.listing_key(("namespaces", warehouse.name), parent_key, after, limit)
             return await store.cached(
-                key, lambda tx: tx.list_namespaces(warehouse.name, parent_key, after, limit)
+                key, lambda tx: namespace_rows.list_namespaces(tx, warehouse.name, parent_key, after, limit)
             )
 
         result = await fetch_page(
@@ -136,7 +78,7 @@ class NamespaceService:
             return body
         async with self._ctx.store.write() as tx:
             try:
-                await tx.insert_namespace(warehouse.name, namespace.key, parent, properties)
+                await namespace_rows.insert_namespace(tx, warehouse.name, namespace.key, parent, properties)
             except NoSuchNamespaceError:
                 # A missing parent is a 400, not a 404: the spec lists no 404 for createNamespace.
                 # The reference (Java's CatalogHandlers over InMemoryCatalog / JdbcCatalog) instead
@@ -194,7 +136,7 @@ class NamespaceService:
     async def drop(self, warehouse_name: str | None, namespace: Namespace, rec: Recorder | None) -> Body:
         warehouse = self._ctx.warehouse(warehouse_name)
         async with self._ctx.store.write() as tx:
-            if not await tx.delete_namespace(warehouse.name, namespace.key):
+            if not await namespace_rows.delete_namespace(tx, warehouse.name, namespace.key):
                 raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
             await confinement.forget_namespace(tx, warehouse, namespace)
             if rec is not None:
@@ -219,7 +161,7 @@ class NamespaceService:
             removed = [key for key in removals if key in current]
             missing = [key for key in removals if key not in current]
             merged = {key: value for key, value in current.items() if key not in removals} | updates
-            await tx.set_namespace_properties(warehouse.name, namespace.key, merged)
+            await namespace_rows.set_namespace_properties(tx, warehouse.name, namespace.key, merged)
             await confinement.record_namespace(tx, warehouse, namespace, merged)
             body = documents.dumps({"updated": sorted(updates), "removed": removed, "missing": missing})
             if rec is not None:

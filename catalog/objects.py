@@ -1,4 +1,4 @@
-"""What tables and views share: lookup by kind, listing and renaming."""
+"""What tables and views share: loading, listing and renaming (their lookups: catalog.lookups)."""
 
 from __future__ import annotations
 
@@ -11,32 +11,14 @@ from pyiceberg.view.metadata import ViewMetadata
 from cedarberg.catalog import documents, effects
 from cedarberg.catalog.context import CatalogContext, Warehouse
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import (
-    AlreadyExistsError,
-    CommitFailedError,
-    NoSuchTableError,
-    NoSuchViewError,
-    NotFoundError,
-)
+from cedarberg.catalog.errors import AlreadyExistsError
 from cedarberg.catalog.idempotency import Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.namespaces import read_namespace, require_namespace
+from cedarberg.catalog.lookups import VIEW, read_namespace, require_namespace, require_object
+from cedarberg.catalog.lost_races import PointerMoved, retry_lost_races
 from cedarberg.catalog.pagination import PageRequest, Scope, fetch_page
-from cedarberg.catalog.store.cache import RegistryKey
-from cedarberg.catalog.store.sql import ObjectRow, Store, StoreTx
-
-TABLE = "table"
-VIEW = "view"
-_MISSING: dict[str, type[NotFoundError]] = {TABLE: NoSuchTableError, VIEW: NoSuchViewError}
-
-
-def name_taken(identifier: Identifier, existing_kind: str, wanted_kind: str) -> AlreadyExistsError:
-    """The error for creating a `wanted_kind` where an `existing_kind` has the name, worded as
-    Iceberg's reference catalog words it (engines show it to people; Iceberg's compatibility kit
-    asserts it): "Table already exists: ns.t", "View with same name already exists: ns.v"."""
-    if existing_kind == wanted_kind:
-        return AlreadyExistsError(f"{existing_kind.capitalize()} already exists: {identifier}")
-    return AlreadyExistsError(f"{existing_kind.capitalize()} with same name already exists: {identifier}")
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.objects import ObjectRow
 
 
 def rename_target_taken(move: Move, existing_kind: str) -> AlreadyExistsError:
@@ -44,26 +26,6 @@ def rename_target_taken(move: Move, existing_kind: str) -> AlreadyExistsError:
     return AlreadyExistsError(
         f"Cannot rename {move.source} to {move.target}. {existing_kind.capitalize()} already exists"
     )
-
-
-async def require_object(tx: StoreTx, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
-    """The stored table or view. Raises NoSuchTableError / NoSuchViewError."""
-    row = await tx.get_object(warehouse, identifier.namespace.key, identifier.name)
-    if row is None or row.kind != kind:
-        raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
-    return row
-
-
-async def read_object(store: Store, warehouse: str, identifier: Identifier, kind: str) -> ObjectRow:
-    """`require_object` for reads: the registry's row, or its short-lived cached copy (never for
-    a mutation, which compares against the database). Raises NoSuchTableError / NoSuchViewError."""
-    namespace, name = identifier.namespace.key, identifier.name
-    row = await store.cached(
-        RegistryKey.object(warehouse, namespace, name), lambda tx: tx.get_object(warehouse, namespace, name)
-    )
-    if row is None or row.kind != kind:
-        raise _MISSING[kind](f"{kind.capitalize()} does not exist: {identifier}")
-    return row
 
 
 async def load_object(
@@ -98,7 +60,7 @@ async def list_objects(
     async def fetch(after: str | None, limit: int) -> list[str]:
         key = store.cache.listing_key(("objects", warehouse.name, namespace.key), kind, after, limit)
         return await store.cached(
-            key, lambda tx: tx.list_objects(warehouse.name, namespace.key, kind, after, limit)
+            key, lambda tx: object_rows.list_objects(tx, warehouse.name, namespace.key, kind, after, limit)
         )
 
     result = await fetch_page(page, fetch, ctx.page_key, Scope(warehouse.name, kind, namespace.key))
@@ -135,7 +97,8 @@ async def rename_object(
     version that was judged. Raises NoSuch*/AlreadyExists errors, CommitFailedError after
     repeated concurrent changes, and whatever `gate` raises to refuse."""
     kind, source, target = move.kind, move.source, move.target
-    for _attempt in range(ctx.limits.commit_retries):
+
+    async def attempt() -> None:
         async with ctx.store.read() as tx:
             judged = await require_object(tx, warehouse.name, source, kind)
         across = source.namespace != target.namespace
@@ -144,15 +107,23 @@ async def rename_object(
         async with ctx.store.write() as tx:
             row = await require_object(tx, warehouse.name, source, kind)
             if row.metadata_location != judged.metadata_location:
-                continue  # changed since it was judged: judge the new version
+                raise PointerMoved  # changed since it was judged: judge the new version
             await require_namespace(tx, warehouse.name, target.namespace)
-            taken = await tx.get_object(warehouse.name, target.namespace.key, target.name)
+            taken = await object_rows.get_object(tx, warehouse.name, target.namespace.key, target.name)
             if taken is not None:
                 raise rename_target_taken(move, taken.kind)
-            await tx.rename_object(
-                warehouse.name, kind, (source.namespace.key, source.name), (target.namespace.key, target.name)
+            await object_rows.rename_object(
+                tx,
+                warehouse.name,
+                kind,
+                (source.namespace.key, source.name),
+                (target.namespace.key, target.name),
             )
             if rec is not None:
                 await rec.record(tx, None)
-        return
-    raise CommitFailedError("the object changed concurrently too many times; retry the rename")
+
+    await retry_lost_races(
+        ctx.limits.commit_retries,
+        attempt,
+        lambda: "the object changed concurrently too many times; retry the rename",
+    )

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from cedarberg.catalog import fileio, locations
 from cedarberg.catalog.commits import new_row
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.dropped import PARKING_DIR
 from cedarberg.catalog.errors import AlreadyExistsError, CatalogError, KeyServiceUnavailableError
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.locations import PARKING_DIR
 from cedarberg.catalog.sealing import ObjectKey, OpenedFile, SealTarget
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store import objects as object_rows
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +101,9 @@ async def _ensure_namespace(ctx: CatalogContext, warehouse: Warehouse, namespace
     for depth in range(1, len(namespace.levels) + 1):
         level = Namespace(namespace.levels[:depth])
         async with ctx.store.write() as tx:
-            if await tx.get_namespace(warehouse.name, level.key) is None:
+            if await namespace_rows.get_namespace(tx, warehouse.name, level.key) is None:
                 parent = level.parent_key if depth > 1 else None
-                await tx.insert_namespace(warehouse.name, level.key, parent, {})
+                await namespace_rows.insert_namespace(tx, warehouse.name, level.key, parent, {})
                 created.append(str(level))
     return created
 
@@ -124,7 +126,7 @@ async def _restore(ctx: CatalogContext, warehouse: Warehouse, found: _Found, rep
     report.namespaces_created += await _ensure_namespace(ctx, warehouse, identifier.namespace)
     try:
         async with ctx.store.write() as tx:
-            await tx.insert_object(row)
+            await object_rows.insert_object(tx, row)
     except AlreadyExistsError as err:
         report.skipped.append(f"{label} ({found.location}): {err}")
         return

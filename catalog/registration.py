@@ -20,18 +20,16 @@ from typing import TypeVar
 
 from cedarberg.catalog import confinement, fileio, json_nesting, locations, roots
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.dropped import PARKING_DIR
 from cedarberg.catalog.errors import (
-    AlreadyExistsError,
     InvalidRequestError,
     LocationNotAllowedError,
     NoFileError,
 )
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import TABLE, name_taken
+from cedarberg.catalog.locations import PARKING_DIR
+from cedarberg.catalog.lookups import TABLE, name_taken, require_namespace
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as rows
-from cedarberg.catalog.store.sql import StoreTx
 
 # The one answer for a file outside the place the caller's namespace holds, inside another
 # namespace's directory or another object's files, or not there at all: the answers cannot tell
@@ -70,7 +68,7 @@ async def confine_file(
     namespace = identifier.namespace
     async with ctx.store.read() as tx:
         ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+        existing = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
         claims = await rows.near(tx, location)
     replaced_uuid = None
     if existing is not None:
@@ -140,11 +138,3 @@ def check_contents(location: str, held: Sequence[str], added: Iterable[str]) -> 
     for path in added:
         if not roots.within(path, held):
             raise LocationNotAllowedError(f"file {path!r} lies outside the table's locations")
-
-
-async def check_uuid(tx: StoreTx, uuid: str) -> None:
-    """Raise AlreadyExistsError if a live or dropped table or view has this UUID."""
-    if await rows.uuid_in_use(tx, uuid):
-        raise AlreadyExistsError(
-            f"a table or view with UUID {uuid} exists or was dropped: undrop it rather than register it"
-        )

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.sealing import object_context
-from cedarberg.catalog.store.sql import KeyRef
+from cedarberg.catalog.store import keys as key_rows
+from cedarberg.catalog.store.keys import KeyRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ async def rotate(
         async with ctx.store.read() as tx:
             refs = [
                 ref
-                for ref in await tx.keys_not_under(kek_uri, version, batch_size + len(stalled))
+                for ref in await key_rows.keys_not_under(tx, kek_uri, version, batch_size + len(stalled))
                 if (ref.table, ref.row_id) not in stalled
             ][:batch_size]
         if not refs:
@@ -52,7 +53,7 @@ async def rotate(
         replacements = [(ref, await sealer.rewrap(ref.wrapped, _context(ref), version)) for ref in refs]
         async with ctx.store.write() as tx:
             for ref, new in replacements:
-                if new is not None and await tx.replace_key(ref, new):
+                if new is not None and await key_rows.replace_key(tx, ref, new):
                     rewrapped += 1
                 else:
                     # Rewrapped meanwhile by another run, or reported under another version: do
@@ -62,5 +63,5 @@ async def rotate(
             progress(rewrapped)
     sealer.reset_registry_key()
     async with ctx.store.read() as tx:
-        remaining = await tx.count_keys_not_under(kek_uri, version)
+        remaining = await key_rows.count_keys_not_under(tx, kek_uri, version)
     return RotationReport(kek_uri, version, rewrapped, remaining)

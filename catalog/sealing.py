@@ -33,7 +33,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cedarberg.catalog import fileio
 from cedarberg.catalog.errors import IntegrityCheckError, InvalidRequestError, KeyServiceUnavailableError
 from cedarberg.catalog.identifiers import SEPARATOR, Identifier
-from cedarberg.catalog.store.sql import ObjectRow, Store
+from cedarberg.catalog.store import keys as key_rows
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.kms import envelope
 from cedarberg.kms.envelope import Binding
 from cedarberg.kms.errors import KmsError, SealIntegrityError
@@ -230,17 +232,17 @@ class Sealer:
         it may read and write the registry and call the KMS."""
         if self._registry_key is None:
             async with store.read() as tx:
-                found = await tx.get_registry_key(REGISTRY_KEY)
+                found = await key_rows.get_registry_key(tx, REGISTRY_KEY)
             if found is None:
                 key_uuid = str(uuid.uuid4())
                 new = await self.new_object_key("", _REGISTRY_KIND, key_uuid)
                 async with store.write() as tx:
-                    stored = await tx.insert_registry_key(REGISTRY_KEY, key_uuid, new.wrapped)
+                    stored = await key_rows.insert_registry_key(tx, REGISTRY_KEY, key_uuid, new.wrapped)
                 if stored:
                     found = (key_uuid, new.wrapped)
                 else:  # another instance created it first
                     async with store.read() as tx:
-                        found = await tx.get_registry_key(REGISTRY_KEY)
+                        found = await key_rows.get_registry_key(tx, REGISTRY_KEY)
             if found is None:
                 raise IntegrityCheckError("registry data key vanished")
             self._registry_key = found

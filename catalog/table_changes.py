@@ -13,19 +13,21 @@ from cedarberg.catalog import (
     documents,
     effects,
     fileio,
+    registration,
     requirements,
     roots,
     snapshot_ids,
     table_metadata,
 )
-from cedarberg.catalog.commits import CommitJob, NewFile, PlannedChange, default_location
+from cedarberg.catalog.commits import CommitJob, NewFile, PlannedChange, Replaced, default_location
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import NoSuchTableError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchTableError
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.objects import TABLE
-from cedarberg.catalog.requests import CommitTableRequest
+from cedarberg.catalog.lookups import TABLE, name_taken, require_namespace
+from cedarberg.catalog.requests import CommitTableRequest, RegisterTableRequest
 from cedarberg.catalog.sealing import ObjectKey
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.objects import ObjectRow
 
 TableChange = PlannedChange[TableMetadata]
 TableJob = CommitJob[TableMetadata]
@@ -81,6 +83,50 @@ def _change(
 def created(identifier: Identifier, metadata: TableMetadata, key: ObjectKey) -> TableChange:
     """The change that creates a table with `metadata` (its checks were made by the caller)."""
     return _change(identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata, 0), key))
+
+
+async def plan_register(
+    ctx: CatalogContext, warehouse: Warehouse, identifier: Identifier, request: RegisterTableRequest
+) -> TableChange:
+    """The change that registers the table metadata file `request` names (plain, or sealed: then
+    it brings its own data key), adopted as it is: nothing is written. With `overwrite` it
+    replaces the table at the name, which the gate judges leaving and the swap deletes only if it
+    is still the version read here.
+
+    Raises InvalidRequestError, LocationNotAllowedError, NoSuchNamespaceError,
+    AlreadyExistsError, StorageUnavailableError, KeyServiceUnavailableError."""
+    namespace = identifier.namespace
+    target = registration.Target(TABLE, identifier, request.overwrite)
+    location = await registration.confine_file(ctx, warehouse, target, request.metadata_location)
+    content = await registration.read_file(ctx, location)
+    opened = await ctx.sealer.open_file(warehouse.name, location, content)
+    metadata = registration.read_metadata(opened.metadata_json, fileio.parse_table_metadata, "table")
+    uid = str(metadata.table_uuid)
+    if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
+        raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
+    async with ctx.store.read() as tx:
+        ns_properties = await require_namespace(tx, warehouse.name, namespace)
+        replaced = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
+    held = roots.roots_of(metadata)
+    confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, held)
+    registration.check_contents(location, held, roots.added_paths(None, metadata))
+    if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
+        raise name_taken(identifier, replaced.kind, TABLE)
+    key = await (
+        ctx.sealer.unwrap_object_key(warehouse.name, TABLE, uid, opened.sealed_key)
+        if opened.sealed_key is not None
+        else ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
+    )
+    departure = None
+    if replaced is not None:
+        leaving = parse_metadata(await ctx.sealer.open_row(replaced))
+        departure = Replaced(replaced, effects.of_departure(identifier, leaving))
+    return dataclasses.replace(
+        _change(identifier, None, metadata, None, NewFile(location, key)),
+        writes_file=False,
+        check_uuid_free=True,
+        replaces=departure,
+    )
 
 
 @dataclass(frozen=True, slots=True)

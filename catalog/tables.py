@@ -11,32 +11,22 @@ from collections.abc import Sequence
 from cedarberg.catalog import (
     confinement,
     documents,
-    effects,
     fileio,
     locations,
-    registration,
     roots,
     table_changes,
     table_metadata,
 )
-from cedarberg.catalog.commits import commit, commit_response, default_location, new_row
+from cedarberg.catalog.commits import commit, commit_response, default_location, with_namespaces_read
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import Purged, purge_files, soft_drop
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import CommitFailedError, InvalidRequestError, NoSuchNamespaceError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import (
-    TABLE,
-    Move,
-    list_objects,
-    load_object,
-    name_taken,
-    read_object,
-    rename_object,
-    require_object,
-)
+from cedarberg.catalog.lookups import TABLE, name_taken, read_for_change, read_object, require_object
+from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
+from cedarberg.catalog.objects import Move, list_objects, load_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.planning import mode as planning_mode
 from cedarberg.catalog.planning.read_restrictions import ReadView, read_restrictions
@@ -46,9 +36,11 @@ from cedarberg.catalog.requests import (
     MetricsReport,
     RegisterTableRequest,
 )
-from cedarberg.catalog.sealing import SealTarget
+from cedarberg.catalog.store import metrics as metrics_rows
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as confinement_rows
-from cedarberg.catalog.store.sql import ObjectRow, StoreTx
+from cedarberg.catalog.store.commit_reads import ObjectInChain
+from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.table_changes import (
     Basis,
     TableChange,
@@ -56,6 +48,7 @@ from cedarberg.catalog.table_changes import (
     open_table,
     parse_metadata,
     plan_change,
+    plan_register,
 )
 
 log = logging.getLogger(__name__)
@@ -63,27 +56,21 @@ log = logging.getLogger(__name__)
 SNAPSHOT_MODES = ("all", "refs")
 
 
-class _PointerMoved(Exception):
-    """The registry row changed between reading it and deleting it."""
-
-
 def _refs_only(metadata_json: bytes) -> bytes:
     """Table metadata with only the snapshots that refs name (`snapshots=refs`)."""
     return documents.model_json(table_metadata.filter_to_refs(parse_metadata(metadata_json)))
 
 
-async def _object_in_namespace(
-    tx: StoreTx, warehouse: str, identifier: Identifier
-) -> tuple[ObjectRow | None, dict[str, str]]:
-    """The table's pointer (None: none yet) and its namespace's properties, in one statement.
-    Raises NoSuchNamespaceError, or AlreadyExistsError when the name is a view's."""
-    found = await tx.get_object_in_namespace(warehouse, identifier.namespace.key, identifier.name)
+async def _object_in_chain(ctx: CatalogContext, warehouse: str, identifier: Identifier) -> ObjectInChain:
+    """The table's pointer (None: none yet) with the properties of its namespace and every one
+    above it, in one statement. Raises NoSuchNamespaceError, or AlreadyExistsError when the name
+    is a view's."""
+    found = await read_for_change(ctx.store, warehouse, identifier)
     if found is None:
         raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
-    ns_properties, row = found
-    if row is not None and row.kind != TABLE:
-        raise name_taken(identifier, row.kind, TABLE)
-    return row, ns_properties
+    if found.row is not None and found.row.kind != TABLE:
+        raise name_taken(identifier, found.row.kind, TABLE)
+    return found
 
 
 class TableService:
@@ -105,13 +92,10 @@ class TableService:
         gated like any commit that creates one; a staged table is gated when it is committed."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        async with self._ctx.store.read() as tx:
-            found = await tx.get_object_in_namespace(warehouse.name, namespace.key, identifier.name)
-        if found is None:
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
-        ns_properties, existing = found
-        if existing is not None:
-            raise name_taken(identifier, existing.kind, TABLE)
+        found = await _object_in_chain(self._ctx, warehouse.name, identifier)
+        if found.row is not None:
+            raise name_taken(identifier, found.row.kind, TABLE)
+        ns_properties = found.ns_properties
         location = request.location or default_location(
             warehouse, ns_properties, identifier, uuid.uuid4().hex
         )
@@ -124,9 +108,13 @@ class TableService:
             return documents.load_result(None, documents.model_json(metadata))
         key = await self._ctx.sealer.new_object_key(warehouse.name, TABLE, str(metadata.table_uuid))
         change = table_changes.created(identifier, metadata, key)
+        judged_on_read = [with_namespaces_read(change, found.chain)]
 
         async def plan() -> list[TableChange]:
-            return [change]
+            # The first attempt is judged on the grants read with the name; a retry reads them.
+            first = judged_on_read[:]
+            judged_on_read.clear()
+            return first or [change]
 
         job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
         return await commit(self._ctx, warehouse, job, gate)
@@ -186,13 +174,13 @@ class TableService:
         warehouse = self._ctx.warehouse(warehouse_name)
 
         async def plan() -> list[TableChange]:
-            async with self._ctx.store.read() as tx:
-                row, ns_properties = await _object_in_namespace(tx, warehouse.name, identifier)
-            current = await open_table(self._ctx, row)
+            # The pointer and the grants the effect is judged on, in one statement.
+            found = await _object_in_chain(self._ctx, warehouse.name, identifier)
+            current = await open_table(self._ctx, found.row)
             change = await plan_change(
-                self._ctx, warehouse, identifier, Basis(current, ns_properties), request
+                self._ctx, warehouse, identifier, Basis(current, found.ns_properties), request
             )
-            return [] if change is None else [change]
+            return [] if change is None else [with_namespaces_read(change, found.chain)]
 
         async def current() -> bytes:
             async with self._ctx.store.read() as tx:
@@ -219,21 +207,21 @@ class TableService:
 
         async def plan() -> list[TableChange]:
             planned: dict[Identifier, TableChange] = {}
-            read: dict[Identifier, tuple[ObjectRow | None, dict[str, str]]] = {}
-            async with self._ctx.store.read() as tx:
-                for identifier, _change in changes:
-                    if identifier not in read:
-                        read[identifier] = await _object_in_namespace(tx, warehouse.name, identifier)
+            read: dict[Identifier, ObjectInChain] = {}
+            for identifier, _change in changes:
+                if identifier not in read:
+                    read[identifier] = await _object_in_chain(self._ctx, warehouse.name, identifier)
             for identifier, change in changes:
-                row, ns_properties = read[identifier]
+                found = read[identifier]
                 previous = planned.get(identifier)
-                current = None if previous is not None else await open_table(self._ctx, row)
+                current = None if previous is not None else await open_table(self._ctx, found.row)
                 step = await plan_change(
-                    self._ctx, warehouse, identifier, Basis(current, ns_properties, previous), change
+                    self._ctx, warehouse, identifier, Basis(current, found.ns_properties, previous), change
                 )
                 if step is not None:
                     planned[identifier] = step
-            return list(planned.values())
+            # Each table's effect is judged on the grants read with its pointer.
+            return [with_namespaces_read(step, read[name].chain) for name, step in planned.items()]
 
         tables = [identifier for identifier, _change in changes]
         await commit(self._ctx, warehouse, TableJob(tables, plan, lambda _changes: None, rec), gate)
@@ -248,20 +236,22 @@ class TableService:
         if warehouse.seal_files:
             await soft_drop(self._ctx, warehouse, identifier, TABLE, rec)
             return None
-        for _attempt in range(self._ctx.limits.commit_retries):
+
+        async def attempt() -> None:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             # Opened before anything is deleted: a KMS outage fails the drop, it does not leave
             # a dropped table whose files can no longer be found.
             metadata = parse_metadata(await self._ctx.sealer.open_row(row)) if purge else None
-            ns, name = identifier.namespace.key, identifier.name
             async with self._ctx.store.write() as tx:
-                if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
-                    continue  # dropped or changed concurrently: look again
-                await tx.delete_metrics_reports(warehouse.name, ns, name)
+                # Only the version whose files were read: a commit meanwhile is looked at again.
+                await delete_unchanged(tx, warehouse.name, identifier, row)
+                await metrics_rows.delete_metrics_reports(
+                    tx, warehouse.name, identifier.namespace.key, identifier.name
+                )
                 own = await confinement_rows.held(tx, TABLE, row.uuid)
                 await confinement.forget(tx, TABLE, row.uuid)
-                others = [loc for *_, loc in await tx.object_locations(warehouse.name)]
+                others = [loc for *_, loc in await object_rows.object_locations(tx, warehouse.name)]
                 if rec is not None:
                     await rec.record(tx, None)
             if metadata is not None:
@@ -270,8 +260,13 @@ class TableService:
                 )
                 await asyncio.to_thread(purge_files, warehouse, purged, set(), others)
             self._ctx.sealer.forget(row.data_key)
-            return None
-        raise CommitFailedError("the table changed concurrently too many times; retry the drop")
+
+        await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the table changed concurrently too many times; retry the drop",
+        )
+        return None
 
     async def unregister(
         self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None
@@ -284,7 +279,8 @@ class TableService:
         its location is answered, so that any catalog or engine can register or read it. Later
         commits through this catalog fail: the table is no longer in the registry."""
         warehouse = self._ctx.warehouse(warehouse_name)
-        for _attempt in range(self._ctx.limits.commit_retries):
+
+        async def attempt() -> Body:
             async with self._ctx.store.read() as tx:
                 row = await require_object(tx, warehouse.name, identifier, TABLE)
             # Opened before anything changes: a KMS outage fails the unregister, nothing else.
@@ -298,27 +294,28 @@ class TableService:
                 await asyncio.to_thread(fileio.write_new_file, location, metadata_json)
                 written = True
             body = documents.unregister_result(location, metadata_json)
-            ns, name = identifier.namespace.key, identifier.name
             try:
                 async with self._ctx.store.write() as tx:
-                    if not await tx.delete_object(warehouse.name, ns, name, TABLE, row.metadata_location):
-                        raise _PointerMoved  # noqa: TRY301 - rolls the transaction back, handled below
-                    await tx.delete_metrics_reports(warehouse.name, ns, name)
+                    await delete_unchanged(tx, warehouse.name, identifier, row)
+                    await metrics_rows.delete_metrics_reports(
+                        tx, warehouse.name, identifier.namespace.key, identifier.name
+                    )
                     await confinement.forget(tx, TABLE, row.uuid)
                     if rec is not None:
                         await rec.record(tx, body)
-            except _PointerMoved:
-                if written:
-                    await asyncio.to_thread(fileio.delete_files, [location])
-                continue  # committed or dropped concurrently: look again
-            except BaseException:
+            except BaseException:  # a lost race too: the plain copy is not the answer
                 if written:
                     await asyncio.to_thread(fileio.delete_files, [location])
                 raise
             self._ctx.sealer.forget(row.data_key)
             log.info("unregistered table %s (last metadata %s)", identifier, location)
             return body
-        raise CommitFailedError("the table changed concurrently too many times; retry the unregister")
+
+        return await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the table changed concurrently too many times; retry the unregister",
+        )
 
     async def register(
         self,
@@ -334,61 +331,12 @@ class TableService:
         also removes the table it replaces, and is gated as that too."""
         warehouse = self._ctx.warehouse(warehouse_name)
         identifier = Identifier.of(namespace, request.name)
-        target = registration.Target(TABLE, identifier, request.overwrite)
-        location = await registration.confine_file(self._ctx, warehouse, target, request.metadata_location)
-        content = await registration.read_file(self._ctx, location)
-        opened = await self._ctx.sealer.open_file(warehouse.name, location, content)
-        metadata = registration.read_metadata(opened.metadata_json, fileio.parse_table_metadata, "table")
-        uid = str(metadata.table_uuid)
-        if opened.sealed_key is not None and (opened.kind != TABLE or opened.object_uuid != uid):
-            raise InvalidRequestError("sealed metadata file does not hold this table's metadata")
-        async with self._ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, namespace)
-        held = roots.roots_of(metadata)
-        confinement.check_new_roots(self._ctx, warehouse, namespace, ns_properties, held)
-        registration.check_contents(location, held, roots.added_paths(None, metadata))
-        metadata_json = documents.model_json(metadata)
-        key = await (
-            self._ctx.sealer.unwrap_object_key(warehouse.name, TABLE, uid, opened.sealed_key)
-            if opened.sealed_key is not None
-            else self._ctx.sealer.new_object_key(warehouse.name, TABLE, uid)
-        )
-        row = new_row(
-            self._ctx, SealTarget(warehouse.name, identifier, TABLE, uid, location), key, metadata_json
-        )
-        body = documents.load_result(location, metadata_json)
-        async with self._ctx.store.read() as tx:
-            replaced = await tx.get_object(warehouse.name, namespace.key, identifier.name)
-        if replaced is not None and (not request.overwrite or replaced.kind != TABLE):
-            raise name_taken(identifier, replaced.kind, TABLE)
-        judged = [effects.of_table_change(identifier, None, metadata)]
-        if replaced is not None:
-            judged.append(
-                effects.of_departure(identifier, parse_metadata(await self._ctx.sealer.open_row(replaced)))
-            )
-        await gate(judged)
-        async with self._ctx.store.write() as tx:
-            await require_namespace(tx, warehouse.name, namespace)
-            existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
-            if existing is not None:
-                if (
-                    not request.overwrite
-                    or existing.kind != TABLE
-                    or replaced is None
-                    or existing.metadata_location != replaced.metadata_location
-                ):
-                    # Not the table whose removal was judged: a concurrent change won.
-                    raise name_taken(identifier, existing.kind, TABLE)
-                # The row takes the registered table's UUID and key: delete and insert.
-                await tx.delete_object(warehouse.name, namespace.key, identifier.name, TABLE)
-                if existing.uuid != uid:
-                    await confinement.forget(tx, TABLE, existing.uuid)
-            await registration.check_uuid(tx, uid)
-            await confinement.claim(tx, self._ctx, warehouse, confinement.Holder(namespace, TABLE, uid), held)
-            await tx.insert_object(row)
-            if rec is not None:
-                await rec.record(tx, body)
-        return body
+
+        async def plan() -> list[TableChange]:
+            return [await plan_register(self._ctx, warehouse, identifier, request)]
+
+        job = TableJob([identifier], plan, lambda changes: commit_response(changes[0]), rec)
+        return await commit(self._ctx, warehouse, job, gate)
 
     async def rename(
         self,
@@ -415,6 +363,6 @@ class TableService:
         )
         async with self._ctx.store.write() as tx:
             await require_object(tx, warehouse.name, identifier, TABLE)
-            await tx.insert_metrics_report(
-                warehouse.name, identifier.namespace.key, identifier.name, report.report_type, sealed
+            await metrics_rows.insert_metrics_report(
+                tx, warehouse.name, identifier.namespace.key, identifier.name, report.report_type, sealed
             )

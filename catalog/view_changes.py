@@ -18,14 +18,14 @@ from cedarberg.catalog import (
     roots,
     view_metadata,
 )
-from cedarberg.catalog.commits import NewFile, PlannedChange, default_location
+from cedarberg.catalog.commits import NewFile, PlannedChange, default_location, with_namespaces_read
 from cedarberg.catalog.context import CatalogContext, Warehouse
-from cedarberg.catalog.errors import InvalidRequestError
+from cedarberg.catalog.errors import InvalidRequestError, NoSuchNamespaceError, NoSuchViewError
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.namespaces import require_namespace
-from cedarberg.catalog.objects import VIEW, name_taken, require_object
+from cedarberg.catalog.lookups import VIEW, name_taken, read_for_change, require_namespace
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.objects import ObjectRow
 
 ViewChange = PlannedChange[ViewMetadata]
 
@@ -73,11 +73,12 @@ async def plan_create(
 
     Raises NoSuchNamespaceError, InvalidRequestError, LocationNotAllowedError,
     KeyServiceUnavailableError."""
-    async with ctx.store.read() as tx:
-        ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-        existing = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
-    if existing is not None:
-        raise name_taken(identifier, existing.kind, VIEW)
+    found = await read_for_change(ctx.store, warehouse.name, identifier)
+    if found is None:
+        raise NoSuchNamespaceError(f"Namespace does not exist: {identifier.namespace}")
+    if found.row is not None:
+        raise name_taken(identifier, found.row.kind, VIEW)
+    ns_properties = found.ns_properties
     location = request.location or default_location(warehouse, ns_properties, identifier, uuid.uuid4().hex)
     metadata = view_metadata.new_view_metadata(
         locations.normalize(location), request.view_schema, request.view_version, dict(request.properties)
@@ -90,7 +91,10 @@ async def plan_create(
         roots.roots_of(metadata),
     )
     key = await ctx.sealer.new_object_key(warehouse.name, VIEW, metadata.view_uuid)
-    return _change(identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata, 0), key))
+    change = _change(
+        identifier, None, metadata, None, NewFile(fileio.metadata_file_location(metadata, 0), key)
+    )
+    return with_namespaces_read(change, found.chain)
 
 
 async def plan_replace(
@@ -101,8 +105,10 @@ async def plan_replace(
 
     Raises NoSuchViewError, CommitFailedError (a requirement fails), InvalidRequestError,
     LocationNotAllowedError, KeyServiceUnavailableError."""
-    async with ctx.store.read() as tx:
-        row = await require_object(tx, warehouse.name, identifier, VIEW)
+    found = await read_for_change(ctx.store, warehouse.name, identifier)
+    row = None if found is None else found.row
+    if found is None or row is None or row.kind != VIEW:
+        raise NoSuchViewError(f"View does not exist: {identifier}")
     key = await ctx.sealer.object_key(row)
     metadata_json = ctx.sealer.open_record(key, row)  # checked first: the cache saves the parse only
     base = ctx.parsed_metadata.get_or_parse((VIEW, row.uuid, row.metadata_location), metadata_json, parse)
@@ -112,12 +118,11 @@ async def plan_replace(
         return None
     new_roots = roots.roots_of(new)
     if new_roots != roots.roots_of(base):
-        async with ctx.store.read() as tx:
-            ns_properties = await require_namespace(tx, warehouse.name, identifier.namespace)
-        confinement.check_new_roots(ctx, warehouse, identifier.namespace, ns_properties, new_roots)
+        confinement.check_new_roots(ctx, warehouse, identifier.namespace, found.ns_properties, new_roots)
     # A view's versions count from 1 on: a file without a version number is followed by 00001.
     version = max(fileio.parse_metadata_version(row.metadata_location) + 1, 1)
-    return _change(identifier, row, new, base, NewFile(fileio.metadata_file_location(new, version), key))
+    change = _change(identifier, row, new, base, NewFile(fileio.metadata_file_location(new, version), key))
+    return with_namespaces_read(change, found.chain)
 
 
 async def plan_register(
@@ -142,7 +147,7 @@ async def plan_register(
     confinement.check_new_roots(ctx, warehouse, namespace, ns_properties, held)
     registration.check_contents(location, held, ())
     async with ctx.store.read() as tx:
-        existing = await tx.get_object(warehouse.name, namespace.key, identifier.name)
+        existing = await object_rows.get_object(tx, warehouse.name, namespace.key, identifier.name)
         if existing is not None:
             raise name_taken(identifier, existing.kind, VIEW)
     key = await (

@@ -14,10 +14,11 @@ from cedarberg.catalog.commits import CommitJob, commit, commit_response
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import soft_drop
 from cedarberg.catalog.effects import EffectGate
-from cedarberg.catalog.errors import NoSuchViewError
 from cedarberg.catalog.idempotency import Body, Recorder
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.objects import VIEW, Move, list_objects, load_object, read_object, rename_object
+from cedarberg.catalog.lookups import VIEW, read_object, require_object
+from cedarberg.catalog.lost_races import delete_unchanged, retry_lost_races
+from cedarberg.catalog.objects import Move, list_objects, load_object, rename_object
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.requests import CommitViewRequest, CreateViewRequest, RegisterViewRequest
 from cedarberg.catalog.view_changes import ViewChange
@@ -96,19 +97,31 @@ class ViewService:
         return body if body is not None else await self.load(warehouse_name, identifier)
 
     async def drop(self, warehouse_name: str | None, identifier: Identifier, rec: Recorder | None) -> Body:
+        """Drop a view (in a sealing warehouse a soft delete), only the version read: one that
+        changes meanwhile is read again. Raises NoSuchViewError, CommitFailedError after repeated
+        concurrent changes."""
         warehouse = self._ctx.warehouse(warehouse_name)
         if warehouse.seal_files:
             await soft_drop(self._ctx, warehouse, identifier, VIEW, rec)
             return None
-        async with self._ctx.store.write() as tx:
-            row = await tx.get_object(warehouse.name, identifier.namespace.key, identifier.name)
-            if row is None or not await tx.delete_object(
-                warehouse.name, identifier.namespace.key, identifier.name, VIEW
-            ):
-                raise NoSuchViewError(f"View does not exist: {identifier}")
-            await confinement.forget(tx, VIEW, row.uuid)
-            if rec is not None:
-                await rec.record(tx, None)
+
+        async def attempt() -> None:
+            async with self._ctx.store.read() as tx:
+                row = await require_object(tx, warehouse.name, identifier, VIEW)
+            async with self._ctx.store.write() as tx:
+                # Only the version read, as a table drop: a replace, or a drop and a create of
+                # another view at the name, meanwhile is looked at again, so the roots forgotten
+                # are always those of the view deleted.
+                await delete_unchanged(tx, warehouse.name, identifier, row)
+                await confinement.forget(tx, VIEW, row.uuid)
+                if rec is not None:
+                    await rec.record(tx, None)
+
+        await retry_lost_races(
+            self._ctx.limits.commit_retries,
+            attempt,
+            lambda: "the view changed concurrently too many times; retry the drop",
+        )
         return None
 
     async def rename(

@@ -14,7 +14,7 @@ from cedarberg.catalog.load_results import LoadResultCache
 from cedarberg.catalog.parsed_metadata import ParsedMetadataCache
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store.cache import RegistryCache
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.storage.properties import fileio_properties
 from cedarberg.kms.keyring import KeyRing
@@ -28,7 +28,7 @@ async def open_catalog(settings: Settings, *, migrate: bool = True, serving: boo
     keyring = KeyRing.open(settings.kms, settings.effective_local_key_dir())
     cache = settings.cache
     try:
-        store = await Store.open(
+        store = await open_store(
             settings.effective_store_url(),
             migrate=migrate,
             pool_size=settings.store_pool_size,

@@ -84,7 +84,7 @@ class GaugeLike(Protocol):
 
 
 class WatchedPool(Protocol):
-    """A connection pool that reports checkouts and checkins (catalog.store.sql.Store)."""
+    """A connection pool that reports checkouts and checkins (catalog.store.pool.Store)."""
 
     def watch_pool(self, checked_out: Callable[[], None], checked_in: Callable[[], None]) -> None: ...
 

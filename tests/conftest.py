@@ -166,8 +166,8 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def registry_url(request: pytest.FixtureRequest, store_kind: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh registry for `Store.open` on ``store_kind``'s store: a SQLite file in ``tmp_path``
-    (created by the first `Store.open`) or a PostgreSQL database already at schema head (dropped
+    """A fresh registry for `open_store` on ``store_kind``'s store: a SQLite file in ``tmp_path``
+    (created by the first `open_store`) or a PostgreSQL database already at schema head (dropped
     after the test)."""
     for url in _gateway_store(request, store_kind):
         yield url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"

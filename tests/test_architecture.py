@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # admin endpoint's own functions so that the two cannot disagree (`routes.console_audit` ->
 # `routes.audit_trail`, whose lookup of a key's groups is the access review's, `review_sources`).
 MAX_GATEWAY_DEPTH = 17
+# The longest import chain of catalog/ (17 modules before issue 32 put the registry's statements
+# one module per table, the lookups in `catalog.lookups`, `PARKING_DIR` with the location rules
+# and typed the context's idempotency service by a protocol): an operation (tables, views,
+# planning) -> the changes it plans -> the commit engine -> confinement -> the context -> the
+# sealer -> file IO (or the store's pool) -> ... -> errors. Operation modules import
+# `catalog.lookups`, not each other; a new level needs a reason written here.
+MAX_CATALOG_DEPTH = 10
 
 
 def _imports(package: str) -> dict[str, set[str]]:
@@ -158,6 +165,89 @@ def test_no_import_cycles_deferred_imports_included() -> None:
 def test_gateway_import_depth_is_bounded() -> None:
     length, chain = graph.depth(graph.package(ROOT, "gateway").graph)
     assert length <= MAX_GATEWAY_DEPTH, " -> ".join(chain)
+
+
+def test_catalog_import_depth_is_bounded() -> None:
+    length, chain = graph.depth(graph.package(ROOT, "catalog").graph)
+    assert length <= MAX_CATALOG_DEPTH, " -> ".join(chain)
+
+
+def test_the_depth_is_the_longest_chain_deferred_imports_included(tmp_path: Path) -> None:
+    """The bounds above would pass vacuously if `depth` missed a level: a chain of three modules
+    measures 3 (control); one deferred import from its bottom onto another module measures 4
+    (attack: deepening the graph inside a function is still deepening it)."""
+    package = tmp_path / "catalog"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "top.py").write_text("from catalog.middle import f\n")
+    (package / "middle.py").write_text("from catalog import bottom\n\ndef f():\n    return bottom\n")
+    (package / "bottom.py").write_text("")
+    (package / "beside.py").write_text("from catalog import bottom\n")
+    length, chain = graph.depth(graph.package(tmp_path, "catalog").graph)
+    assert (length, chain) == (3, ["catalog.top", "catalog.middle", "catalog.bottom"])
+
+    (package / "deeper.py").write_text("")
+    (package / "bottom.py").write_text("def g():\n    from catalog import deeper\n")
+    length, chain = graph.depth(graph.package(tmp_path, "catalog").graph)
+    assert (length, chain) == (4, ["catalog.top", "catalog.middle", "catalog.bottom", "catalog.deeper"])
+
+
+def _statement_style_breaches(store: Path) -> list[str]:
+    """Where the registry's statements leave their one style (issue 32): free functions, one
+    module per table, each taking the transaction first. A breach is a method on `StoreTx`
+    beyond its `dialect`, or a public module-level `async def` of a module that imports `StoreTx`
+    whose first parameter is not `tx: StoreTx`."""
+    found = []
+    for path in sorted(store.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "StoreTx":
+                methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+                found += [
+                    f"{path.name}: StoreTx.{name}" for name in sorted(methods - {"__init__", "dialect"})
+                ]
+        imports_tx = any(
+            isinstance(node, ast.ImportFrom) and any(alias.name == "StoreTx" for alias in node.names)
+            for node in tree.body
+        )
+        for node in tree.body:
+            if not imports_tx or not isinstance(node, ast.AsyncFunctionDef) or node.name.startswith("_"):
+                continue
+            first = node.args.args[0] if node.args.args else None
+            if (
+                first is None
+                or first.arg != "tx"
+                or ast.unparse(first.annotation or ast.Name("")) != "StoreTx"
+            ):
+                found.append(f"{path.name}: {node.name}")
+    return found
+
+
+def test_the_registry_statements_are_free_functions_taking_the_transaction() -> None:
+    assert _statement_style_breaches(ROOT / "catalog" / "store") == []
+
+
+def test_the_statement_style_check_finds_a_method_and_a_function_without_the_transaction(
+    tmp_path: Path,
+) -> None:
+    """Control: free functions taking `tx: StoreTx` first pass. Attack: a statement put back on
+    the transaction as a method, and one taking the store instead, are both found."""
+    (tmp_path / "tx.py").write_text(
+        "class StoreTx:\n    def __init__(self, conn):\n        self.connection = conn\n\n"
+        "    @property\n    def dialect(self):\n        return 'sqlite'\n"
+    )
+    (tmp_path / "rows.py").write_text(
+        "from cedarberg.catalog.store.tx import StoreTx\n\n"
+        "async def get_row(tx: StoreTx, key: str) -> None: ...\n\n"
+        "async def _helper(conn) -> None: ...\n"
+    )
+    assert _statement_style_breaches(tmp_path) == []
+
+    (tmp_path / "tx.py").write_text("class StoreTx:\n    async def get_row(self, key):\n        ...\n")
+    (tmp_path / "rows.py").write_text(
+        "from cedarberg.catalog.store.tx import StoreTx\n\nasync def get_row(store, key: str) -> None: ...\n"
+    )
+    assert _statement_style_breaches(tmp_path) == ["rows.py: get_row", "tx.py: StoreTx.get_row"]
 
 
 def test_the_graph_sees_deferred_imports_and_cycles(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ from cedarberg.catalog.errors import (
     StorageUnavailableError,
 )
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.objects import TABLE, read_object
+from cedarberg.catalog.lookups import TABLE, read_object
 from cedarberg.catalog.planning import confined, pages
 from cedarberg.catalog.planning.grants import ScanGrant
 from cedarberg.catalog.planning.limits import PlanningLimits
@@ -47,7 +47,7 @@ from cedarberg.catalog.planning.scan import Guard, PlanStopped, Scan, plan_files
 from cedarberg.catalog.planning.slots import Slots
 from cedarberg.catalog.sealing import ObjectKey
 from cedarberg.catalog.store import plans as rows
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.table_changes import parse_metadata
 
 log = logging.getLogger(__name__)

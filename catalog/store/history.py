@@ -10,8 +10,8 @@ behind is moved onto the one history without touching a row:
     adopt_two_histories(connection, config)   # then `alembic upgrade head` as always
 
 The tree lives in the catalog package because the catalog must build its schema by itself
-(`Store.open`) and may not import the gateway; its revisions are plain DDL that import nothing of
-either package, so the gateway's tables cost the catalog no dependency.
+(`catalog.store.connect.open_store`) and may not import the gateway; its revisions are plain DDL
+that import nothing of either package, so the gateway's tables cost the catalog no dependency.
 
 Invariants:
 - Adoption runs on the caller's connection, inside its transaction and under its migration lock

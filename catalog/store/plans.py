@@ -14,8 +14,8 @@ from sqlalchemy import bindparam as param
 from sqlalchemy import delete, insert, select, update
 
 from cedarberg.catalog.store.schema import scan_plan_pages, scan_plans
-from cedarberg.catalog.store.sql import StoreTx, in_params, values_of
-from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.statements import Sql, in_params, values_of
+from cedarberg.catalog.store.tx import StoreTx
 
 SUBMITTED = "submitted"
 COMPLETED = "completed"

@@ -18,9 +18,10 @@ from sqlalchemy import ARRAY, BigInteger, Boolean, Integer, and_, column, delete
 from sqlalchemy import bindparam as param
 
 from cedarberg.catalog.roots import ancestors
+from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.schema import catalog_objects, dropped_objects, namespaces, object_roots
-from cedarberg.catalog.store.sql import ObjectRow, StoreTx, in_params, values_of
-from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.statements import Sql, in_params, values_of
+from cedarberg.catalog.store.tx import StoreTx
 
 NAMESPACE = "namespace"
 # Changes of roots on PostgreSQL (check, then insert) must not interleave with another's at an

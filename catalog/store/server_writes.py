@@ -1,13 +1,13 @@
 """The registry's common writes as one statement each, on stores where `Store.writes_alone`
 (PostgreSQL): a table or view commit, a create, a namespace creation.
 
-Each calls a server-side function (migration 0013) that reads, checks and writes inside the one
-statement, run in autocommit: one round trip, one transaction, prepared once per connection (the
+Each calls a server-side function (migrations 0013, 0014) that reads, checks and writes inside
+the one statement, run in autocommit: one round trip, one transaction, prepared once per connection (the
 statement text is fixed). The caller keeps its general transaction (catalog.commits,
 catalog.namespaces) for everything else: an `Outcome.GENERAL` answer, or a constraint violation,
 means nothing was written and the general transaction decides (and words the refusal) exactly as
-it always did. The compare-and-swap is the same `metadata_location = expected` condition as
-`StoreTx.swap_object`.
+it always did. The compare-and-swap is the same condition as `catalog.store.objects.swap_object`: the pointer
+still names the metadata file and the data key read.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from sqlalchemy import bindparam as param
 from cedarberg.catalog.roots import ancestors
 from cedarberg.catalog.store.cache import Touched
 from cedarberg.catalog.store.driver import IntegrityViolation
+from cedarberg.catalog.store.idempotency import IdempotencyRecord
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.roots import PG_ROOTS_LOCK, namespace_owner, place_locks
-from cedarberg.catalog.store.sql import IdempotencyRecord, ObjectRow, Store
 from cedarberg.catalog.store.statements import Sql
 
 
@@ -40,7 +42,8 @@ class Outcome(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class PendingRecord:
-    """An idempotency record to write with the change (`StoreTx.put_idempotency`'s arguments)."""
+    """An idempotency record to write with the change (the arguments of
+    `catalog.store.idempotency.put_idempotency`)."""
 
     key: str
     record: IdempotencyRecord
@@ -59,6 +62,7 @@ _TYPES: dict[str, Any] = {
     "new_metadata": _BYTES,
     "metadata": _BYTES,
     "wrapped_key": _BYTES,
+    "expected_key": _BYTES,
     "directory": _BYTES,
     "payload": _BYTES,
     "roots": _BYTES_LIST,
@@ -81,9 +85,9 @@ def _call(function: str, *names: str) -> Sql:
 
 
 _SWAP = _call(
-    "cedarberg_swap_object",
+    "cedarberg_swap_version",
     *("warehouse", "namespace", "name", "kind", "owner", "roots"),
-    *("expected", "new_location", "new_metadata", "now"),
+    *("expected", "expected_key", "new_location", "new_metadata", "now"),
 )
 _CREATE = _call(
     "cedarberg_create_object",
@@ -154,7 +158,8 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class NewNamespace:
-    """A namespace to create (keys as `StoreTx.insert_namespace` takes them) and its directory."""
+    """A namespace to create (keys as `catalog.store.namespaces.insert_namespace` takes them) and
+    its directory."""
 
     warehouse: str
     name: str
@@ -166,7 +171,8 @@ class NewNamespace:
 async def swap_object(
     store: Store, base: ObjectRow, new: NewVersion, pending: PendingRecord | None
 ) -> Outcome:
-    """Compare-and-swap the pointer `base` was read from to `new`, if the object holds every root
+    """Compare-and-swap the pointer `base` was read from to `new` (if it still names `base`'s
+    metadata file and data key: else LOST_RACE), if the object holds every root
     of `new.roots` already (else GENERAL: roots to claim). Raises StorageUnavailableError,
     CommitStateUnknownError."""
     params = {
@@ -177,6 +183,7 @@ async def swap_object(
         "owner": base.uuid,
         "roots": [root.encode() for root in new.roots],
         "expected": base.metadata_location,
+        "expected_key": base.wrapped_key,
         "new_location": new.metadata_location,
         "new_metadata": new.metadata,
         "now": _now_ms(),

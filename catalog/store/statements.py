@@ -19,14 +19,32 @@ Invariants:
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, cast
 
+from sqlalchemy import Integer, Table
+from sqlalchemy import bindparam as param
 from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import ClauseElement
+from sqlalchemy.sql.expression import ClauseElement, ColumnElement
 
 NO_PARAMS: Mapping[str, Any] = {}
+LIMIT = param("limit", type_=Integer)  # the row limit of a listing or a batch
+
+
+def values_of(table: Table, *names: str) -> dict[str, Any]:
+    """INSERT values: a bind parameter per column, named like the column."""
+    return {name: param(name, type_=table.c[name].type) for name in names}
+
+
+def in_list(column: ColumnElement[Any], prefix: str, count: int) -> ColumnElement[bool]:
+    """`column IN (:prefix0, ..., :prefix{count-1})`: one shape per list length."""
+    return column.in_([param(f"{prefix}{i}", type_=column.type) for i in range(count)])
+
+
+def in_params(prefix: str, values: Collection[Any]) -> dict[str, Any]:
+    """The parameters of an `in_list(column, prefix, len(values))`."""
+    return {f"{prefix}{i}": value for i, value in enumerate(values)}
 
 
 class Compiled:

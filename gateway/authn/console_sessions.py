@@ -51,8 +51,7 @@ from sqlalchemy import (
     update,
 )
 
-from cedarberg.catalog.store.sql import values_of
-from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.statements import Sql, values_of
 from cedarberg.gateway.authn.key_store import KeyStore, metadata
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authn.stored_values import json_value

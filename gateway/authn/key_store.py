@@ -3,7 +3,7 @@
 The table lives beside the catalog registry, possibly in the same database, and is created by the
 registry's one migration history (`catalog/migrations`, revisions 0007 on: catalog.store.history).
 The store runs on a driver of its own, built by the registry's factory
-(`catalog.store.sql.open_driver`): the same connection handling, durability settings (WAL with
+(`catalog.store.connect.open_driver`): the same connection handling, durability settings (WAL with
 synchronous=FULL; synchronous_commit on), busy handling and transactions as the registry, with a
 few connections (API keys are read on cache misses and by the change feed's poll, far from the
 registry's hot path). Statements are SQLAlchemy Core compiled once per dialect
@@ -49,10 +49,10 @@ from sqlalchemy import (
 )
 
 from cedarberg.catalog.errors import CommitStateUnknownError, StorageUnavailableError
+from cedarberg.catalog.store.connect import open_driver
 from cedarberg.catalog.store.driver import Connection, DatabaseError, Driver, IntegrityViolation
 from cedarberg.catalog.store.engine import migrate_registry
-from cedarberg.catalog.store.sql import open_driver, values_of
-from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.statements import Sql, values_of
 from cedarberg.gateway.authn.key_record import ApiKeyRecord, record_from_row, utc
 
 # Serialises writers of the change feed on PostgreSQL, so feed ids are assigned in commit order
@@ -216,7 +216,7 @@ def _list_keys(by_principal: bool, after: bool) -> Sql:
 
 class KeyStore:
     """Reads and writes `api_keys`. Build with `open_key_store(url)` / `connect_key_store(url)`,
-    or around a driver (`catalog.store.sql.open_driver`) whose schema is current."""
+    or around a driver (`catalog.store.connect.open_driver`) whose schema is current."""
 
     def __init__(self, driver: Driver, *, url: str | None = None) -> None:
         self._driver = driver

@@ -23,9 +23,9 @@ from typing import TypeVar
 from sqlalchemy import Connection
 
 from cedarberg.catalog.errors import CatalogError
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.engine import on_schema_connection
 from cedarberg.catalog.store.history import MIGRATIONS, SchemaHistoryError, TwoHistories, two_histories
-from cedarberg.catalog.store.sql import Store
 
 _T = TypeVar("_T")
 
@@ -58,7 +58,7 @@ class SchemaState:
 
 
 def _revisions() -> tuple[str, set[str]]:
-    # Imported here, as in catalog.store.sql: Alembic is slow to import and needed once.
+    # Imported here, as in catalog.store.engine: Alembic is slow to import and needed once.
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
@@ -104,7 +104,7 @@ async def upgrade(url: str) -> SchemaState:
         raise SchemaHistoryError(
             f"the registry schema is ahead of this version ({before.describe()}): upgrade cedarberg"
         )
-    store = await Store.open(url)
+    store = await open_store(url)
     await store.close()
     return await schema_state(url)
 

@@ -22,7 +22,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from cedarberg.catalog.store.sql import SQLITE_BUSY_TIMEOUT_SECONDS
+from cedarberg.catalog.store.connect import SQLITE_BUSY_TIMEOUT_SECONDS
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import hand_writes_to
 from cedarberg.catalog.store.sqlite_writer import SqliteWriter

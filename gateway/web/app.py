@@ -18,7 +18,8 @@ from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.dropped import purge_due
 from cedarberg.catalog.planning.service import PlanService
 from cedarberg.catalog.purge_failures import PurgeBackoff
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store import idempotency as idempotency_rows
+from cedarberg.catalog.store.pool import Store
 from cedarberg.gateway.authz.operations import check_route_table
 from cedarberg.gateway.catalog_setup import close_catalog, open_catalog
 from cedarberg.gateway.config.settings import Settings
@@ -135,7 +136,7 @@ async def _sweep_idempotency(store: Store, lifetime: int) -> None:
         await asyncio.sleep(_IDEMPOTENCY_SWEEP_SECONDS)
         try:
             async with store.write() as tx:
-                await tx.purge_idempotency(time.time() - 2 * lifetime)
+                await idempotency_rows.purge_idempotency(tx, time.time() - 2 * lifetime)
         except Exception:
             log.exception("idempotency sweep failed")
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from cedarberg.catalog.effects import Effect, EffectGate
-from cedarberg.catalog.objects import VIEW
+from cedarberg.catalog.lookups import VIEW
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.authorizer import Check, effect_checks
 from cedarberg.gateway.authz.context import ChangeSummary, RequestContext
@@ -41,9 +41,16 @@ def effect_gate(request: web.Request) -> EffectGate:
         warehouse = http.prefix(request) or svc.ctx.default_warehouse
         checks: list[Check] = []
         for effect in effects:
-            resource = await resources.object_of(
-                svc, warehouse, effect.identifier, effect.kind == VIEW, fresh=True
-            )
+            # On the grants as they are in the database: read here, or by the catalog with the
+            # version it planned on (the same statement as its pointer, in this request).
+            view = effect.kind == VIEW
+            if effect.namespaces_read is None:
+                resource = await resources.object_of(svc, warehouse, effect.identifier, view, fresh=True)
+            else:
+                read = resources.ChainRead(
+                    warehouse, effect.identifier.namespace.levels, effect.namespaces_read
+                )
+                resource = await resources.object_on_read(svc, read, effect.identifier, view)
             context = base.with_changes(ChangeSummary.of_effect(effect))
             checks += effect_checks(operation, resource, context)
         verdict = verdicts.decide(request, operation, checks)

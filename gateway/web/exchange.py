@@ -20,7 +20,7 @@ from cedarberg.gateway.web.keys import ACCESS_LOG, METRICS, SECURITY, SERVICES
 from cedarberg.gateway.web.route import Handler
 
 if TYPE_CHECKING:
-    from cedarberg.catalog.store.sql import Store
+    from cedarberg.catalog.store.pool import Store
     from cedarberg.gateway.authz.context import RequestContext
     from cedarberg.gateway.authz.operations import OperationSpec
     from cedarberg.gateway.metrics import Metrics

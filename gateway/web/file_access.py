@@ -26,7 +26,7 @@ from aiohttp import web
 from cedarberg.catalog import confinement, roots
 from cedarberg.catalog.errors import ForbiddenError
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.objects import TABLE
+from cedarberg.catalog.lookups import TABLE
 from cedarberg.gateway.authn.principal import Principal
 from cedarberg.gateway.authz.authorizer import Check, Verdict
 from cedarberg.gateway.authz.context import RequestContext

@@ -64,7 +64,7 @@ from cedarberg.gateway.ratelimit import OperationClass, principal_key
 from cedarberg.gateway.tls import peer_subject
 
 if TYPE_CHECKING:
-    from cedarberg.catalog.store.sql import Store
+    from cedarberg.catalog.store.pool import Store
     from cedarberg.gateway.web.route import Route
     from cedarberg.gateway.web.security import Security
 

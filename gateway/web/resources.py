@@ -8,7 +8,7 @@ handler then applies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from cedarberg.catalog import requests as req
 from cedarberg.catalog.identifiers import SEPARATOR, Identifier, Namespace
-from cedarberg.catalog.namespaces import read_many
+from cedarberg.catalog.lookups import read_many
+from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.gateway.authn.api_keys import ApiKeyError
 from cedarberg.gateway.authz import naming
 from cedarberg.gateway.authz.context import ChangeSummary
@@ -54,6 +55,20 @@ class _Names:
     tables: Sequence[ResourceName] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ChainRead:
+    """The properties of one namespace chain (top level first, None where a namespace does not
+    exist), read from the database in this request by the catalog (`Effect.namespaces_read`):
+    as fresh as the gate's own read, so the gate decides on them without reading again."""
+
+    warehouse: str
+    levels: tuple[str, ...]
+    chain: Sequence[Mapping[str, str] | None]
+
+    def matches(self, warehouse: str, levels: tuple[str, ...]) -> bool:
+        return warehouse == self.warehouse and levels == self.levels and len(self.chain) == len(levels)
+
+
 class RegistryGrants:
     """The registry's grants: namespace properties read from the store (through its short-lived
     read cache unless `fresh`), resources reused through the resource memo while those are.
@@ -66,11 +81,13 @@ class RegistryGrants:
         fresh: bool,
         stated: StatedGrants | None = None,
         created: tuple[str, ...] | None = None,
+        read: ChainRead | None = None,
     ) -> None:
         self._services = services
         self._fresh = fresh
         self._stated = stated
         self._created = created  # the levels of a namespace the request creates: no grants yet
+        self._read = read  # one chain's properties read from the database in the request
 
     def warehouse(self, warehouse: str) -> Resource:
         if self._stated is not None:
@@ -84,6 +101,8 @@ class RegistryGrants:
             # transaction, whatever its own properties say).
             parents = await _chain(self._services, warehouse, levels[:-1], self._fresh)
             chain = [*parents, _NO_PROPERTIES]
+        elif self._read is not None and self._read.matches(warehouse, levels):
+            chain = [dict(found) if found else _NO_PROPERTIES for found in self._read.chain]
         else:
             chain = await _chain(self._services, warehouse, levels, self._fresh)
         if self._stated is not None:
@@ -110,7 +129,7 @@ async def _chain(
     if not fresh:
         return [found or _NO_PROPERTIES for found in await read_many(services.ctx.store, warehouse, keys)]
     async with services.ctx.store.read() as tx:
-        read = await tx.namespace_properties(warehouse, keys)
+        read = await namespace_rows.namespace_properties(tx, warehouse, keys)
     return [read.get(key) or _NO_PROPERTIES for key in keys]
 
 
@@ -130,6 +149,14 @@ async def object_of(
     """The table's (or view's) resource with the grants of its namespace chain (see `namespace_of`)."""
     name = _object(identifier, view, warehouse)
     return await naming.build(name, RegistryGrants(services, fresh))
+
+
+async def object_on_read(services: Services, read: ChainRead, identifier: Identifier, view: bool) -> Resource:
+    """`object_of` with the grants of `read`, the chain's properties as the catalog read them from
+    the database in this request (with the version it planned on); read again if `read` is not
+    this object's chain."""
+    name = _object(identifier, view, read.warehouse)
+    return await naming.build(name, RegistryGrants(services, True, read=read))
 
 
 def _object(identifier: Identifier, view: bool, warehouse: str) -> ResourceName:

@@ -29,7 +29,8 @@ from cedarberg.catalog.errors import (
     NoSuchWarehouseError,
 )
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.objects import TABLE, VIEW
+from cedarberg.catalog.lookups import TABLE, VIEW
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.gateway.authn.api_keys import ApiKeyAuthenticator
 from cedarberg.gateway.authn.key_record import ApiKeyRecord
 from cedarberg.gateway.authn.principal import (
@@ -174,7 +175,7 @@ async def listing(
     async with services.ctx.store.read() as tx:
         for kind, view in ((TABLE, False), (VIEW, True)):
             room = review.MAX_OBJECTS - len(found)
-            names = await tx.list_objects(warehouse, key, kind, None, room + 1)
+            names = await object_rows.list_objects(tx, warehouse, key, kind, None, room + 1)
             truncated = truncated or len(names) > room
             found.update(((name, view), None) for name in names[:room])
     for name, view in [*((t, False) for t in tables), *((v, True) for v in views)]:

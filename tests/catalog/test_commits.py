@@ -1,6 +1,7 @@
 """The commit algorithm (`catalog.commits`) for both kinds of object, on a real catalog (SQLite,
 local KEK, sealing warehouse): lost races, unknown outcomes, failed requirements, gate
-refusals, and the in-process commit lock.
+refusals, and the in-process commit lock; and drops (plain warehouse), which race commits through
+the same retry (`catalog.lost_races`): a drop deletes only the version it read.
 
 A race with "another process" is a second `CatalogContext` on the same registry with its own
 commit locks, committing from inside the first commit's gate: after the first planned, before
@@ -10,6 +11,7 @@ it writes or swaps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -26,12 +28,14 @@ from cedarberg.catalog.effects import Effect
 from cedarberg.catalog.errors import CommitFailedError, CommitStateUnknownError, ForbiddenError
 from cedarberg.catalog.idempotency import Body
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.lookups import TABLE, VIEW
 from cedarberg.catalog.namespaces import NamespaceService
-from cedarberg.catalog.objects import TABLE, VIEW
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store import roots as root_rows
+from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.tables import TableService
 from cedarberg.catalog.views import ViewService
-from tests.support.catalogs import WAREHOUSE, UnconfirmedStore, catalog_context
+from tests.support.catalogs import WAREHOUSE, RacedStore, UnconfirmedStore, catalog_context
 
 NAMESPACE = Namespace.of(["ns"])
 SCHEMA = {
@@ -112,7 +116,7 @@ class Kind:
 
         async def plan_table() -> list[commits.PlannedChange[Any]]:
             async with ctx.store.read() as tx:
-                row = await tx.get_object(WAREHOUSE, NAMESPACE.key, identifier.name)
+                row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, identifier.name)
             current = await table_changes.open_table(ctx, row)
             table = req.parse(req.CommitTableRequest, self._request(properties, uuid))
             basis = table_changes.Basis(current, {})
@@ -142,7 +146,7 @@ def metadata_files(tmp_path: Path) -> set[Path]:
 
 async def pointer(ctx: CatalogContext, kind: Kind) -> ObjectRow:
     async with ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name)
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, kind.identifier().name)
     assert row is not None
     return row
 
@@ -296,7 +300,7 @@ async def test_a_refused_effect_writes_nothing(ctx: CatalogContext, kind: Kind, 
         await kind.create(ctx, refuse)
     assert metadata_files(tmp_path) == set()
     async with ctx.store.read() as tx:
-        assert await tx.get_object(WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+        assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
 
     await kind.create(ctx)
     before_files, before_row = metadata_files(tmp_path), await pointer(ctx, kind)
@@ -331,3 +335,201 @@ async def test_concurrent_view_replaces_in_one_process_run_one_at_a_time(
 
         assert most_in_gate == 1
         assert await properties(ctx, kind) == {f"p{i}": "1" for i in range(5)}
+
+
+# -- drops race commits as commits race each other ---------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def raced(tmp_path: Path, registry_url: str, retries: int) -> AsyncIterator[CatalogContext]:
+    """A plain (not sealing) catalog whose next write transaction is preceded by the test's race."""
+    async with catalog_context(
+        tmp_path,
+        url=registry_url,
+        store_class=RacedStore,
+        limits=Limits(commit_retries=retries),
+        seal_files=False,
+    ) as opened:
+        await NamespaceService(opened).create(None, NAMESPACE, {}, None)
+        yield opened
+
+
+def race_next_write(ctx: CatalogContext, racing: Callable[[], Awaitable[object]]) -> None:
+    async def run() -> None:
+        await racing()
+
+    assert isinstance(ctx.store, RacedStore)
+    ctx.store.before_next_write = run
+
+
+async def held_roots(ctx: CatalogContext, kind: Kind, uuid: str) -> list[str]:
+    async with ctx.store.read() as tx:
+        return await root_rows.held(tx, kind.name, uuid)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_drop_that_a_commit_raced_fails_like_a_commit_once_retries_run_out(
+    tmp_path: Path, registry_url: str, kind: Kind
+) -> None:
+    async with raced(tmp_path, registry_url, retries=1) as ctx:
+        await kind.create(ctx)
+        # Another writer commits after the drop read the object and before it deletes it.
+        race_next_write(ctx, lambda: kind.change(another_process(ctx), {"theirs": "1"}))
+
+        with pytest.raises(CommitFailedError, match="changed concurrently too many times; retry the drop"):
+            await kind.drop(ctx)
+
+        assert await properties(ctx, kind) == {"theirs": "1"}  # the newer version stays
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_drop_that_a_replacement_raced_drops_the_object_it_finds_and_frees_its_roots(
+    tmp_path: Path, registry_url: str, kind: Kind
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await kind.create(ctx)
+        first = (await pointer(ctx, kind)).uuid
+        other = another_process(ctx)
+        replacement: list[str] = []
+
+        async def replace_it() -> None:
+            await kind.drop(other)
+            await kind.create(other)
+            replacement.append((await pointer(other, kind)).uuid)
+
+        race_next_write(ctx, replace_it)
+        await kind.drop(ctx)
+
+        async with ctx.store.read() as tx:
+            assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+        assert replacement
+        assert replacement[0] != first
+        # The roots forgotten are those of the object deleted: nothing stays claimed for either.
+        assert await held_roots(ctx, kind, replacement[0]) == []
+        assert await held_roots(ctx, kind, first) == []
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.name)
+async def test_a_plain_drop_removes_the_object_and_its_roots(
+    tmp_path: Path, registry_url: str, kind: Kind
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await kind.create(ctx)
+        uuid = (await pointer(ctx, kind)).uuid
+        assert await held_roots(ctx, kind, uuid) != []
+
+        await kind.drop(ctx)
+
+        async with ctx.store.read() as tx:
+            assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, kind.identifier().name) is None
+        assert await held_roots(ctx, kind, uuid) == []
+
+
+# -- a registration over a table is a commit too ------------------------------------------------
+
+
+async def register_over(ctx: CatalogContext, metadata_location: str, gate: Gate) -> Body:
+    """Register `metadata_location` at the table of TABLE_KIND, replacing it (`overwrite`)."""
+    request = req.parse(
+        req.RegisterTableRequest,
+        {"name": TABLE_KIND.identifier().name, "metadata-location": metadata_location, "overwrite": True},
+    )
+    return await TableService(ctx).register(None, NAMESPACE, request, None, gate)
+
+
+TABLE_KIND = Kind(TABLE)
+
+
+async def test_a_registration_over_a_table_that_a_commit_raced_is_judged_again_on_the_newer_version(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await TABLE_KIND.create(ctx)
+        first = await pointer(ctx, TABLE_KIND)
+        await TABLE_KIND.change(ctx, {"v": "1"})
+        judged: list[Sequence[Effect]] = []
+
+        async def recording_gate(effects: Sequence[Effect]) -> None:
+            judged.append(effects)
+
+        # Another writer commits to the table after the registration judged replacing it.
+        race_next_write(ctx, lambda: TABLE_KIND.change(another_process(ctx), {"theirs": "1"}))
+        body = await register_over(ctx, first.metadata_location, recording_gate)
+
+        assert len(judged) == 2  # the departure of the newer version was judged before it went
+        assert all(len(effects) == 2 for effects in judged)  # the arrival, then the departure
+        row = await pointer(ctx, TABLE_KIND)
+        assert row.metadata_location == first.metadata_location
+        assert row.uuid == first.uuid
+        assert await properties(ctx, TABLE_KIND) == {}
+        assert body is not None
+        assert orjson.loads(body)["metadata-location"] == first.metadata_location
+
+
+async def test_a_registration_over_a_table_that_keeps_changing_fails_and_leaves_it(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with raced(tmp_path, registry_url, retries=1) as ctx:
+        await TABLE_KIND.create(ctx)
+        first = await pointer(ctx, TABLE_KIND)
+        await TABLE_KIND.change(ctx, {"v": "1"})
+        race_next_write(ctx, lambda: TABLE_KIND.change(another_process(ctx), {"theirs": "1"}))
+
+        with pytest.raises(CommitFailedError, match="table changed concurrently too many times"):
+            await register_over(ctx, first.metadata_location, allow)
+
+        assert await properties(ctx, TABLE_KIND) == {"v": "1", "theirs": "1"}  # not replaced
+
+
+async def test_a_registration_over_a_table_replaces_it_with_its_earlier_metadata(
+    tmp_path: Path, registry_url: str
+) -> None:
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await TABLE_KIND.create(ctx)
+        first = await pointer(ctx, TABLE_KIND)
+        await TABLE_KIND.change(ctx, {"v": "1"})
+
+        await register_over(ctx, first.metadata_location, allow)
+
+        row = await pointer(ctx, TABLE_KIND)
+        assert row.metadata_location == first.metadata_location
+        assert await properties(ctx, TABLE_KIND) == {}
+        assert await held_roots(ctx, TABLE_KIND, row.uuid) != []
+
+
+async def test_a_commit_planned_before_its_table_was_dropped_and_registered_again_is_planned_again(
+    tmp_path: Path, registry_url: str
+) -> None:
+    """A metadata file's location does not name a version: a table dropped and its last file
+    registered again at the same name has the same one, with a new data key. A commit planned on
+    the row read before loses the swap and is planned on the registered table (it used to land,
+    sealing the registry's copy under the dropped table's key: the table could not be opened)."""
+    async with raced(tmp_path, registry_url, retries=4) as ctx:
+        await TABLE_KIND.create(ctx)
+        before = await pointer(ctx, TABLE_KIND)
+        other = another_process(ctx)
+        planned: list[str] = []
+        inner = TABLE_KIND.planner(ctx, {"mine": "1"})
+
+        async def plan() -> list[commits.PlannedChange[Any]]:
+            changes = await inner()
+            planned.extend(change.base.wrapped_key.hex() for change in changes if change.base)
+            return changes
+
+        async def racing_gate(effects: Sequence[Effect]) -> None:
+            if len(planned) == 1:
+                await TABLE_KIND.drop(other)
+                await register_over(other, before.metadata_location, allow)
+
+        await commits.commit(
+            ctx,
+            ctx.warehouse(None),
+            commits.CommitJob([TABLE_KIND.identifier()], plan, lambda changes: None),
+            racing_gate,
+        )
+
+        row = await pointer(ctx, TABLE_KIND)
+        assert len(planned) == 2
+        assert planned[0] == before.wrapped_key.hex()
+        assert planned[1] == row.wrapped_key.hex() != before.wrapped_key.hex()
+        assert await properties(ctx, TABLE_KIND) == {"mine": "1"}  # opens under its own key

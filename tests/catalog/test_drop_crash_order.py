@@ -17,6 +17,8 @@ from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
 from cedarberg.catalog.pagination import PageRequest
+from cedarberg.catalog.store import dropped as dropped_rows
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.tables import TableService
 from tests.support import registry
 from tests.support.catalogs import WAREHOUSE, catalog_context
@@ -38,7 +40,7 @@ async def _table_with_history(ctx: CatalogContext) -> list[Path]:
     change = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
     await TableService(ctx).commit(None, TABLE, req.parse(req.CommitTableRequest, change), None, _allow)
     async with ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, "t")
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, "t")
     assert row is not None
     directory = _path(row.metadata_location).parent
     files = sorted(directory.glob("*.metadata.json"))
@@ -123,4 +125,4 @@ async def test_a_drop_that_died_before_its_files_moved_is_purged_whole(
         assert not any(path.exists() for path in files)
         assert not files[0].parent.parent.exists()  # the table's directory is gone
         async with ctx.store.read() as tx:
-            assert await tx.list_dropped(WAREHOUSE, None, 10) == []
+            assert await dropped_rows.list_dropped(tx, WAREHOUSE, None, 10) == []

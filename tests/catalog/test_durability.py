@@ -12,8 +12,9 @@ from sqlalchemy import Integer, String, column, text
 
 from cedarberg.catalog import fileio
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.gateway.authn.key_store import open_key_store
 
 SQLITE_SYNCHRONOUS_FULL = 2  # what PRAGMA synchronous answers for FULL
@@ -32,7 +33,7 @@ async def _sqlite_settings(tx: StoreTx) -> tuple[int, str, int]:
 
 async def test_the_sqlite_registry_syncs_every_commit(tmp_path: Path) -> None:
     """The writer connection (whose COMMIT runs on the commit thread) and the readers alike."""
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'catalog.db'}")
     try:
         async with store.write() as tx:
             assert await _sqlite_settings(tx) == (SQLITE_SYNCHRONOUS_FULL, "wal", 1)
@@ -74,7 +75,7 @@ async def test_postgres_key_store_sessions_keep_synchronous_commit_on(postgres_u
 async def test_postgres_sessions_keep_synchronous_commit_on(postgres_url: str) -> None:
     """The test server runs with synchronous_commit=off (tests/support/postgres.py): the
     gateway's sessions turn it on for themselves."""
-    store = await Store.open(postgres_url)
+    store = await open_store(postgres_url)
     try:
         async with store.write() as tx:
             assert (await tx.connection.execute(_SYNCHRONOUS_COMMIT)).scalar_one() == "on"

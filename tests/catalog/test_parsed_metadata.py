@@ -29,10 +29,11 @@ from cedarberg.catalog import requests as req
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.effects import Effect
 from cedarberg.catalog.identifiers import Identifier, Namespace
+from cedarberg.catalog.lookups import TABLE, VIEW
 from cedarberg.catalog.namespaces import NamespaceService
-from cedarberg.catalog.objects import TABLE, VIEW
 from cedarberg.catalog.parsed_metadata import SIZE_FACTOR, ParsedMetadataCache
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.tables import TableService
 from cedarberg.catalog.views import ViewService
 from tests.support.catalogs import WAREHOUSE, catalog_context
@@ -166,7 +167,7 @@ def _steps(location: str, table_uuid: str, v3: bool) -> list[list[dict[str, Any]
 
 async def _row(ctx: CatalogContext, name: str, kind: str = TABLE) -> ObjectRow:
     async with ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, name)
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, name)
     assert row is not None
     assert row.kind == kind
     return row

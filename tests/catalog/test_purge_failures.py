@@ -23,7 +23,11 @@ from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.catalog.purge_failures import MAX_ERROR_CHARS, PurgeBackoff, describe_failure
 from cedarberg.catalog.sealing import Sealer
-from cedarberg.catalog.store.sql import DroppedRow, ObjectRow, Store
+from cedarberg.catalog.store import dropped as dropped_rows
+from cedarberg.catalog.store.connect import open_store
+from cedarberg.catalog.store.dropped import DroppedRow
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
 from tests.support.migrations import upgrade
@@ -84,7 +88,7 @@ def test_failure_messages_name_the_failure_without_quoting_what_it_carried() -> 
 
 @pytest.fixture
 async def store(store_url: str | None, tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(store_url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+    opened = await open_store(store_url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
     yield opened
     await opened.close()
 
@@ -118,14 +122,14 @@ def _dropped(
 async def _insert(store: Store, *rows: DroppedRow) -> None:
     async with store.write() as tx:
         for row in rows:
-            await tx.insert_dropped(row)
+            await dropped_rows.insert_dropped(tx, row)
 
 
 async def _due(
     store: Store, now_ms: int, limit: int = 10, warehouses: tuple[str, ...] = (WAREHOUSE,)
 ) -> list[str]:
     async with store.read() as tx:
-        return [found.row.name for found in await tx.due_for_purge(now_ms, warehouses, limit)]
+        return [found.row.name for found in await dropped_rows.due_for_purge(tx, now_ms, warehouses, limit)]
 
 
 async def test_due_objects_come_by_next_attempt_and_a_waiting_one_is_skipped(store: Store) -> None:
@@ -154,15 +158,15 @@ async def test_a_claimed_object_waits_its_backoff_and_others_come_first(store: S
     poisoned, healthy = _dropped("poisoned", 1_000), _dropped("healthy", 2_000)
     await _insert(store, poisoned, healthy)
     async with store.write() as tx:
-        assert await tx.claim_purge(poisoned, next_attempt_ms=60_000)
+        assert await dropped_rows.claim_purge(tx, poisoned, next_attempt_ms=60_000)
     async with store.write() as tx:  # a second sweeper read the row before the claim: it loses
-        assert not await tx.claim_purge(poisoned, next_attempt_ms=60_000)
+        assert not await dropped_rows.claim_purge(tx, poisoned, next_attempt_ms=60_000)
     assert await _due(store, 10_000) == ["healthy"]
     async with store.write() as tx:
-        assert await tx.record_purge_failure(poisoned.drop_id, 1, "SystemError: ...", 70_000)
-        assert not await tx.record_purge_failure(poisoned.drop_id, 0, "stale attempt", 1)
+        assert await dropped_rows.record_purge_failure(tx, poisoned.drop_id, 1, "SystemError: ...", 70_000)
+        assert not await dropped_rows.record_purge_failure(tx, poisoned.drop_id, 0, "stale attempt", 1)
     async with store.read() as tx:
-        recorded = await tx.get_dropped(poisoned.drop_id)
+        recorded = await dropped_rows.get_dropped(tx, poisoned.drop_id)
     assert recorded is not None
     assert (recorded.purge_attempts, recorded.last_purge_error, recorded.next_attempt_ms) == (
         1,
@@ -172,10 +176,10 @@ async def test_a_claimed_object_waits_its_backoff_and_others_come_first(store: S
     assert await _due(store, 69_999) == ["healthy"]
     assert await _due(store, 70_000) == ["healthy", "poisoned"]
     async with store.write() as tx:
-        assert await tx.claim_purge(recorded, next_attempt_ms=200_000)
-        assert await tx.delete_dropped(poisoned.drop_id)
+        assert await dropped_rows.claim_purge(tx, recorded, next_attempt_ms=200_000)
+        assert await dropped_rows.delete_dropped(tx, poisoned.drop_id)
     async with store.write() as tx:  # purged (or undropped): nothing left to claim
-        assert not await tx.claim_purge(recorded, next_attempt_ms=1)
+        assert not await dropped_rows.claim_purge(tx, recorded, next_attempt_ms=1)
 
 
 # -- migration ---------------------------------------------------------------------------------
@@ -239,7 +243,7 @@ async def test_a_sweep_records_each_failure_and_does_not_retry_before_the_backof
     assert await purge_due(ctx, backoff, limit=2) == 0  # the third, then nothing due: all wait
     assert await purge_due(ctx, backoff, limit=2) == 0
     async with ctx.store.read() as tx:
-        recorded = [await tx.get_dropped(row.drop_id) for row in broken]
+        recorded = [await dropped_rows.get_dropped(tx, row.drop_id) for row in broken]
     for row in recorded:
         assert row is not None
         assert row.purge_attempts == 1  # once each, although the sweep ran three times

@@ -10,8 +10,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from cedarberg.catalog.load_results import LoadResultCache
+from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store.cache import RegistryCache, RegistryKey, Touched
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.connect import open_store
+from cedarberg.catalog.store.pool import Store
 
 
 def test_entries_expire_after_the_ttl() -> None:
@@ -82,7 +84,7 @@ def test_a_zero_ttl_turns_the_cache_off() -> None:
 
 async def _store(registry_url: str, ttl: float) -> Store:
     """A fresh registry (the `registry_url` fixture) whose reads go through a cache with this TTL."""
-    return await Store.open(registry_url, cache=RegistryCache(ttl_seconds=ttl))
+    return await open_store(registry_url, cache=RegistryCache(ttl_seconds=ttl))
 
 
 async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(registry_url: str) -> None:
@@ -100,7 +102,7 @@ async def test_store_reads_once_for_concurrent_misses_and_forgets_on_write(regis
         assert await asyncio.gather(*(store.cached(key, load) for _ in range(8))) == [1] * 8
         assert reads == 1
         async with store.write() as tx:
-            await tx.insert_namespace("w", "ns", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
         assert await store.cached(key, load) == 2
     finally:
         await store.close()
@@ -114,7 +116,7 @@ async def test_a_failed_write_still_forgets_what_it_touched(registry_url: str) -
 
         async def fail_midway() -> None:
             async with store.write() as tx:
-                await tx.set_namespace_properties("w", "ns", {"new": "grant"})
+                await namespace_rows.set_namespace_properties(tx, "w", "ns", {"new": "grant"})
                 raise RuntimeError("midway")
 
         with pytest.raises(RuntimeError):

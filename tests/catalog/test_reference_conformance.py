@@ -20,7 +20,8 @@ from cedarberg.catalog import fileio, metadata_ids, requirements, table_metadata
 from cedarberg.catalog import requests as req
 from cedarberg.catalog.errors import CommitFailedError, InvalidArgumentError
 from cedarberg.catalog.identifiers import Identifier, Namespace
-from cedarberg.catalog.objects import TABLE, VIEW, Move, name_taken, rename_target_taken
+from cedarberg.catalog.lookups import TABLE, VIEW, name_taken
+from cedarberg.catalog.objects import Move, rename_target_taken
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "data", StringType()))
 

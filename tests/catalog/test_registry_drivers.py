@@ -18,9 +18,13 @@ import pytest
 from sqlalchemy import Integer, String, column, text
 
 from cedarberg.catalog.errors import AlreadyExistsError, StorageUnavailableError
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.engine import migrate_registry
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.postgres_driver import DIALECT as POSTGRES
-from cedarberg.catalog.store.sql import ObjectRow, Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.statements import Sql
 from tests.support.postgres import PostgresServer
@@ -105,17 +109,17 @@ async def test_the_loop_keeps_serving_while_another_process_holds_the_write_lock
 ) -> None:
     store, path = sqlite_store
     async with store.write() as tx:
-        await tx.insert_namespace("w", "before", None, {})
+        await namespace_rows.insert_namespace(tx, "w", "before", None, {})
 
     async def create_namespace() -> None:
         async with store.write() as tx:
-            await tx.insert_namespace("w", "during", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "during", None, {})
 
     with _LockHolder(path) as holder:
         writer = asyncio.create_task(create_namespace())
         gap = await _largest_gap(0.25)
         async with store.read() as tx:  # readers are not blocked by the writer waiting
-            assert await tx.get_namespace("w", "before") == {}
+            assert await namespace_rows.get_namespace(tx, "w", "before") == {}
         assert not writer.done(), "the write must wait for the other process's lock"
         holder.release()
         await asyncio.wait_for(writer, 5)
@@ -124,7 +128,7 @@ async def test_the_loop_keeps_serving_while_another_process_holds_the_write_lock
     assert isinstance(driver, SqliteDriver)
     assert driver.counts.busy_waits > 0  # the count that shows workers sharing a writer never wait
     async with store.read() as tx:
-        assert await tx.get_namespace("w", "during") == {}
+        assert await namespace_rows.get_namespace(tx, "w", "during") == {}
 
 
 async def test_a_lock_held_past_the_timeout_is_storage_unavailable_and_changes_nothing(
@@ -137,16 +141,16 @@ async def test_a_lock_held_past_the_timeout_is_storage_unavailable_and_changes_n
         gap_task = asyncio.create_task(_largest_gap(0.4))
         with pytest.raises(StorageUnavailableError) as caught:
             async with store.write() as tx:
-                await tx.insert_namespace("w", "never", None, {})
+                await namespace_rows.insert_namespace(tx, "w", "never", None, {})
         waited = loop.time() - started
         gap = await gap_task
     assert 0.45 <= waited < 3, waited
     assert gap < 0.1, gap
     assert "locked" not in str(caught.value)  # the driver's message stays inside
     async with store.read() as tx:
-        assert await tx.get_namespace("w", "never") is None
+        assert await namespace_rows.get_namespace(tx, "w", "never") is None
     async with store.write() as tx:  # the lock is free again: writes work
-        await tx.insert_namespace("w", "after", None, {})
+        await namespace_rows.insert_namespace(tx, "w", "after", None, {})
 
 
 async def test_commit_runs_on_the_commit_thread_and_other_statements_on_the_loop(tmp_path: Path) -> None:
@@ -162,7 +166,7 @@ async def test_commit_runs_on_the_commit_thread_and_other_statements_on_the_loop
             writer.set_trace_callback(
                 lambda sql: seen.append((sql.split()[0].upper(), threading.get_ident()))
             )
-            await tx.insert_namespace("w", "ns", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
         writer.set_trace_callback(None)
     finally:
         await store.close()
@@ -184,14 +188,14 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
     commits: list[str] = []
     try:
         async with store.write() as tx:
-            await tx.insert_namespace("w", "ns", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
         assert driver._writer is not None
         driver._writer.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
         before = (driver.counts.commits, driver.counts.transactions)
 
         async def create(i: int) -> None:
             async with store.write() as tx:
-                await tx.insert_object(_row(f"t{i}", f"s3://b/t{i}/metadata/0.json"))
+                await object_rows.insert_object(tx, _row(f"t{i}", f"s3://b/t{i}/metadata/0.json"))
                 await asyncio.sleep(0)  # let the others queue up behind this writer
                 if i == 3:
                     raise RuntimeError("writer 3 fails after its insert")
@@ -207,10 +211,10 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
     assert failed == [3]
     assert isinstance(outcomes[3], RuntimeError)
     assert 1 <= len(commits) <= 12, commits  # one per writer would be 23
-    reopened = await Store.open(f"sqlite+aiosqlite:///{path}")
+    reopened = await open_store(f"sqlite+aiosqlite:///{path}")
     try:
         async with reopened.read() as tx:
-            names = await tx.list_objects("w", "ns", "table", None, 100)
+            names = await object_rows.list_objects(tx, "w", "ns", "table", None, 100)
     finally:
         await reopened.close()
     assert sorted(names) == sorted(f"t{i}" for i in range(24) if i != 3)
@@ -219,23 +223,25 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
 async def test_a_transaction_failing_midway_leaves_the_registry_unchanged(
     store_url: str | None, tmp_path: Path
 ) -> None:
-    store = await Store.open(_url(store_url, tmp_path))
+    store = await open_store(_url(store_url, tmp_path))
     try:
         async with store.write() as tx:
-            await tx.insert_namespace("w", "ns", None, {})
-            await tx.insert_object(_row("kept"))
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
+            await object_rows.insert_object(tx, _row("kept"))
 
         async def fail_on_a_taken_name() -> None:
             async with store.write() as tx:
-                await tx.insert_namespace("w", "half", None, {})
-                base = await tx.get_object("w", "ns", "kept")
+                await namespace_rows.insert_namespace(tx, "w", "half", None, {})
+                base = await object_rows.get_object(tx, "w", "ns", "kept")
                 assert base is not None
-                assert await tx.swap_object(base, "s3://b/t/metadata/1.json", b"new")
-                await tx.insert_object(_row("kept"))  # the name is taken: the whole transaction goes
+                assert await object_rows.swap_object(tx, base, "s3://b/t/metadata/1.json", b"new")
+                await object_rows.insert_object(
+                    tx, _row("kept")
+                )  # the name is taken: the whole transaction goes
 
         async def fail_in_the_caller() -> None:
             async with store.write() as tx:
-                await tx.insert_namespace("w", "half", None, {})
+                await namespace_rows.insert_namespace(tx, "w", "half", None, {})
                 raise RuntimeError("the caller failed after its first statement")
 
         with pytest.raises(AlreadyExistsError):
@@ -243,15 +249,15 @@ async def test_a_transaction_failing_midway_leaves_the_registry_unchanged(
         with pytest.raises(RuntimeError):
             await fail_in_the_caller()
         async with store.read() as tx:
-            assert await tx.get_namespace("w", "half") is None
-            kept = await tx.get_object("w", "ns", "kept")
+            assert await namespace_rows.get_namespace(tx, "w", "half") is None
+            kept = await object_rows.get_object(tx, "w", "ns", "kept")
         assert kept is not None
         assert kept.metadata_location == "s3://b/t/metadata/0.json"
         # Compare-and-swap: a base read before another writer moved the pointer loses.
         async with store.write() as tx:
-            assert await tx.swap_object(kept, "s3://b/t/metadata/1.json", b"new")
+            assert await object_rows.swap_object(tx, kept, "s3://b/t/metadata/1.json", b"new")
         async with store.write() as tx:
-            assert not await tx.swap_object(kept, "s3://b/t/metadata/2.json", b"newer")
+            assert not await object_rows.swap_object(tx, kept, "s3://b/t/metadata/2.json", b"newer")
     finally:
         await store.close()
 
@@ -267,17 +273,16 @@ _SETTING = Sql(text("SHOW synchronous_commit").columns(column("synchronous_commi
 
 @pytest.mark.postgres
 async def test_postgres_statements_are_prepared_once_per_connection(postgres_url: str) -> None:
-    store = await Store.open(postgres_url)
+    store = await open_store(postgres_url)
     try:
         async with store.write() as tx:
-            await tx.insert_namespace("w", "ns", None, {})
-            await tx.insert_object(_row())
-        from cedarberg.catalog.store import sql
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
+            await object_rows.insert_object(tx, _row())
 
-        get_object = sql._GET_OBJECT.compiled(POSTGRES).sql
+        get_object = object_rows._GET_OBJECT.compiled(POSTGRES).sql
         async with store.read() as tx:
             for _ in range(3):
-                assert await tx.get_object("w", "ns", "t") is not None
+                assert await object_rows.get_object(tx, "w", "ns", "t") is not None
             pid = (await tx.connection.execute(_BACKEND)).scalar_one()
             prepared = (await tx.connection.execute(_PREPARED, {"sql": get_object})).scalar_one()
         assert prepared == 1
@@ -294,7 +299,7 @@ async def test_a_lost_postgres_connection_fails_one_request_and_is_replaced(
 ) -> None:
     """No pre-ping: the request that finds its connection gone gets StorageUnavailableError (no
     driver message), the connection is dropped, the next request opens a fresh one."""
-    store = await Store.open(postgres_url)
+    store = await open_store(postgres_url)
     try:
         async with store.read() as tx:
             pid = (await tx.connection.execute(_BACKEND)).scalar_one()
@@ -303,20 +308,19 @@ async def test_a_lost_postgres_connection_fails_one_request_and_is_replaced(
         )
         with pytest.raises(StorageUnavailableError) as caught:
             async with store.read() as tx:
-                await tx.get_namespace("w", "ns")
+                await namespace_rows.get_namespace(tx, "w", "ns")
         assert "terminat" not in str(caught.value).lower()
         async with store.write() as tx:
             assert (await tx.connection.execute(_BACKEND)).scalar_one() != pid
             assert (await tx.connection.execute(_SETTING)).scalar_one() == "on"
-            await tx.insert_namespace("w", "ns", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
         async with store.read() as tx:
-            assert await tx.get_namespace("w", "ns") == {}
+            assert await namespace_rows.get_namespace(tx, "w", "ns") == {}
     finally:
         await store.close()
 
 
 def test_a_statement_compiles_once_per_dialect() -> None:
-    from cedarberg.catalog.store import sql
 
-    assert sql._GET_OBJECT.compiled(POSTGRES) is sql._GET_OBJECT.compiled(POSTGRES)
-    assert "$1" in sql._GET_OBJECT.compiled(POSTGRES).sql
+    assert object_rows._GET_OBJECT.compiled(POSTGRES) is object_rows._GET_OBJECT.compiled(POSTGRES)
+    assert "$1" in object_rows._GET_OBJECT.compiled(POSTGRES).sql

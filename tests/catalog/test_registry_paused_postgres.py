@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from cedarberg.catalog.errors import StorageUnavailableError
+from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import postgres_driver
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.connect import open_store
 from tests.support.postgres import PostgresServer
 
 BOUND_SECONDS = 1.0
@@ -35,11 +36,11 @@ async def test_a_paused_postgres_is_unavailable_within_the_bounds(
     monkeypatch.setattr(postgres_driver, "CONNECT_TIMEOUT_SECONDS", BOUND_SECONDS)
     monkeypatch.setattr(postgres_driver, "STATEMENT_TIMEOUT_SECONDS", BOUND_SECONDS)
     url = paused_server.create_database("paused")
-    pooled = await Store.open(url)
-    fresh = await Store.open(url, migrate=False)
+    pooled = await open_store(url)
+    fresh = await open_store(url, migrate=False)
     try:
         async with pooled.write() as tx:  # control: the registry answers
-            await tx.insert_namespace("w", "before", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "before", None, {})
         paused_server.pause()
         try:
             for store in (pooled, fresh):  # a statement on a pooled connection; a new connection
@@ -48,16 +49,16 @@ async def test_a_paused_postgres_is_unavailable_within_the_bounds(
                     StorageUnavailableError, match=r"^the registry \(PostgreSQL\) is unavailable"
                 ):
                     async with store.read() as tx:
-                        await tx.get_namespace("w", "before")
+                        await namespace_rows.get_namespace(tx, "w", "before")
                 assert time.monotonic() - started < BOUND_SECONDS + 2.0
             assert not await fresh.ping()
         finally:
             paused_server.unpause()
         async with pooled.write() as tx:  # the same store serves again, on a fresh connection
-            await tx.insert_namespace("w", "after", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "after", None, {})
         async with fresh.read() as tx:
-            assert await tx.get_namespace("w", "before") == {}
-            assert await tx.get_namespace("w", "after") == {}
+            assert await namespace_rows.get_namespace(tx, "w", "before") == {}
+            assert await namespace_rows.get_namespace(tx, "w", "after") == {}
     finally:
         await pooled.close()
         await fresh.close()

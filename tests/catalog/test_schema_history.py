@@ -29,7 +29,7 @@ from tests.support.migrations import (
     version_tables,
 )
 
-HEAD = "0013"
+HEAD = "0014"
 GATEWAY_TABLES = {"api_keys", "api_key_changes", "directory_users", "console_sessions"}
 
 

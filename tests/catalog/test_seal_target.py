@@ -11,9 +11,9 @@ import pytest
 from cedarberg.catalog.context import CatalogContext
 from cedarberg.catalog.errors import IntegrityCheckError
 from cedarberg.catalog.identifiers import Identifier
-from cedarberg.catalog.objects import TABLE
+from cedarberg.catalog.lookups import TABLE
 from cedarberg.catalog.sealing import SealTarget
-from cedarberg.catalog.store.sql import ObjectRow
+from cedarberg.catalog.store.objects import ObjectRow
 from tests.support.catalogs import WAREHOUSE, catalog_context
 
 LOCATION = "file:///w/sales/t/metadata/00001-0b7e.metadata.json"

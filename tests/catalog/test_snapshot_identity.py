@@ -30,6 +30,7 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.tables import TableService
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.authz.authorizer import decide_checks, effect_checks
@@ -123,7 +124,7 @@ def _snapshot(location: str, snapshot_id: int, parent: int | None, sequence: int
 async def _stored(lab: Lab, identifier: Identifier) -> tuple[str, dict[str, Any]]:
     """The table's metadata location and metadata as stored."""
     async with lab.ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, identifier.name)
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, identifier.name)
     assert row is not None
     return row.metadata_location, orjson.loads(await lab.ctx.sealer.open_row(row))
 

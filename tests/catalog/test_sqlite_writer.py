@@ -18,8 +18,12 @@ import orjson
 import pytest
 
 from cedarberg.catalog.errors import AlreadyExistsError
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store.connect import open_driver, open_store
 from cedarberg.catalog.store.engine import migrate_registry
-from cedarberg.catalog.store.sql import ObjectRow, Store, open_driver
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_writes_to
 from cedarberg.catalog.store.sqlite_writer import SqliteWriter
@@ -53,10 +57,10 @@ async def writer(tmp_path: Path) -> AsyncIterator[Writer]:
     database = tmp_path / "registry.db"
     url = f"sqlite:///{database}"
     await migrate_registry(url)
-    setup = await Store.open(url, migrate=False)
+    setup = await open_store(url, migrate=False)
     try:
         async with setup.write() as tx:
-            await tx.insert_namespace("w", "ns", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
     finally:
         await setup.close()
     socket_path = str(tmp_path / "writer.sock")
@@ -75,7 +79,7 @@ async def writer(tmp_path: Path) -> AsyncIterator[Writer]:
 
 async def _names(store: Store) -> list[str]:
     async with store.read() as tx:
-        return sorted(await tx.list_objects("w", "ns", "table", None, 1000))
+        return sorted(await object_rows.list_objects(tx, "w", "ns", "table", None, 1000))
 
 
 async def test_two_workers_share_the_writers_commits_without_busy_waits(writer: Writer) -> None:
@@ -85,7 +89,7 @@ async def test_two_workers_share_the_writers_commits_without_busy_waits(writer: 
         async def create(worker: Store, n: int) -> None:
             for i in range(COMMITS_EACH):
                 async with worker.write() as tx:
-                    await tx.insert_object(_row(f"t{n}-{i}"))
+                    await object_rows.insert_object(tx, _row(f"t{n}-{i}"))
 
         await asyncio.gather(*(create(workers[n % 2], n) for n in range(WRITERS)))
         names = await _names(workers[1])  # read on a worker's own connection
@@ -103,7 +107,7 @@ async def test_two_workers_share_the_writers_commits_without_busy_waits(writer: 
 
 async def _object(store: Store, name: str) -> ObjectRow:
     async with store.read() as tx:
-        row = await tx.get_object("w", "ns", name)
+        row = await object_rows.get_object(tx, "w", "ns", name)
     assert row is not None
     return row
 
@@ -112,14 +116,16 @@ async def test_a_failing_transaction_takes_back_only_its_own_changes(writer: Wri
     worker = writer.worker_store()
     try:
         async with worker.write() as tx:
-            await tx.insert_object(_row("taken"))
+            await object_rows.insert_object(tx, _row("taken"))
 
         async def create(name: str, fail: bool) -> None:
             async with worker.write() as tx:
-                await tx.insert_object(_row(name))
+                await object_rows.insert_object(tx, _row(name))
                 await asyncio.sleep(0)  # the others queue up behind this one: one group
                 if fail:
-                    await tx.insert_object(_row("taken"))  # a constraint refuses it in the writer
+                    await object_rows.insert_object(
+                        tx, _row("taken")
+                    )  # a constraint refuses it in the writer
 
         outcomes = await asyncio.gather(
             *(create(f"n{i}", fail=i == 2) for i in range(6)), return_exceptions=True
@@ -173,15 +179,16 @@ async def test_a_worker_that_dies_or_speaks_out_of_turn_mid_transaction_leaves_n
         # The others keep writing through it all.
         for i in range(3):
             async with worker.write() as tx:
-                await tx.insert_namespace("w", f"alive{i}", None, {})
+                await namespace_rows.insert_namespace(tx, "w", f"alive{i}", None, {})
         await asyncio.sleep(1.5)
         async with worker.write() as tx:
-            await tx.insert_namespace("w", "after", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "after", None, {})
         stalled.close()
         garbage.close()
         async with worker.read() as tx:
             found = {
-                name: await tx.get_namespace("w", name) for name in ("died", "stalled", "garbage", "after")
+                name: await namespace_rows.get_namespace(tx, "w", name)
+                for name in ("died", "stalled", "garbage", "after")
             }
     finally:
         await worker.close()
@@ -247,9 +254,12 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     worker = writer.worker_store()
     try:
         async with worker.write() as tx:
-            await tx.insert_namespace("w", "after", None, {})
+            await namespace_rows.insert_namespace(tx, "w", "after", None, {})
         async with worker.read() as tx:
-            found = {name: await tx.get_namespace("w", name) for name in ("orphan", "bystander", "after")}
+            found = {
+                name: await namespace_rows.get_namespace(tx, "w", name)
+                for name in ("orphan", "bystander", "after")
+            }
     finally:
         await worker.close()
     assert found == {"orphan": None, "bystander": None, "after": {}}

@@ -1,6 +1,6 @@
 """Writes on PostgreSQL in one round trip (issue 32 §2): a table commit, a create and a namespace
 creation are each one statement, a server-side function run in autocommit
-(`catalog.store.server_writes`, migration 0013), with no BEGIN or COMMIT around it; the
+(`catalog.store.server_writes`, migrations 0013 and 0014), with no BEGIN or COMMIT around it; the
 compare-and-swap and the location rule hold inside that statement exactly as in the transaction.
 
 Round trips are counted on the real driver: every statement asyncpg sends is recorded (a
@@ -31,10 +31,13 @@ from cedarberg.catalog.errors import (
 )
 from cedarberg.catalog.identifiers import Identifier, Namespace
 from cedarberg.catalog.namespaces import NamespaceService
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store import roots as rows
 from cedarberg.catalog.store import server_writes
+from cedarberg.catalog.store.objects import ObjectRow
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.server_writes import NewVersion, Outcome, Placement
-from cedarberg.catalog.store.sql import ObjectRow, Store
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.tables import TableService
 from tests.support.catalogs import WAREHOUSE, catalog_context
@@ -116,7 +119,7 @@ def set_property(key: str) -> req.CommitTableRequest:
 
 async def table_location(ctx: CatalogContext, name: str) -> str:
     async with ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, name)
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, name)
     assert row is not None
     return str(orjson.loads(await ctx.sealer.open_row(row))["location"])
 
@@ -134,7 +137,7 @@ async def test_a_namespace_creation_is_one_statement_and_no_transaction(
     assert len(statements) == 1
     assert statements[0].startswith("SELECT cedarberg_create_namespace(")
     async with ctx.store.read() as tx:
-        assert await tx.get_namespace(WAREHOUSE, NAMESPACE.key) == {"owner": "me"}
+        assert await namespace_rows.get_namespace(tx, WAREHOUSE, NAMESPACE.key) == {"owner": "me"}
         owner = rows.namespace_owner(WAREHOUSE, NAMESPACE.key)
         assert await rows.held(tx, rows.NAMESPACE, owner) == [f"{ctx.warehouse(None).location}/ns"]
 
@@ -152,16 +155,18 @@ async def test_a_table_create_and_a_commit_each_write_in_one_statement(
     await service.commit(None, Identifier.of(NAMESPACE, "t"), set_property("a"), None, allow)
     commit = sent.during(start)
 
-    for statements, function in ((create, "cedarberg_create_object"), (commit, "cedarberg_swap_object")):
+    for statements, function in ((create, "cedarberg_create_object"), (commit, "cedarberg_swap_version")):
         assert writes(statements) == [statements[-1]]
         assert statements[-1].startswith(f"SELECT {function}(")
         assert not [sql for sql in statements if sql.split(" ")[0] in _TRANSACTION_CONTROL]
     # The commit's other round trip is its plan's read in autocommit: the pointer and the
-    # namespace it lies in, in one statement.
+    # properties (grants) of its namespace chain, in one statement (the gate decides on them).
     assert len(commit) == 2
+    assert "ns_properties" in commit[0]
+    assert "catalog_objects" in commit[0]
     location = await table_location(ctx, "t")
     async with ctx.store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, "t")
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, "t")
         assert row is not None
         assert row.version == 1
         assert await rows.held(tx, "table", row.uuid) == [location]
@@ -270,7 +275,7 @@ async def test_a_create_near_recorded_roots_writes_nothing(ctx: CatalogContext) 
         outcome = await server_writes.insert_object(ctx.store, _new_row("n"), Placement(roots, {}), None)
         assert outcome is Outcome.GENERAL, how
     async with ctx.store.read() as tx:
-        assert await tx.get_object(WAREHOUSE, NAMESPACE.key, "n") is None
+        assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, "n") is None
         assert await rows.held(tx, "table", _UUID) == []
 
     free = f"{ns_dir}/n-{uuid.uuid4().hex}"
@@ -279,7 +284,7 @@ async def test_a_create_near_recorded_roots_writes_nothing(ctx: CatalogContext) 
         is Outcome.DONE
     )
     async with ctx.store.read() as tx:
-        assert await tx.get_object(WAREHOUSE, NAMESPACE.key, "n") is not None
+        assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, "n") is not None
         assert await rows.held(tx, "table", _UUID) == [free]
 
 
@@ -291,7 +296,7 @@ async def test_a_create_placed_on_stale_namespace_properties_writes_nothing(ctx:
 
     assert outcome is Outcome.GENERAL
     async with ctx.store.read() as tx:
-        assert await tx.get_object(WAREHOUSE, NAMESPACE.key, "n") is None
+        assert await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, "n") is None
 
 
 async def test_a_name_taken_since_the_plan_is_a_lost_race(ctx: CatalogContext) -> None:
@@ -318,7 +323,7 @@ async def test_a_namespace_directory_inside_a_table_is_refused_with_nothing_writ
     with pytest.raises(LocationNotAllowedError):
         await NamespaceService(ctx).create(None, Namespace.of(["other"]), {"location": inside}, None)
     async with ctx.store.read() as tx:
-        assert await tx.get_namespace(WAREHOUSE, "other") is None
+        assert await namespace_rows.get_namespace(tx, WAREHOUSE, "other") is None
         assert await rows.held(tx, rows.NAMESPACE, rows.namespace_owner(WAREHOUSE, "other")) == []
 
 
@@ -329,7 +334,7 @@ async def test_a_namespace_taken_or_without_parent_is_refused_as_before(ctx: Cat
     with pytest.raises(InvalidRequestError, match="parent namespace does not exist"):
         await NamespaceService(ctx).create(None, Namespace.of(["none", "child"]), {}, None)
     async with ctx.store.read() as tx:
-        assert await tx.list_namespaces(WAREHOUSE, None, None, 10) == [NAMESPACE.key]
+        assert await namespace_rows.list_namespaces(tx, WAREHOUSE, None, None, 10) == [NAMESPACE.key]
 
 
 _UUID = str(uuid.uuid4())
@@ -349,7 +354,7 @@ def _new_row(name: str) -> ObjectRow:
 
 async def _row(store: Store, name: str) -> ObjectRow:
     async with store.read() as tx:
-        row = await tx.get_object(WAREHOUSE, NAMESPACE.key, name)
+        row = await object_rows.get_object(tx, WAREHOUSE, NAMESPACE.key, name)
     assert row is not None
     return row
 
@@ -377,8 +382,8 @@ async def test_only_claims_at_overlapping_places_wait_for_each_other(ctx: Catalo
     with pytest.raises(LocationNotAllowedError):
         await asyncio.wait_for(waiting, timeout=60)
     async with ctx.store.read() as tx:
-        assert await tx.get_namespace(WAREHOUSE, elsewhere.key) == {}
-        assert await tx.get_namespace(WAREHOUSE, below.key) is None
+        assert await namespace_rows.get_namespace(tx, WAREHOUSE, elsewhere.key) == {}
+        assert await namespace_rows.get_namespace(tx, WAREHOUSE, below.key) is None
 
 
 def test_a_root_locks_itself_exclusive_and_every_place_above_it_shared() -> None:

@@ -21,7 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from cedarberg.catalog.errors import StorageUnavailableError
-from cedarberg.catalog.store.sql import Store
+from cedarberg.catalog.store.connect import open_store
 from cedarberg.gateway.authn.api_keys import (
     ApiKeyAuthenticator,
     ApiKeyRevokedError,
@@ -543,21 +543,21 @@ def test_settings_are_frozen_and_validated() -> None:
 
 async def test_the_key_tables_are_in_the_registrys_one_migration_history(tmp_path: Path) -> None:
     url = _sqlite_url(tmp_path, "shared.db")
-    catalog = await Store.open(url)
+    catalog = await open_store(url)
     first = await open_key_store(url)
     await first.close()
     again = await open_key_store(url)  # idempotent
     record, plaintext = await ApiKeyAuthenticator(again).create_key("alice", PrincipalKind.USER)
     await again.close()
     await catalog.close()
-    reopened = await Store.open(url)  # the same history, already at head
+    reopened = await open_store(url)  # the same history, already at head
     await reopened.close()
     with sqlite3.connect(tmp_path / "shared.db") as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version"} <= tables
     assert "alembic_version_gateway" not in tables  # one version table per database
-    assert version == [("0013",)]
+    assert version == [("0014",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "key:alice"
@@ -567,7 +567,7 @@ async def test_the_key_tables_are_in_the_registrys_one_migration_history(tmp_pat
 
 
 async def test_postgres_store(postgres_url: str) -> None:
-    catalog = await Store.open(postgres_url)
+    catalog = await open_store(postgres_url)
     stores = await asyncio.gather(open_key_store(postgres_url), open_key_store(postgres_url))
     try:
         keys = ApiKeyAuthenticator(stores[0], ApiKeySettings(lockout_threshold=2))

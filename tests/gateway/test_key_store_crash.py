@@ -1,6 +1,6 @@
 """What the key store acknowledged survives the gateway's SIGKILL, on SQLite and PostgreSQL.
 
-The API key store runs on the registry's drivers (`catalog.store.sql.open_driver`): a write is
+The API key store runs on the registry's drivers (`catalog.store.connect.open_driver`): a write is
 acknowledged only after its COMMIT returned, which on SQLite synced the WAL (synchronous=FULL)
 and on PostgreSQL flushed the commit record (synchronous_commit on). The attack: the holder of a
 revoked key, and of a gateway token issued for it before the revocation, hopes a crash right

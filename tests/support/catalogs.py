@@ -4,12 +4,14 @@ call `catalog/` directly.
 
 `UnconfirmedStore` is the one fake: a real store whose next write transaction (or single-statement
 write, on PostgreSQL) commits and then reports `CommitStateUnknownError`, as a connection lost
-while committing leaves it.
+while committing leaves it. `RacedStore` is a real store that runs a test's action (another
+writer's request) just before its next write transaction opens: between an operation's read and
+its write.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,11 @@ from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.idempotency import Idempotency
 from cedarberg.catalog.sealing import Sealer
 from cedarberg.catalog.store.cache import Touched
-from cedarberg.catalog.store.sql import Store, StoreTx
+from cedarberg.catalog.store.connect import open_driver
+from cedarberg.catalog.store.engine import migrate_registry
+from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.tx import StoreTx
 from cedarberg.kms.keyring import KeyRing
 from cedarberg.kms.settings import KmsSettings
 
@@ -49,6 +54,21 @@ class UnconfirmedStore(Store):
         return outcome
 
 
+class RacedStore(Store):
+    """A Store that runs `before_next_write` (once, then forgets it) before its next write
+    transaction opens: another writer lands between an operation's read and its write."""
+
+    before_next_write: Callable[[], Awaitable[None]] | None = None
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[StoreTx]:
+        racing, self.before_next_write = self.before_next_write, None
+        if racing is not None:
+            await racing()
+        async with super().write() as tx:
+            yield tx
+
+
 @asynccontextmanager
 async def catalog_context(
     tmp_path: Path,
@@ -61,7 +81,9 @@ async def catalog_context(
     """A catalog on the registry at `url` (the `registry_url` fixture: SQLite or PostgreSQL;
     default a fresh SQLite file under `tmp_path`), with warehouse `w` at `tmp_path/warehouse`
     (sealing its files unless `seal_files` is False)."""
-    store = await store_class.open(url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}")
+    url = url or f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+    await migrate_registry(url)
+    store = store_class(open_driver(url, capacity=20))  # as `open_store` opens one
     keyring = KeyRing.open(KmsSettings(), tmp_path / "kms")
     sealer = Sealer(keyring)
     try:

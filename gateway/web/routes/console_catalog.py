@@ -34,7 +34,7 @@ from aiohttp import web
 
 from cedarberg.catalog.dropped import list_dropped, undrop
 from cedarberg.catalog.identifiers import SEPARATOR, Identifier, Namespace
-from cedarberg.catalog.namespaces import read_many
+from cedarberg.catalog.lookups import read_many
 from cedarberg.catalog.pagination import PageRequest
 from cedarberg.gateway.authz.entities import Resource, catalog_resource
 from cedarberg.gateway.authz.scan_grants import read_view
