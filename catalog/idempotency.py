@@ -150,13 +150,22 @@ class Idempotency:
             replayed = await self._replay(name, operation, digest)
             if replayed is not None:
                 return replayed[0]
-            await self._record_outside(recorder, "error", {"class": type(err).__name__, "message": str(err)})
+            if not await self._record_outside(
+                recorder, "error", {"class": type(err).__name__, "message": str(err)}
+            ):
+                # It won after that look (its commit landed while this one failed on its change,
+                # e.g. a retried rename finding its source gone): its outcome is still the answer.
+                replayed = await self._replay(name, operation, digest)
+                if replayed is not None:
+                    return replayed[0]
             raise
         if not recorder.recorded:
             await self._record_outside(recorder, "ok", None if body is None else body.decode())
         return body
 
-    async def _record_outside(self, recorder: Recorder, outcome: str, payload: object) -> None:
+    async def _record_outside(self, recorder: Recorder, outcome: str, payload: object) -> bool:
+        """Record `outcome` in a transaction of its own: False if a concurrent request with the
+        same key recorded first (the record is then theirs)."""
         sealed = None if payload is None else recorder.seal(payload)
         try:
             async with self._store.write() as tx:
@@ -164,7 +173,8 @@ class Idempotency:
                     tx, recorder.key, recorder.outcome(outcome, sealed), recorder.expired_before
                 )
         except DuplicateKeyError:
-            pass  # a concurrent duplicate recorded first; both outcomes describe the same operation
+            return False
+        return True
 
     async def _replay(self, key: str, operation: str, digest: str) -> tuple[Body] | None:
         """The recorded outcome as a 1-tuple (body), or None. Re-raises a recorded error; raises

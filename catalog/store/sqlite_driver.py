@@ -13,7 +13,9 @@ so they run inline on the event loop. What can take long never does:
 Group commit: writers that queue up while a COMMIT syncs join the next transaction, each inside
 a savepoint, and share its COMMIT (at most MAX_GROUP of them): one sync and one thread crossing
 for all. A writer that fails rolls back to its savepoint, taking back only its own changes; every
-writer of the group returns only once the shared COMMIT has finished, and each learns its outcome
+writer of the group returns only once the shared COMMIT has finished (a failing one too, when
+earlier members' changes were in its transaction: it may have failed on them, and must not answer
+before they are durable; DatabaseError if they never are), and each learns its outcome
 (an error while committing is CommitStateUnknownError for all, except a full disk, which refuses
 the COMMIT before it happens: DatabaseError; a transaction SQLite rolled back entirely is
 DatabaseError for all). A member whose requester is gone by the time of the COMMIT (the registry
@@ -187,6 +189,17 @@ async def _wait_busy(
     return deadline, min(delay * 2, _MAX_BACKOFF)
 
 
+async def _after_commit(batch: _Batch) -> None:
+    """Wait for `batch`'s COMMIT, for a writer that failed after reading what earlier members of
+    its group wrote: its failure (a name found taken, an object found gone) was decided on changes
+    not yet durable, so it is answered only once they are. Raises DatabaseError if they never
+    became durable (the failure may then describe a state that never existed: the caller retries)."""
+    try:
+        await asyncio.shield(batch.done)
+    except Exception as err:
+        raise DatabaseError("TransactionNotCommitted") from err
+
+
 class _Batch:
     """One write transaction shared by the writers that joined it; `done` settles with its COMMIT."""
 
@@ -267,10 +280,13 @@ class SqliteDriver:
         self._watch.checked_out()
         try:
             yield SqliteConnection(conn, self._busy_timeout, self.counts)
-        except BaseException:
+        except BaseException as failure:
             self._watch.checked_in()
             self._undo_member(conn)
+            read_others = batch.members > 0
             self._end_turn()
+            if read_others and isinstance(failure, Exception):  # cancelled: nobody waits for an answer
+                await _after_commit(batch)
             raise
         self._watch.checked_in()
         try:

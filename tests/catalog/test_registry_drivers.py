@@ -7,9 +7,11 @@ midway leaves the registry as it was."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from sqlalchemy import Integer, String, column, text
 from cedarberg.catalog.errors import AlreadyExistsError, StorageUnavailableError
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
+from cedarberg.catalog.store import sqlite_driver
 from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.engine import migrate_registry
 from cedarberg.catalog.store.objects import ObjectRow
@@ -27,6 +30,7 @@ from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.postgres_driver import DIALECT as POSTGRES
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.statements import Sql
+from cedarberg.catalog.store.tx import StoreTx
 from tests.support.postgres import PostgresServer
 
 # Holds SQLite's write lock on the file named by argv[1] until stdin closes: another gateway
@@ -218,6 +222,102 @@ async def test_concurrent_writers_share_commits_and_one_failing_writer_loses_onl
     finally:
         await reopened.close()
     assert sorted(names) == sorted(f"t{i}" for i in range(24) if i != 3)
+
+
+async def _create_unless_taken(tx: StoreTx, name: str) -> None:
+    if await object_rows.get_object(tx, "w", "ns", name) is not None:
+        raise AlreadyExistsError(f"Table already exists: ns.{name}")
+    await object_rows.insert_object(tx, _row(name))
+
+
+async def _group_of_two(driver: SqliteDriver, store: Store) -> tuple[BaseException | None, bool]:
+    """Writer A inserts table `t` and writer B, queued behind A in the same group, finds the name
+    taken in A's uncommitted change and fails. B's outcome, and whether `t` was committed (read on
+    a reader connection, which sees only committed data) at the moment B's failure reached it."""
+    a_inserted = asyncio.Event()
+    committed_when_b_failed: list[bool] = []
+    async with store.read() as tx:  # a reader open before: opening one waits for the commit thread
+        assert await object_rows.get_object(tx, "w", "ns", "t") is None
+
+    async def writer_a() -> None:
+        async with store.write() as tx:
+            await object_rows.insert_object(tx, _row("t"))
+            a_inserted.set()
+            # B queues behind A, so it joins A's group (the driver's own count says when).
+            while driver._waiting == 0:  # noqa: ASYNC110 - no event to wait for inside the driver
+                await asyncio.sleep(0)
+
+    async def writer_b() -> None:
+        await a_inserted.wait()
+        try:
+            async with store.write() as tx:
+                await _create_unless_taken(tx, "t")
+        except BaseException:
+            async with store.read() as tx:
+                committed_when_b_failed.append(await object_rows.get_object(tx, "w", "ns", "t") is not None)
+            raise
+
+    outcomes = await asyncio.gather(writer_a(), writer_b(), return_exceptions=True)
+    assert outcomes[0] is None or isinstance(outcomes[0], BaseException)
+    return outcomes[1], committed_when_b_failed == [True]
+
+
+async def test_a_writer_failing_on_an_earlier_members_change_answers_only_once_it_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack: in a group, a later writer sees the earlier members' uncommitted changes and
+    may fail on them (a name taken, an object gone: a retried rename found its source gone). It
+    must not answer before those changes are durable, or its client could act on a state that
+    is then lost. Here the COMMIT is slow (0.3 s on the commit thread): B's failure reaches it
+    only once A's insert is committed, and it is B's own error."""
+    path = tmp_path / "registry.db"
+    await migrate_registry(f"sqlite+aiosqlite:///{path}")
+    driver = SqliteDriver(str(path))
+    store = Store(driver)
+    slow = sqlite_driver._commit
+
+    def slow_commit(conn: sqlite3.Connection) -> None:
+        time.sleep(0.3)
+        slow(conn)
+
+    try:
+        async with store.write() as tx:
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
+        monkeypatch.setattr(sqlite_driver, "_commit", slow_commit)
+        outcome, committed = await _group_of_two(driver, store)
+    finally:
+        await store.close()
+    assert isinstance(outcome, AlreadyExistsError)
+    assert committed
+
+
+async def test_a_writer_failing_on_changes_that_never_commit_fails_as_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control of the rule's other side: when the group's COMMIT fails, the failure B saw
+    describes a state that never existed; B answers
+    StorageUnavailableError (503, retryable), not its error."""
+    path = tmp_path / "registry.db"
+    await migrate_registry(f"sqlite+aiosqlite:///{path}")
+    driver = SqliteDriver(str(path))
+    store = Store(driver)
+    real = sqlite_driver._commit
+
+    def failing_commit(conn: sqlite3.Connection) -> None:
+        conn.execute("ROLLBACK")
+        raise sqlite3.OperationalError("disk I/O error")
+
+    try:
+        async with store.write() as tx:
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
+        monkeypatch.setattr(sqlite_driver, "_commit", failing_commit)
+        outcome, committed = await _group_of_two(driver, store)
+        monkeypatch.setattr(sqlite_driver, "_commit", real)
+    finally:
+        await store.close()
+    assert isinstance(outcome, StorageUnavailableError)
+    assert "TransactionNotCommitted" in str(outcome)
+    assert not committed
 
 
 async def test_a_transaction_failing_midway_leaves_the_registry_unchanged(
