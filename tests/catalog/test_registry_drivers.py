@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -230,7 +230,7 @@ async def _create_unless_taken(tx: StoreTx, name: str) -> None:
     await object_rows.insert_object(tx, _row(name))
 
 
-async def _group_of_two(driver: SqliteDriver, store: Store) -> tuple[BaseException | None, bool]:
+async def _group_of_two_writers(driver: SqliteDriver, store: Store) -> tuple[BaseException | None, bool]:
     """Writer A inserts table `t` and writer B, queued behind A in the same group, finds the name
     taken in A's uncommitted change and fails. B's outcome, and whether `t` was committed (read on
     a reader connection, which sees only committed data) at the moment B's failure reached it."""
@@ -262,6 +262,24 @@ async def _group_of_two(driver: SqliteDriver, store: Store) -> tuple[BaseExcepti
     return outcomes[1], committed_when_b_failed == [True]
 
 
+async def _group_of_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit: Callable[[sqlite3.Connection], None]
+) -> tuple[BaseException | None, bool]:
+    """`_group_of_two_writers` on a fresh SQLite registry whose group COMMIT runs `commit` in
+    place of the driver's `_commit` (a slow or failing COMMIT: no disk here does either on cue)."""
+    path = tmp_path / "registry.db"
+    await migrate_registry(f"sqlite+aiosqlite:///{path}")
+    driver = SqliteDriver(str(path))
+    store = Store(driver)
+    try:
+        async with store.write() as tx:
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
+        monkeypatch.setattr(sqlite_driver, "_commit", commit)
+        return await _group_of_two_writers(driver, store)
+    finally:
+        await store.close()
+
+
 async def test_a_writer_failing_on_an_earlier_members_change_answers_only_once_it_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,23 +288,13 @@ async def test_a_writer_failing_on_an_earlier_members_change_answers_only_once_i
     must not answer before those changes are durable, or its client could act on a state that
     is then lost. Here the COMMIT is slow (0.3 s on the commit thread): B's failure reaches it
     only once A's insert is committed, and it is B's own error."""
-    path = tmp_path / "registry.db"
-    await migrate_registry(f"sqlite+aiosqlite:///{path}")
-    driver = SqliteDriver(str(path))
-    store = Store(driver)
-    slow = sqlite_driver._commit
+    real = sqlite_driver._commit
 
     def slow_commit(conn: sqlite3.Connection) -> None:
         time.sleep(0.3)
-        slow(conn)
+        real(conn)
 
-    try:
-        async with store.write() as tx:
-            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
-        monkeypatch.setattr(sqlite_driver, "_commit", slow_commit)
-        outcome, committed = await _group_of_two(driver, store)
-    finally:
-        await store.close()
+    outcome, committed = await _group_of_two(tmp_path, monkeypatch, slow_commit)
     assert isinstance(outcome, AlreadyExistsError)
     assert committed
 
@@ -297,24 +305,12 @@ async def test_a_writer_failing_on_changes_that_never_commit_fails_as_unavailabl
     """The control of the rule's other side: when the group's COMMIT fails, the failure B saw
     describes a state that never existed; B answers
     StorageUnavailableError (503, retryable), not its error."""
-    path = tmp_path / "registry.db"
-    await migrate_registry(f"sqlite+aiosqlite:///{path}")
-    driver = SqliteDriver(str(path))
-    store = Store(driver)
-    real = sqlite_driver._commit
 
     def failing_commit(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
         raise sqlite3.OperationalError("disk I/O error")
 
-    try:
-        async with store.write() as tx:
-            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
-        monkeypatch.setattr(sqlite_driver, "_commit", failing_commit)
-        outcome, committed = await _group_of_two(driver, store)
-        monkeypatch.setattr(sqlite_driver, "_commit", real)
-    finally:
-        await store.close()
+    outcome, committed = await _group_of_two(tmp_path, monkeypatch, failing_commit)
     assert isinstance(outcome, StorageUnavailableError)
     assert "TransactionNotCommitted" in str(outcome)
     assert not committed
