@@ -213,17 +213,24 @@ class HandedOffSqliteDriver:
 
     async def _roll_back(self, session: _Session) -> None:
         """Undo the transaction in the writer; a session that cannot is closed, which the writer
-        takes as a rollback too."""
+        takes as a rollback too.
+
+        The transaction may have failed on what earlier members of its group wrote (a name found
+        taken, an object found gone), so its failure stands only once the writer confirms that
+        group durable: the writer answers the rollback after the group's COMMIT. Raises
+        DatabaseError (the caller answers 503, retryable) when the writer says the group never
+        committed or cannot be asked: the failure may describe a state that never existed."""
         if session.broken:
-            return
-        try:
-            reply = await session.ask(["rollback"])
-        except DatabaseError:
-            return
+            return  # the failure is this session's own (the writer was lost mid-statement)
+        reply = await session.ask(["rollback"])
         if reply == ["ok"]:
             self._give_back(session)
+            return
+        if reply[0] == "database":
+            self._give_back(session)  # the writer answered in turn: the session goes on
         else:
             session.close()
+        raise _refusal(reply)
 
     async def close(self) -> None:
         for session in self._idle:

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cedarberg.catalog.errors import AlreadyExistsError
+from cedarberg.catalog.errors import AlreadyExistsError, StorageUnavailableError
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
 from cedarberg.catalog.store.connect import open_driver, open_store
@@ -263,3 +263,52 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     finally:
         await worker.close()
     assert found == {"orphan": None, "bystander": None, "after": {}}
+
+
+async def test_a_worker_failing_on_a_dead_workers_change_fails_as_unavailable_not_with_its_error(
+    writer: Writer,
+) -> None:
+    """The attack the crash run found (a retried rename answered 404 for a rename that never
+    landed): a worker's transaction joins the group of a worker that then dies after "commit",
+    finds that worker's change (here a name taken) and fails on it. The writer rolls the group
+    back, so the change never existed: the worker must fail as unavailable (503, retryable),
+    not answer the failure it read. The control: with nobody dying, that failure is answered
+    once the change is durable (test_registry_drivers' slow-COMMIT test, and below, after)."""
+    insert = (
+        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
+    )
+    dying_reader, dying = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
+    assert await _reply(dying_reader) == ["ok"]
+    assert (await _reply(dying_reader))[0] == "rows"
+    dead = asyncio.Event()
+    worker = writer.worker_store()
+
+    async def create_unless_taken(name: str) -> None:
+        async with worker.write() as tx:
+            if await namespace_rows.get_namespace(tx, "w", name) is not None:
+                await dead.wait()  # the dying worker is gone before this group's COMMIT
+                raise AlreadyExistsError(f"Namespace already exists: {name}")
+            await namespace_rows.insert_namespace(tx, "w", name, None, {})
+
+    try:
+        attempt = asyncio.create_task(create_unless_taken("orphan"))
+        for _ in range(3000):  # until the worker's transaction waits for the writer lock (30 s at most)
+            if writer.driver._waiting:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.driver._waiting == 1
+        dying.write(_frame(["commit"]))
+        await dying.drain()
+        dying.close()
+        await asyncio.sleep(0.2)
+        dead.set()
+        with pytest.raises(StorageUnavailableError, match="TransactionNotCommitted"):
+            await attempt
+        await create_unless_taken("orphan")  # the name was never taken: the retry creates it
+        with pytest.raises(AlreadyExistsError):  # the control: now it is taken, and durably so
+            await create_unless_taken("orphan")
+        async with worker.read() as tx:
+            created = await namespace_rows.get_namespace(tx, "w", "orphan")
+    finally:
+        await worker.close()
+    assert created == {}
