@@ -77,12 +77,13 @@ def variants(cores: int) -> tuple[Variant, ...]:
         Variant(tls=False, workers=1, store=POSTGRES, operations=POSTGRES_SUBSET),
         Variant(tls=False, workers=cores, store=POSTGRES, operations=POSTGRES_PER_CORE_SUBSET),
     )
+    order = MAIN_VARIANT.operations  # every operation a variant may run, in the order they run
     merged: dict[str, Variant] = {}
     for variant in listed:
         names = set(variant.operations)
         if variant.name in merged:
             names |= set(merged[variant.name].operations)
-        merged[variant.name] = dataclasses.replace(variant, operations=tuple(n for n in ALL if n in names))
+        merged[variant.name] = dataclasses.replace(variant, operations=tuple(n for n in order if n in names))
     return tuple(merged.values())
 
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from cedarberg.catalog.errors import CatalogError
-from cedarberg.catalog.store import keys as key_rows
 from cedarberg.gateway.cli.deployment import offline_options, offline_settings
 from cedarberg.kms.errors import KmsError
 
@@ -70,6 +69,8 @@ async def _with_catalog(settings: Settings, work: Callable[[CatalogContext], Awa
 
 
 async def _kms_status(ctx: CatalogContext, out: TextIO) -> int:
+    from cedarberg.catalog.store import keys as key_rows  # SQLAlchemy: not for `--help` (see above)
+
     version = await ctx.sealer.current_kek_version()
     async with ctx.store.read() as tx:
         behind = await key_rows.count_keys_not_under(tx, ctx.sealer.keyring.kek_uri, version)

@@ -15,7 +15,7 @@ from bench.credential_forms import operations_for
 from bench.model import OK, Run, Scenario, Target
 from bench.report import DASH, TIMES, targets_table, writes_table
 from bench.scenarios import WRITES
-from bench.suite import variants
+from bench.suite import MAIN_VARIANT, variants
 from bench.targets import FAIL, PASS, SKIP, evaluate
 
 WRITE_OPERATIONS = ("commit_seq", "commit_8x8", "create_namespace", "create_namespace_8")
@@ -192,3 +192,14 @@ def test_the_writes_table_puts_each_variant_beside_the_peer() -> None:
     )
     assert not any(line.startswith("| commit") for line in lines)
     assert writes_table(scenarios_from({"cedarberg/http-1w/load_table": 1.0}), cores=2) == []
+
+
+def test_the_main_variant_runs_the_soak_the_ceiling_body_and_every_credential_form() -> None:
+    """The suite recognises its main variant (one worker, SQLite) among the merged variants: the
+    soak, the ceiling's loadTable body and the credential forms' scenarios hang on it. A merge
+    that dropped the credential forms' operations made it another variant, and a whole run went
+    without the ceiling, the soak and the forms."""
+    for cores in (1, 2):
+        main = [variant for variant in variants(cores) if variant == MAIN_VARIANT]
+        assert len(main) == 1, cores
+        assert {operation for operation, _ in CREDENTIAL_FORMS} <= set(main[0].operations)
