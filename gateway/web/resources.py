@@ -36,6 +36,14 @@ if TYPE_CHECKING:  # annotations only: the security and services are passed in
 # process); everything else on the database's.
 _NO_PROPERTIES: dict[str, str] = {}  # one object, so the resource memo recognises "absent"
 _CACHED_GROUPS = frozenset({ActionGroup.READ, ActionGroup.OPERATE, ActionGroup.CONSOLE})
+# Commits whose every write is decided again, on its own action, by the effect gate on the grants
+# the catalog reads from the database with the pointer it plans on (EFFECT_CHECKS: the operation's
+# action for an existing object and for one it creates). Their request-level decision may use the
+# cached grants like a read: what it lets happen before the gate (reading the pointer and the
+# metadata, answering a commit that changes nothing) is what a read decided on the same grants
+# does, and nothing is written that the database's grants do not allow. Registrations are not
+# among them: they open a file the caller names, which must be decided on the database's grants.
+_REDECIDED_BY_THE_GATE = frozenset({"updateTable", "commitTransaction", "replaceView"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +184,8 @@ async def build(
     created = None
     if spec.creates and names.resource is not None and names.resource.kind is EntityType.NAMESPACE:
         created = names.resource.namespace
-    grants = RegistryGrants(services, fresh=spec.group not in _CACHED_GROUPS, created=created)
+    cached = spec.group in _CACHED_GROUPS or spec.operation in _REDECIDED_BY_THE_GATE
+    grants = RegistryGrants(services, fresh=not cached, created=created)
     return RequestResources(
         resource=None if names.resource is None else await naming.build(names.resource, grants),
         target=None if names.target is None else await naming.build(names.target, grants),

@@ -15,6 +15,8 @@ from cedarberg.catalog.store import commit_reads
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store.connect import open_store
 from cedarberg.catalog.store.tx import StoreTx
+from cedarberg.gateway.authz.operations import EFFECT_CHECKS
+from cedarberg.gateway.web import resources
 from cedarberg.gateway.web.keys import SERVICES
 from tests.gateway.web.conftest import InProcessGateway, MakeGateway
 from tests.support.gateway import bundled_policies
@@ -28,9 +30,12 @@ def set_property(key: str) -> dict[str, Any]:
 
 
 async def _lake(make_gateway: MakeGateway, tmp_path: Path) -> InProcessGateway:
-    """A gateway on the bundled policies where etl writes in `lake` and below, and `lake.raw.t`."""
+    """A gateway on the bundled policies where etl writes in `lake` and below, and `lake.raw.t`;
+    its read cache keeps what another process changes for a minute (not 1 s: the tests below
+    must not depend on how fast the machine runs them)."""
     policies = bundled_policies(tmp_path / "policies", {})
-    gw = await make_gateway(anonymous=False, config={"authz": {"policy_dir": str(policies)}})
+    config = {"authz": {"policy_dir": str(policies)}, "cache": {"registry_ttl_seconds": 60}}
+    gw = await make_gateway(anonymous=False, config=config)
     await gw.create_namespace("lake", LAKE, headers=gw.as_("root"))
     raw = await gw.client.post("/v1/namespaces", json={"namespace": ["lake", "raw"]}, headers=gw.as_("root"))
     assert raw.status == 200
@@ -96,10 +101,67 @@ async def test_a_commit_reads_its_grants_once_with_its_pointer(
         _counting(calls, "grants", namespace_rows.namespace_properties),
     )
 
-    landed = await gw.client.post(TABLE, json=set_property("a"), headers=gw.as_("etl-bot"))
+    for key in ("a", "b"):
+        landed = await gw.client.post(TABLE, json=set_property(key), headers=gw.as_("etl-bot"))
+        assert landed.status == 200, await landed.text()
+    # The pipeline decides the operation on the grants as a read would (the read cache, which the
+    # first commit fills); the gate decides the effect on those the plan read with its pointer:
+    # from then on, one read of the database per commit before its write.
+    assert calls == ["grants", "pointer and grants", "pointer and grants"]
+    assert await _properties(gw) == {"a": "1", "b": "1"}
 
-    assert landed.status == 200, await landed.text()
-    # The pipeline decides the operation on the grants (its own fresh read, before the handler);
-    # the gate decides the effect on those the plan read with its pointer: no third read.
-    assert calls == ["grants", "pointer and grants"]
+
+async def _revoke_elsewhere(gw: InProcessGateway, grants: dict[str, str]) -> None:
+    """Another gateway process sets `lake`'s grants: this one's read cache still holds the old."""
+    other = await open_store(gw.settings.effective_store_url())
+    try:
+        async with other.write() as other_tx:
+            warehouse = gw.app[SERVICES].ctx.default_warehouse
+            await namespace_rows.set_namespace_properties(other_tx, warehouse, "lake", grants)
+    finally:
+        await other.close()
+
+
+def _transaction(key: str) -> dict[str, Any]:
+    change = set_property(key)
+    return {"table-changes": [{"identifier": {"namespace": ["lake", "raw"], "name": "t"}, **change}]}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [(TABLE, set_property), ("/v1/transactions/commit", _transaction)],
+    ids=["updateTable", "commitTransaction"],
+)
+async def test_a_grant_revoked_elsewhere_while_cached_refuses_the_commit_at_the_gate(
+    make_gateway: MakeGateway, tmp_path: Path, path: str, body: Callable[[str], dict[str, Any]]
+) -> None:
+    """The attack on the cached request-level decision: another process revokes etl's write grant
+    while this gateway's read cache still holds it. The pipeline admits the commit on the cached
+    grants (as it would a read), and the effect gate, deciding on the grants read from the
+    database with the pointer, refuses it: nothing is written."""
+    gw = await _lake(make_gateway, tmp_path)
+    first = await gw.client.post(path, json=body("a"), headers=gw.as_("etl-bot"))
+    assert first.status in (200, 204), await first.text()
+    await _revoke_elsewhere(gw, {"cedarberg.readers": "etl"})
+
+    refused = await gw.client.post(path, json=body("b"), headers=gw.as_("etl-bot"))
+
+    assert refused.status == 403, await refused.text()
+    message = (await refused.json())["error"]["message"]
+    assert message.startswith(f"Not allowed: {path_operation(path)}: "), message
+    assert message.endswith("(set-properties)"), message  # the gate's refusal: it names the effect
     assert await _properties(gw) == {"a": "1"}
+
+
+def path_operation(path: str) -> str:
+    return "commitTransaction" if path.endswith("transactions/commit") else "updateTable"
+
+
+def test_every_operation_decided_on_cached_grants_is_decided_again_by_the_gate() -> None:
+    """The rule that makes the cached request-level decision safe, checked for every operation
+    that uses it: the effect gate decides the operation's own action again, on the database's
+    grants, for an existing object and for one the change creates."""
+    for operation in resources._REDECIDED_BY_THE_GATE:
+        checks = EFFECT_CHECKS[operation]
+        assert operation in checks.existing, operation
+        assert operation in checks.arriving, operation
