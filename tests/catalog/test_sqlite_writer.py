@@ -7,26 +7,21 @@ leaves nothing behind. (Two real workers of `cedarberg serve`: tests/gateway/tes
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import pytest
 
 from cedarberg.catalog.errors import AlreadyExistsError, StorageUnavailableError
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store import objects as object_rows
-from cedarberg.catalog.store.connect import open_driver, open_store
-from cedarberg.catalog.store.engine import migrate_registry
+from cedarberg.catalog.store.connect import open_driver
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_writes_to
-from cedarberg.catalog.store.sqlite_writer import SqliteWriter
+from tests.support.writer_sessions import Writer, frame, raw_session, reply
 
 WRITERS = 8
 COMMITS_EACH = 6
@@ -37,44 +32,6 @@ def _row(name: str) -> ObjectRow:
         "w", "ns", name, "table", str(uuid.uuid4()), f"s3://b/{name}/metadata/0.json", b"\x00sealed\xff", 1,
         "local:k", "1", b"k",
     )  # fmt: skip
-
-
-@dataclass
-class Writer:
-    """A writer serving on a socket, and the file it writes."""
-
-    driver: SqliteDriver
-    socket_path: str
-    database: Path
-
-    def worker_store(self) -> Store:
-        """What one gateway worker opens: reads here, writes handed to the writer."""
-        return Store(HandedOffSqliteDriver(str(self.database), self.socket_path, busy_timeout=2.0))
-
-
-@pytest.fixture
-async def writer(tmp_path: Path) -> AsyncIterator[Writer]:
-    database = tmp_path / "registry.db"
-    url = f"sqlite:///{database}"
-    await migrate_registry(url)
-    setup = await open_store(url, migrate=False)
-    try:
-        async with setup.write() as tx:
-            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
-    finally:
-        await setup.close()
-    socket_path = str(tmp_path / "writer.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
-    listener.listen(16)
-    driver = SqliteDriver(str(database), readers=0)
-    stop = asyncio.Event()
-    serving = asyncio.create_task(SqliteWriter(driver, patience=1.0).serve(listener, stop))
-    try:
-        yield Writer(driver, socket_path, database)
-    finally:
-        stop.set()
-        await serving
 
 
 async def _names(store: Store) -> list[str]:
@@ -140,21 +97,6 @@ async def test_a_failing_transaction_takes_back_only_its_own_changes(writer: Wri
     assert names == sorted(["taken", "n0", "n1", "n3", "n4", "n5"])
 
 
-def _frame(message: list[object]) -> bytes:
-    payload = orjson.dumps(message)
-    return struct.pack(">I", len(payload)) + payload
-
-
-async def _raw_session(
-    writer: Writer, *messages: list[object]
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, stream = await asyncio.open_unix_connection(writer.socket_path)
-    for message in messages:
-        stream.write(_frame(message))
-    await stream.drain()
-    return reader, stream
-
-
 async def test_a_worker_that_dies_or_speaks_out_of_turn_mid_transaction_leaves_nothing(
     writer: Writer,
 ) -> None:
@@ -167,14 +109,14 @@ async def test_a_worker_that_dies_or_speaks_out_of_turn_mid_transaction_leaves_n
     worker = writer.worker_store()
     try:
         # Dies after its statement: the connection closes before "commit".
-        reader, stream = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "died", None, "{}"]])
+        reader, stream = await raw_session(writer, ["begin"], ["exec", insert, ["w", "died", None, "{}"]])
         assert (await reader.readexactly(4 + len(b'["ok"]')))[4:] == b'["ok"]'
         await reader.readexactly(4)  # the statement's answer: the transaction is open in the writer
         stream.close()
         # Stalls past the writer's patience (1 s) with its transaction open.
-        _, stalled = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "stalled", None, "{}"]])
+        _, stalled = await raw_session(writer, ["begin"], ["exec", insert, ["w", "stalled", None, "{}"]])
         # Sends garbage mid-transaction.
-        _, garbage = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "garbage", None, "{}"]])
+        _, garbage = await raw_session(writer, ["begin"], ["exec", insert, ["w", "garbage", None, "{}"]])
         garbage.write(struct.pack(">I", 5) + b"{nope")
         # The others keep writing through it all.
         for i in range(3):
@@ -214,13 +156,6 @@ async def test_a_process_routed_to_a_writer_opens_handed_off_drivers(writer: Wri
     assert isinstance(again, SqliteDriver)  # unrouted again
 
 
-async def _reply(reader: asyncio.StreamReader) -> list[object]:
-    (length,) = struct.unpack(">I", await reader.readexactly(4))
-    message = orjson.loads(await reader.readexactly(length))
-    assert isinstance(message, list)
-    return message
-
-
 async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landing_later(
     writer: Writer,
 ) -> None:
@@ -231,25 +166,25 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     insert = (
         "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
     )
-    dying_reader, dying = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
-    assert await _reply(dying_reader) == ["ok"]
-    assert (await _reply(dying_reader))[0] == "rows"
+    dying_reader, dying = await raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
+    assert await reply(dying_reader) == ["ok"]
+    assert (await reply(dying_reader))[0] == "rows"
     # Another worker's transaction waits for the writer lock: it joins the dying one's group.
-    other_reader, other = await _raw_session(writer, ["begin"])
+    other_reader, other = await raw_session(writer, ["begin"])
     for _ in range(3000):  # until the writer has read its "begin" and waits for the lock (30 s at most)
         if writer.driver._waiting:
             break
         await asyncio.sleep(0.01)
     assert writer.driver._waiting == 1
-    dying.write(_frame(["commit"]))
+    dying.write(frame(["commit"]))
     await dying.drain()
-    assert await _reply(other_reader) == ["ok"]  # the group passed to the other transaction
+    assert await reply(other_reader) == ["ok"]  # the group passed to the other transaction
     dying.close()  # the worker dies before the group's COMMIT
     await asyncio.sleep(0.2)
-    other.write(_frame(["exec", insert, ["w", "bystander", None, "{}"]]))
-    assert (await _reply(other_reader))[0] == "rows"
-    other.write(_frame(["commit"]))
-    assert await _reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed
+    other.write(frame(["exec", insert, ["w", "bystander", None, "{}"]]))
+    assert (await reply(other_reader))[0] == "rows"
+    other.write(frame(["commit"]))
+    assert await reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed
     other.close()
     worker = writer.worker_store()
     try:
@@ -277,9 +212,9 @@ async def test_a_worker_failing_on_a_dead_workers_change_fails_as_unavailable_no
     insert = (
         "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
     )
-    dying_reader, dying = await _raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
-    assert await _reply(dying_reader) == ["ok"]
-    assert (await _reply(dying_reader))[0] == "rows"
+    dying_reader, dying = await raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
+    assert await reply(dying_reader) == ["ok"]
+    assert (await reply(dying_reader))[0] == "rows"
     dead = asyncio.Event()
     worker = writer.worker_store()
 
@@ -297,7 +232,7 @@ async def test_a_worker_failing_on_a_dead_workers_change_fails_as_unavailable_no
                 break
             await asyncio.sleep(0.01)
         assert writer.driver._waiting == 1
-        dying.write(_frame(["commit"]))
+        dying.write(frame(["commit"]))
         await dying.drain()
         dying.close()
         await asyncio.sleep(0.2)

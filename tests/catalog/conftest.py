@@ -1,0 +1,17 @@
+"""Fixtures of the catalog's store tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.writer_sessions import Writer, serving_writer
+
+
+@pytest.fixture
+async def writer(tmp_path: Path) -> AsyncIterator[Writer]:
+    """A SQLite registry's writer process, served in the test's event loop (namespace `w`.`ns`)."""
+    async with serving_writer(tmp_path) as serving:
+        yield serving

@@ -1,0 +1,84 @@
+"""A SQLite registry's writer process served in the test's own event loop (catalog.store.sqlite_writer
+over a real file and a real Unix socket), the stores of workers that hand it their writes, and raw
+sessions that speak its wire protocol directly (catalog.store.writer_wire)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from cedarberg.catalog.store import namespaces as namespace_rows
+from cedarberg.catalog.store.connect import open_store
+from cedarberg.catalog.store.engine import migrate_registry
+from cedarberg.catalog.store.pool import Store
+from cedarberg.catalog.store.sqlite_driver import SqliteDriver
+from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver
+from cedarberg.catalog.store.sqlite_writer import SqliteWriter
+
+
+@dataclass
+class Writer:
+    """A writer serving on a socket, and the file it writes."""
+
+    driver: SqliteDriver
+    socket_path: str
+    database: Path
+
+    def worker_store(self) -> Store:
+        """What one gateway worker opens: reads here, writes handed to the writer."""
+        return Store(HandedOffSqliteDriver(str(self.database), self.socket_path, busy_timeout=2.0))
+
+
+@asynccontextmanager
+async def serving_writer(tmp_path: Path) -> AsyncIterator[Writer]:
+    """A writer on a fresh registry in `tmp_path` with namespace `ns` of warehouse `w`."""
+    database = tmp_path / "registry.db"
+    url = f"sqlite:///{database}"
+    await migrate_registry(url)
+    setup = await open_store(url, migrate=False)
+    try:
+        async with setup.write() as tx:
+            await namespace_rows.insert_namespace(tx, "w", "ns", None, {})
+    finally:
+        await setup.close()
+    socket_path = str(tmp_path / "writer.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(16)
+    driver = SqliteDriver(str(database), readers=0)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(SqliteWriter(driver, patience=1.0).serve(listener, stop))
+    try:
+        yield Writer(driver, socket_path, database)
+    finally:
+        stop.set()
+        await serving
+
+
+def frame(message: list[object]) -> bytes:
+    payload = orjson.dumps(message)
+    return struct.pack(">I", len(payload)) + payload
+
+
+async def raw_session(
+    writer: Writer, *messages: list[object]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, stream = await asyncio.open_unix_connection(writer.socket_path)
+    for message in messages:
+        stream.write(frame(message))
+    await stream.drain()
+    return reader, stream
+
+
+async def reply(reader: asyncio.StreamReader) -> list[object]:
+    (length,) = struct.unpack(">I", await reader.readexactly(4))
+    message = orjson.loads(await reader.readexactly(length))
+    assert isinstance(message, list)
+    return message
