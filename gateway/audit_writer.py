@@ -163,7 +163,8 @@ class AuditWriter:
 
     def _marker(self, item: object) -> None:
         self._pending.append(item)
-        self._wake.set()
+        if self._writer_idle:  # as in `put`: a busy writer takes it with its next batch
+            self._wake.set()
 
     async def durable(self) -> None:
         """Return once every line put before this call is written (and synced under
@@ -183,7 +184,11 @@ class AuditWriter:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop, loop.create_future(), sync)
         self._marker(waiter)
-        self._sync_wanted.set()
+        # Setting an Event takes its lock and wakes its waiters: under load every request would,
+        # though one set serves every waiter until the writer's next pause clears it (the waiter
+        # is pending before the flag is read, so a pause cleared meanwhile still finds it).
+        if not self._sync_wanted.is_set():
+            self._sync_wanted.set()
         try:
             async with asyncio.timeout(DURABLE_TIMEOUT_SECONDS):
                 return await waiter.future
