@@ -206,11 +206,16 @@ class HandedOffSqliteDriver:
         if reply[0] == "outcome" and len(reply) == 2 and isinstance(reply[1], int):
             self._give_back(session)
             return reply[1]
+        raise self._refused(session, reply)
+
+    def _refused(self, session: _Session, reply: list[Any]) -> Exception:
+        """The error `reply` stands for. The session is kept if the writer answered in turn (an
+        error it reports), closed otherwise (it does not speak the protocol)."""
         if reply[0] == "database":
             self._give_back(session)
         else:
             session.close()
-        raise _refusal(reply)
+        return _refusal(reply)
 
     def _idle_session(self) -> _Session | None:
         """An idle session the writer has not closed (a call on a closed one could not tell a
@@ -273,11 +278,7 @@ class HandedOffSqliteDriver:
         if reply == ["ok"]:
             self._give_back(session)
             return
-        if reply[0] == "database":
-            self._give_back(session)  # the writer answered in turn: the session goes on
-        else:
-            session.close()
-        raise _refusal(reply)
+        raise self._refused(session, reply)
 
     async def close(self) -> None:
         for session in self._idle:
