@@ -21,7 +21,16 @@ from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_writes_to
-from tests.support.writer_sessions import Writer, frame, raw_session, reply
+from tests.support.writer_sessions import (
+    INSERT_NAMESPACE,
+    Writer,
+    frame,
+    open_transaction_inserting,
+    raw_session,
+    reply,
+    send_commit,
+    until_one_waits,
+)
 
 WRITERS = 8
 COMMITS_EACH = 6
@@ -103,20 +112,17 @@ async def test_a_worker_that_dies_or_speaks_out_of_turn_mid_transaction_leaves_n
     """An ordinary local process of the gateway's user talking to the writer directly: a session
     that closes before "commit", stalls past the writer's patience, or sends something that is
     not a message is rolled back, and the writer keeps serving the others."""
-    insert = (
-        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
-    )
     worker = writer.worker_store()
     try:
         # Dies after its statement: the connection closes before "commit".
-        reader, stream = await raw_session(writer, ["begin"], ["exec", insert, ["w", "died", None, "{}"]])
+        reader, stream = await raw_session(writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", "died", None, "{}"]])
         assert (await reader.readexactly(4 + len(b'["ok"]')))[4:] == b'["ok"]'
         await reader.readexactly(4)  # the statement's answer: the transaction is open in the writer
         stream.close()
         # Stalls past the writer's patience (1 s) with its transaction open.
-        _, stalled = await raw_session(writer, ["begin"], ["exec", insert, ["w", "stalled", None, "{}"]])
+        _, stalled = await raw_session(writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", "stalled", None, "{}"]])
         # Sends garbage mid-transaction.
-        _, garbage = await raw_session(writer, ["begin"], ["exec", insert, ["w", "garbage", None, "{}"]])
+        _, garbage = await raw_session(writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", "garbage", None, "{}"]])
         garbage.write(struct.pack(">I", 5) + b"{nope")
         # The others keep writing through it all.
         for i in range(3):
@@ -163,25 +169,15 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     who may read the change as absent at once (another worker reads the file): the writer rolls
     back that group, and every member of it is told it failed, rather than commit it afterwards.
     A group whose members all stay is committed (the control, last)."""
-    insert = (
-        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
-    )
-    dying_reader, dying = await raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
-    assert await reply(dying_reader) == ["ok"]
-    assert (await reply(dying_reader))[0] == "rows"
+    _, dying = await open_transaction_inserting(writer, "orphan")
     # Another worker's transaction waits for the writer lock: it joins the dying one's group.
     other_reader, other = await raw_session(writer, ["begin"])
-    for _ in range(3000):  # until the writer has read its "begin" and waits for the lock (30 s at most)
-        if writer.driver._waiting:
-            break
-        await asyncio.sleep(0.01)
-    assert writer.driver._waiting == 1
-    dying.write(frame(["commit"]))
-    await dying.drain()
+    await until_one_waits(writer)
+    await send_commit(dying)
     assert await reply(other_reader) == ["ok"]  # the group passed to the other transaction
     dying.close()  # the worker dies before the group's COMMIT
     await asyncio.sleep(0.2)
-    other.write(frame(["exec", insert, ["w", "bystander", None, "{}"]]))
+    other.write(frame(["exec", INSERT_NAMESPACE, ["w", "bystander", None, "{}"]]))
     assert (await reply(other_reader))[0] == "rows"
     other.write(frame(["commit"]))
     assert await reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed
@@ -209,12 +205,7 @@ async def test_a_worker_failing_on_a_dead_workers_change_fails_as_unavailable_no
     back, so the change never existed: the worker must fail as unavailable (503, retryable),
     not answer the failure it read. The control: with nobody dying, that failure is answered
     once the change is durable (test_registry_drivers' slow-COMMIT test, and below, after)."""
-    insert = (
-        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
-    )
-    dying_reader, dying = await raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
-    assert await reply(dying_reader) == ["ok"]
-    assert (await reply(dying_reader))[0] == "rows"
+    _, dying = await open_transaction_inserting(writer, "orphan")
     dead = asyncio.Event()
     worker = writer.worker_store()
 
@@ -227,13 +218,8 @@ async def test_a_worker_failing_on_a_dead_workers_change_fails_as_unavailable_no
 
     try:
         attempt = asyncio.create_task(create_unless_taken("orphan"))
-        for _ in range(3000):  # until the worker's transaction waits for the writer lock (30 s at most)
-            if writer.driver._waiting:
-                break
-            await asyncio.sleep(0.01)
-        assert writer.driver._waiting == 1
-        dying.write(frame(["commit"]))
-        await dying.drain()
+        await until_one_waits(writer)
+        await send_commit(dying)
         dying.close()
         await asyncio.sleep(0.2)
         dead.set()

@@ -27,7 +27,7 @@ from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.server_writes import NewNamespace, NewVersion, Outcome, PendingRecord
 from cedarberg.catalog.store.sqlite_handoff import _Session
 from cedarberg.catalog.store.tx import StoreTx
-from tests.support.writer_sessions import Writer, frame, raw_session, reply
+from tests.support.writer_sessions import Writer, open_transaction_inserting, send_commit, until_one_waits
 
 ROOT = "s3://b/ns/t"
 
@@ -175,21 +175,11 @@ async def test_a_call_in_a_dead_workers_group_fails_as_unavailable_and_lands_not
         return await create(tx, args)
 
     monkeypatch.setitem(writer_calls.PROCEDURES, "create_namespace", once_the_other_is_dead)
-    insert = (
-        "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
-    )
-    dying_reader, dying = await raw_session(writer, ["begin"], ["exec", insert, ["w", "orphan", None, "{}"]])
-    assert await reply(dying_reader) == ["ok"]
-    assert (await reply(dying_reader))[0] == "rows"
+    _, dying = await open_transaction_inserting(writer, "orphan")
     new = NewNamespace("w", "bystander", None, {}, "s3://b/bystander")
     call = asyncio.create_task(server_writes.insert_namespace(store, new, None))
-    for _ in range(3000):  # until the call waits for the writer lock (30 s at most)
-        if writer.driver._waiting:
-            break
-        await asyncio.sleep(0.01)
-    assert writer.driver._waiting == 1
-    dying.write(frame(["commit"]))
-    await dying.drain()
+    await until_one_waits(writer)
+    await send_commit(dying)
     dying.close()
     await asyncio.sleep(0.2)
     dead.set()

@@ -82,3 +82,35 @@ async def reply(reader: asyncio.StreamReader) -> list[object]:
     message = orjson.loads(await reader.readexactly(length))
     assert isinstance(message, list)
     return message
+
+
+INSERT_NAMESPACE = (
+    "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
+)
+
+
+async def open_transaction_inserting(
+    writer: Writer, namespace: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw session holding the writer lock: its transaction has inserted `namespace` (of `w`)."""
+    reader, stream = await raw_session(
+        writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", namespace, None, "{}"]]
+    )
+    assert await reply(reader) == ["ok"]
+    assert (await reply(reader))[0] == "rows"
+    return reader, stream
+
+
+async def until_one_waits(writer: Writer) -> None:
+    """Until one transaction waits for the writer lock (30 s at most): it will join the group of
+    the transaction holding it."""
+    for _ in range(3000):
+        if writer.driver._waiting:
+            break
+        await asyncio.sleep(0.01)
+    assert writer.driver._waiting == 1
+
+
+async def send_commit(stream: asyncio.StreamWriter) -> None:
+    stream.write(frame(["commit"]))
+    await stream.drain()
