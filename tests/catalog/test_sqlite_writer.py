@@ -22,9 +22,9 @@ from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_writes_to
 from tests.support.writer_sessions import (
-    INSERT_NAMESPACE,
     Writer,
     frame,
+    inserting,
     open_transaction_inserting,
     raw_session,
     reply,
@@ -115,14 +115,14 @@ async def test_a_worker_that_dies_or_speaks_out_of_turn_mid_transaction_leaves_n
     worker = writer.worker_store()
     try:
         # Dies after its statement: the connection closes before "commit".
-        reader, stream = await raw_session(writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", "died", None, "{}"]])
+        reader, stream = await raw_session(writer, ["begin"], inserting("died"))
         assert (await reader.readexactly(4 + len(b'["ok"]')))[4:] == b'["ok"]'
         await reader.readexactly(4)  # the statement's answer: the transaction is open in the writer
         stream.close()
         # Stalls past the writer's patience (1 s) with its transaction open.
-        _, stalled = await raw_session(writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", "stalled", None, "{}"]])
+        _, stalled = await raw_session(writer, ["begin"], inserting("stalled"))
         # Sends garbage mid-transaction.
-        _, garbage = await raw_session(writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", "garbage", None, "{}"]])
+        _, garbage = await raw_session(writer, ["begin"], inserting("garbage"))
         garbage.write(struct.pack(">I", 5) + b"{nope")
         # The others keep writing through it all.
         for i in range(3):
@@ -177,7 +177,7 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     assert await reply(other_reader) == ["ok"]  # the group passed to the other transaction
     dying.close()  # the worker dies before the group's COMMIT
     await asyncio.sleep(0.2)
-    other.write(frame(["exec", INSERT_NAMESPACE, ["w", "bystander", None, "{}"]]))
+    other.write(frame(inserting("bystander")))
     assert (await reply(other_reader))[0] == "rows"
     other.write(frame(["commit"]))
     assert await reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed

@@ -89,6 +89,11 @@ INSERT_NAMESPACE = (
 )
 
 
+def inserting(namespace: str) -> list[object]:
+    """The statement message that inserts `namespace` (of warehouse `w`)."""
+    return ["exec", INSERT_NAMESPACE, ["w", namespace, None, "{}"]]
+
+
 async def open_transaction_inserting(
     writer: Writer, namespace: str
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
