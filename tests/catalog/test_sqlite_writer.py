@@ -21,9 +21,9 @@ from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_writes_to
+from cedarberg.catalog.store.writer_wire import frame
 from tests.support.writer_sessions import (
     Writer,
-    frame,
     inserting,
     open_transaction_inserting,
     raw_session,
@@ -179,7 +179,7 @@ async def test_a_worker_that_dies_after_commit_fails_its_group_instead_of_landin
     await asyncio.sleep(0.2)
     other.write(frame(inserting("bystander")))
     assert (await reply(other_reader))[0] == "rows"
-    other.write(frame(["commit"]))
+    await send_commit(other)
     assert await reply(other_reader) == ["database", "TransactionAbandoned"]  # told: not committed
     other.close()
     worker = writer.worker_store()

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import orjson
 
 from cedarberg.catalog.store import namespaces as namespace_rows
 from cedarberg.catalog.store.connect import open_store
@@ -21,6 +18,7 @@ from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.sqlite_driver import SqliteDriver
 from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver
 from cedarberg.catalog.store.sqlite_writer import SqliteWriter
+from cedarberg.catalog.store.writer_wire import frame, read_message
 
 
 @dataclass
@@ -62,11 +60,6 @@ async def serving_writer(tmp_path: Path) -> AsyncIterator[Writer]:
         await serving
 
 
-def frame(message: list[object]) -> bytes:
-    payload = orjson.dumps(message)
-    return struct.pack(">I", len(payload)) + payload
-
-
 async def raw_session(
     writer: Writer, *messages: list[object]
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -78,29 +71,27 @@ async def raw_session(
 
 
 async def reply(reader: asyncio.StreamReader) -> list[object]:
-    (length,) = struct.unpack(">I", await reader.readexactly(4))
-    message = orjson.loads(await reader.readexactly(length))
-    assert isinstance(message, list)
+    """The writer's next message (it must not have closed the session)."""
+    message = await read_message(reader)
+    assert message is not None
     return message
 
 
-INSERT_NAMESPACE = (
+_INSERT_NAMESPACE = (
     "INSERT INTO namespaces (warehouse, name, parent, properties, created_at_ms) VALUES (?, ?, ?, ?, 0)"
 )
 
 
 def inserting(namespace: str) -> list[object]:
     """The statement message that inserts `namespace` (of warehouse `w`)."""
-    return ["exec", INSERT_NAMESPACE, ["w", namespace, None, "{}"]]
+    return ["exec", _INSERT_NAMESPACE, ["w", namespace, None, "{}"]]
 
 
 async def open_transaction_inserting(
     writer: Writer, namespace: str
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A raw session holding the writer lock: its transaction has inserted `namespace` (of `w`)."""
-    reader, stream = await raw_session(
-        writer, ["begin"], ["exec", INSERT_NAMESPACE, ["w", namespace, None, "{}"]]
-    )
+    reader, stream = await raw_session(writer, ["begin"], inserting(namespace))
     assert await reply(reader) == ["ok"]
     assert (await reply(reader))[0] == "rows"
     return reader, stream

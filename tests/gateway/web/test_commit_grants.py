@@ -128,12 +128,16 @@ def _transaction(key: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("path", "body"),
-    [(TABLE, set_property), ("/v1/transactions/commit", _transaction)],
+    ("operation", "path", "body"),
+    [("updateTable", TABLE, set_property), ("commitTransaction", "/v1/transactions/commit", _transaction)],
     ids=["updateTable", "commitTransaction"],
 )
 async def test_a_grant_revoked_elsewhere_while_cached_refuses_the_commit_at_the_gate(
-    make_gateway: MakeGateway, tmp_path: Path, path: str, body: Callable[[str], dict[str, Any]]
+    make_gateway: MakeGateway,
+    tmp_path: Path,
+    operation: str,
+    path: str,
+    body: Callable[[str], dict[str, Any]],
 ) -> None:
     """The attack on the cached request-level decision: another process revokes etl's write grant
     while this gateway's read cache still holds it. The pipeline admits the commit on the cached
@@ -148,13 +152,9 @@ async def test_a_grant_revoked_elsewhere_while_cached_refuses_the_commit_at_the_
 
     assert refused.status == 403, await refused.text()
     message = (await refused.json())["error"]["message"]
-    assert message.startswith(f"Not allowed: {path_operation(path)}: "), message
+    assert message.startswith(f"Not allowed: {operation}: "), message
     assert message.endswith("(set-properties)"), message  # the gate's refusal: it names the effect
     assert await _properties(gw) == {"a": "1"}
-
-
-def path_operation(path: str) -> str:
-    return "commitTransaction" if path.endswith("transactions/commit") else "updateTable"
 
 
 def test_every_operation_decided_on_cached_grants_is_decided_again_by_the_gate() -> None:
