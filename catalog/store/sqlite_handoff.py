@@ -175,15 +175,6 @@ class HandedOffSqliteDriver:
         session = await self._connect()
         return session, await session.ask(["begin"])
 
-    def _refused(self, session: _Session, reply: list[Any]) -> Exception:
-        """The error `reply` stands for. The session is kept if the writer answered in turn (an
-        error it reports), closed otherwise (it does not speak the protocol)."""
-        if reply[0] == "database":
-            self._give_back(session)
-        else:
-            session.close()
-        return _refusal(reply)
-
     def _give_back(self, session: _Session) -> None:
         if session.broken:
             return
@@ -232,10 +223,12 @@ class HandedOffSqliteDriver:
         if session.broken:
             return  # the failure is this session's own (the writer was lost mid-statement)
         reply = await session.ask(["rollback"])
-        if reply == ["ok"]:
-            self._give_back(session)
-            return
-        raise self._refused(session, reply)
+        if reply == ["ok"] or reply[0] == "database":
+            self._give_back(session)  # the writer answered in turn: the session goes on
+        else:
+            session.close()
+        if reply != ["ok"]:
+            raise _refusal(reply)
 
     async def close(self) -> None:
         for session in self._idle:
