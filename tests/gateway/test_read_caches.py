@@ -194,27 +194,36 @@ def test_another_worker_sees_a_commit_within_the_registry_ttl(
         assert seen == {location}
 
 
+def _slow_callbacks(gw: SecureGateway, round_: str) -> list[str]:
+    """The event loop's slow-callback warnings logged while `round_`'s workload ran."""
+    start = len(gw.process.log_text())
+    namespace = f"sales{round_}"
+    gw.create_namespace(namespace, readers=["analysts"], writers=["etl"])
+    # Token issuance verifies the key with Argon2 (about 0.1 s of CPU): it must run off the loop.
+    for principal, groups in ((f"etl{round_}", ["etl"]), (f"analyst{round_}", ["analysts"])):
+        gw.token(gw.create_key(principal, groups))
+    writer = gw.session(gw.token(gw.create_key(f"writer{round_}", ["etl"])))
+    tables = gw.catalog_url(f"namespaces/{namespace}/tables")
+    assert writer.post(tables, json={"name": "events", "schema": TABLE_SCHEMA}).status_code == 200
+    table = f"{tables}/events"
+    for n in range(10):
+        update = {"action": "set-properties", "updates": {"n": str(n)}}
+        assert writer.post(table, json={"requirements": [], "updates": [update]}).status_code == 200
+        assert writer.get(table).status_code == 200
+        assert writer.get(tables).status_code == 200
+    assert writer.delete(table).status_code == 204
+    return [line for line in gw.process.log_text()[start:].splitlines() if "Executing" in line]
+
+
 def test_no_callback_holds_the_event_loop(
     tmp_path: Path, session_pki: TestPki, fresh_store_url: str | None
 ) -> None:
     config = {"slow_callback_warning_ms": 50, "log_format": "text"}
     with SecureGateway(tmp_path / "gw", pki=session_pki, config=config, store_url=fresh_store_url) as gw:
-        log = gw.process.log_text()
-        assert "event loop debug mode" in log
-        start = len(log)
-        gw.create_namespace("sales", readers=["analysts"], writers=["etl"])
-        # Token issuance verifies the key with Argon2 (about 0.1 s of CPU): it must run off the loop.
-        for principal, groups in (("etl", ["etl"]), ("analyst", ["analysts"])):
-            gw.token(gw.create_key(principal, groups))
-        writer = gw.session(gw.token(gw.create_key("etl2", ["etl"])))
-        tables = gw.catalog_url("namespaces/sales/tables")
-        assert writer.post(tables, json={"name": "events", "schema": TABLE_SCHEMA}).status_code == 200
-        table = f"{tables}/events"
-        for n in range(10):
-            update = {"action": "set-properties", "updates": {"n": str(n)}}
-            assert writer.post(table, json={"requirements": [], "updates": [update]}).status_code == 200
-            assert writer.get(table).status_code == 200
-            assert writer.get(tables).status_code == 200
-        assert writer.delete(table).status_code == 204
-        served = gw.process.log_text()[start:]
-        assert "Executing" not in served, served
+        assert "event loop debug mode" in gw.process.log_text()
+        first = _slow_callbacks(gw, "1")
+        if first:
+            # A loaded machine can stall any one callback past 50 ms; code that blocks the loop
+            # (an Argon2 verification, a synchronous read) does it again in a second round.
+            second = _slow_callbacks(gw, "2")
+            assert not second, "\n".join([*first, "-- and again in the second round:", *second])
