@@ -191,6 +191,14 @@ _PATTERNS: Final[list[tuple[re.Pattern[str], str]]] = [
         r"\1\2" + REDACTED,
     ),
 ]
+# What every match of a `_PATTERNS` entry contains (a superset: each pattern's own literal start,
+# without its context): a text in which this finds nothing is left alone by all of them, at the
+# cost of one search instead of one substitution per pattern.
+_MIGHT_HOLD_SECRET: Final = re.compile(
+    r"-----BEGIN |cbk_|ey[JA]|(?i:bearer|basic)"
+    r"|(?i:(?:secret|password|passwd|pwd|token|api[_\-]?key|credential|authorization"
+    r"|private[_\-]?key|cookie)s?(?:\s*=|[\"']\s*:))"
+)
 _RANDOM_RUN: Final = re.compile(rf"[{_B64}]{{32,}}")
 _SECRET_KEY: Final = re.compile(
     r"(?i)(secret|passw|pwd|token|authorization|api[_\-]?key|credential|private[_\-]?key|cookie|signature)"
@@ -216,8 +224,9 @@ def scrub_text(text: str, free_form: bool = True, max_length: int | None = MAX_S
     module docstring)."""
     if max_length is not None and len(text) > max_length * 2:
         text = text[: max_length * 2]  # bound the regex work; cut again below
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    if _MIGHT_HOLD_SECRET.search(text) is not None:
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
     if free_form:
         text = _RANDOM_RUN.sub(_looks_random, text)
     if max_length is not None and len(text) > max_length:

@@ -16,8 +16,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from cedarberg.gateway import audit as audit_module
 from cedarberg.gateway.audit import (
     REDACTED,
     AuditEvent,
@@ -439,6 +442,60 @@ def test_scrub_text_cases() -> None:
         "n": 1.5,
         "ok": True,
     }
+
+
+def _every_pattern(text: str) -> str:
+    """`text` after every scrubbing pattern, applied without the screen."""
+    for pattern, replacement in audit_module._PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# Fragments of what each pattern takes away, in several spellings, mixed into arbitrary text.
+_SECRET_FRAGMENTS = [
+    "Bearer abcd.efgh",
+    "BASIC dXNlcjpwYXNz",
+    "bEaReR\tqwerty12",
+    "cbk_k1_s3cr3t",
+    "cbk_",
+    "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.",
+    "eyAbcdefgh.ij",
+    "TOKENS=abc",
+    "Client_Secret = x",
+    '"access_token": "v"',
+    "'api-key':'v'",
+    "PRIVATE_KEYS  =v",
+    'id_tokens"\t:"v',
+    "cookie=a",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+    "-----BEGIN EC PRIVATE KEY-----x",
+    "passwd=",
+    "Pwd ='x'",
+    "credentials=1",
+    "authorization: Bearer z9z9",
+    "apikey=1",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_SECRET_FRAGMENTS), st.text(max_size=12), st.sampled_from(list(" =:'\"_-."))
+        ),
+        max_size=8,
+    )
+)
+def test_the_screen_never_spares_a_text_a_pattern_would_change(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert scrub_text(text, free_form=False, max_length=None) == _every_pattern(text)
+
+
+@pytest.mark.parametrize("fragment", _SECRET_FRAGMENTS)
+def test_every_secret_fragment_is_scrubbed_through_the_screen(fragment: str) -> None:
+    changed = _every_pattern(f"x {fragment} y")
+    if changed != f"x {fragment} y":  # (a bare "cbk_" or "passwd=" is already what it leaves)
+        assert scrub_text(f"x {fragment} y", free_form=False) == changed
 
 
 def _fail(message: str) -> None:
