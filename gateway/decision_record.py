@@ -63,7 +63,7 @@ _OMITTED: Final = orjson.Fragment(
 _CACHE_ENTRIES: Final = 8192
 _CACHE_BYTES: Final = 16 * 1024**2
 _CACHE_ENTRY_BYTES: Final = MAX_REQUEST_BYTES
-_scrubbed: ByteBoundedLru[str | bytes, bytes] = ByteBoundedLru(
+_scrubbed: ByteBoundedLru[tuple[int, str | bytes], bytes] = ByteBoundedLru(
     _CACHE_ENTRIES, _CACHE_BYTES, _CACHE_ENTRY_BYTES
 )
 # Whole renderings by everything they are made of: a principal's repeated request is one lookup.
@@ -92,16 +92,35 @@ def _clean(value: Any, depth: int = 0) -> Any:
     return scrub_text(str(value), free_form=False)
 
 
-def _scrubbed_json(text: str | bytes) -> bytes:
-    """`text` (JSON) with every string scrubbed, as JSON; computed once per distinct text."""
+def _scrubbed_json(text: str | bytes, depth: int = 0) -> bytes:
+    """`text` (JSON, found at `depth` of the request) with every string scrubbed, as JSON;
+    computed once per distinct text."""
+    key = (depth, text)
     with _lock:
-        found = _scrubbed.get(text)
+        found = _scrubbed.get(key)
     if found is not None:
         return found
-    rendered = orjson.dumps(_clean(orjson.loads(text)))
+    rendered = orjson.dumps(_clean(orjson.loads(text), depth))
     with _lock:
         # The key (the raw text) and the rendering: about twice the text.
-        _scrubbed.put(text, rendered, 2 * len(rendered) + len(text))
+        _scrubbed.put(key, rendered, 2 * len(rendered) + len(text))
+    return rendered
+
+
+def _scrubbed_entities(text: str) -> bytes:
+    """A JSON array of entities, scrubbed as `_scrubbed_json` would, but entity by entity: a new
+    resource's ancestors (its namespace, warehouse and catalog, with their grants) are those of
+    the requests before it, so only the new entity is scrubbed."""
+    with _lock:
+        found = _scrubbed.get((0, text))
+    if found is not None:
+        return found
+    entities = orjson.loads(text)
+    if not isinstance(entities, list):
+        return _scrubbed_json(text)
+    rendered = b"[" + b",".join(_scrubbed_json(orjson.dumps(entity), 1) for entity in entities) + b"]"
+    with _lock:
+        _scrubbed.put((0, text), rendered, 2 * len(rendered) + len(text))
     return rendered
 
 
@@ -146,9 +165,9 @@ def _render(
         b',"context":',
         _scrubbed_json(context_json),
         b',"entities":[',
-        _scrubbed_json(principal_entities),
+        _scrubbed_entities(principal_entities),
         b",",
-        _scrubbed_json(resource_entities),
+        _scrubbed_entities(resource_entities),
         b"]}",
     )
     rendered = b"".join(parts)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from cedarberg.gateway import decision_record
 from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Outcome, Ruling
 from cedarberg.gateway.audit_query import records_from_end
 from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
@@ -391,3 +392,30 @@ def test_a_delegation_decision_is_decided_again_from_its_record(
     assert [(f.principal, f.action, f.resource, f.candidate.policy_ids) for f in outcome.flips] == [
         ("key:trino", "actAs", 'Cedarberg::User::"user:dana"', ("trino-acts-for-bi",))
     ]
+
+
+def _secretive_entities(name: str) -> str:
+    """An entity array whose entities hold secrets at every depth the record keeps."""
+    nested: Any = {"token": "t0p", "note": "Bearer abcdefgh"}
+    for depth in range(9):  # past the record's depth limit
+        nested = {"level": depth, "inner": [nested, f"cbk_k{depth}_secret"]}
+    entities = [
+        {"uid": {"type": "Cedarberg::Namespace", "id": name}, "attrs": {"deep": nested}, "parents": []},
+        {"uid": {"type": "Cedarberg::Warehouse", "id": "w"}, "attrs": {"password": "x", "ok": "fine"}},
+    ]
+    return orjson.dumps(entities).decode()
+
+
+@pytest.mark.parametrize("name", ["first", "second"])
+def test_entities_scrubbed_one_by_one_read_as_the_whole_array_scrubbed(name: str) -> None:
+    """The record scrubs resource entities one by one (a resource's ancestors are its siblings'),
+    the second time with the shared ancestor cached: the same text as scrubbing the array whole."""
+    text = _secretive_entities(name)
+    whole = orjson.dumps(decision_record._clean(orjson.loads(text)))
+    one_by_one = decision_record._scrubbed_entities(text)
+    assert one_by_one == whole
+    assert b"t0p" not in one_by_one
+    assert b"secret" not in one_by_one
+    assert b"abcdefgh" not in one_by_one
+    assert b'"fine"' in one_by_one
+    assert b"[nested too deep]" in one_by_one
