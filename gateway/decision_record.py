@@ -19,9 +19,10 @@ The action is the record's `action`.
 
 Cost: the entity lists are rendered once per principal object and per resource object by the
 decision itself (`PolicyEngine.principal_json`, `Resource.entities_json`); here each distinct text
-is scrubbed once and each distinct request rendered once and kept (bounded, `ByteBoundedLru`), so
-a repeated request adds the context's serialisation and one cache lookup (a few microseconds)
-and about 1.5 KB to its line. A replayed read writes its plan's line as it was rendered, at no
+is scrubbed once, entity arrays entity by entity (a new namespace or table brings one new entity;
+its ancestors, with their grants, are its siblings'), and each distinct request is rendered once
+and kept (bounded, `ByteBoundedLru`), so a repeated request adds the context's serialisation and
+one cache lookup (a few microseconds) and about 1.5 KB to its line. A replayed read writes its plan's line as it was rendered, at no
 cost at all.
 
 Invariants:
