@@ -285,6 +285,8 @@ async def _swap_alone(
         new = server_writes.NewVersion(change.metadata_location, sealed, change.roots)
         outcome = await server_writes.swap_object(ctx.store, change.base, new, pending)
     else:
+        if not server_writes.creates_alone(ctx.store):
+            return False
         namespace = change.identifier.namespace
         ns_properties = await read_properties(ctx.store, warehouse.name, namespace.key)
         if ns_properties is None:

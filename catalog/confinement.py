@@ -168,17 +168,14 @@ async def record_namespace(
     directory goes with it) and there is nothing to look up or move: two statements fewer."""
     directory = roots.namespace_directory(warehouse.location, namespace, properties)
     owner = rows.namespace_owner(warehouse.name, namespace.key)
-    if not new and await rows.held(tx, rows.NAMESPACE, owner) == [directory]:
-        return
-    await rows.lock(tx, [directory])
-    for found in await rows.near(tx, directory):
-        if found.kind != rows.NAMESPACE and roots.contains(found.root, directory):
-            raise LocationNotAllowedError(
-                f"namespace directory {directory!r} lies inside the location of a table or view"
-            )
     if not new:
+        if await rows.held(tx, rows.NAMESPACE, owner) == [directory]:
+            return
         await rows.remove(tx, rows.NAMESPACE, owner)
-    await rows.add_new(tx, warehouse.name, rows.NAMESPACE, owner, [directory])
+    if not await rows.claim_namespace_directory(tx, warehouse.name, owner, directory):
+        raise LocationNotAllowedError(
+            f"namespace directory {directory!r} lies inside the location of a table or view"
+        )
 
 
 async def forget_namespace(tx: StoreTx, warehouse: Warehouse, namespace: Namespace) -> None:

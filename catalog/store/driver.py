@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.engine.interfaces import Dialect
 
@@ -64,6 +64,14 @@ class Driver(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class CallingDriver(Protocol):
+    """A driver whose common writes run whole in another process, one message each
+    (catalog.store.sqlite_handoff: the SQLite writer's procedures, catalog.store.writer_calls)."""
+
+    async def call(self, procedure: str, args: Mapping[str, Any]) -> int: ...
 
 
 def _nothing() -> None:

@@ -176,16 +176,32 @@ async def swap_object(tx: StoreTx, base: ObjectRow, new_location: str, new_metad
     `base.metadata_location` with `base`'s data key (a file location alone does not name a
     version: a table dropped and its last file registered again has the same one) and now
     moved."""
-    warehouse, namespace, name = base.warehouse, base.namespace, base.name
-    tx.touched.objects.add((warehouse, namespace, name))
+    version = Version(base.warehouse, base.namespace, base.name, base.metadata_location, base.wrapped_key)
+    return await swap_version(tx, version, new_location, new_metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """What names one version of a pointer: its object, metadata file and wrapped data key."""
+
+    warehouse: str
+    namespace: str
+    name: str
+    metadata_location: str
+    wrapped_key: bytes
+
+
+async def swap_version(tx: StoreTx, expected: Version, new_location: str, new_metadata: bytes) -> bool:
+    """`swap_object` given only what names the version read."""
+    tx.touched.objects.add((expected.warehouse, expected.namespace, expected.name))
     result = await tx.connection.execute(
         _SWAP_OBJECT,
         {
-            "warehouse": warehouse,
-            "namespace": namespace,
-            "name": name,
-            "expected": base.metadata_location,
-            "expected_key": base.wrapped_key,
+            "warehouse": expected.warehouse,
+            "namespace": expected.namespace,
+            "name": expected.name,
+            "expected": expected.metadata_location,
+            "expected_key": expected.wrapped_key,
             "new_location": new_location,
             "new_metadata": new_metadata,
             "now": now_ms(),

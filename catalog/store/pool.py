@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from cedarberg.catalog.errors import StorageUnavailableError
 from cedarberg.catalog.store.cache import RegistryCache, Touched, note_uncached_read
-from cedarberg.catalog.store.driver import DatabaseError, Driver, IntegrityViolation
+from cedarberg.catalog.store.driver import CallingDriver, DatabaseError, Driver, IntegrityViolation
 from cedarberg.catalog.store.postgres_driver import PostgresDriver
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.store.tx import StoreTx
@@ -44,11 +44,12 @@ class Store:
     def __init__(self, driver: Driver, cache: RegistryCache | None = None) -> None:
         self._driver = driver
         self.pool_capacity = driver.capacity  # most connections the pool opens at once
-        # The one place that chooses how the common writes run: as one statement each on
-        # PostgreSQL (a server-side function, catalog.store.server_writes: one round trip instead
-        # of one per statement plus BEGIN and COMMIT), as a transaction of several statements on
-        # SQLite (where a statement is no round trip and writers share a COMMIT already).
-        self.writes_alone = isinstance(driver, PostgresDriver)
+        # The one place that chooses how the common writes run (catalog.store.server_writes): as
+        # one statement each on PostgreSQL (a server-side function: one round trip instead of one
+        # per statement plus BEGIN and COMMIT), as one message each to a SQLite writer process
+        # (catalog.store.writer_calls), as a transaction of several statements on a SQLite file
+        # this process writes itself (where a statement is no round trip).
+        self.writes_alone = isinstance(driver, PostgresDriver | CallingDriver)
         # Off unless the caller gives one: CLI commands and migrations read the registry directly.
         self.cache = cache if cache is not None else RegistryCache(ttl_seconds=0)
         self._reading: dict[Hashable, asyncio.Future[Any]] = {}
@@ -109,6 +110,21 @@ class Store:
         finally:
             self.cache.forget(touched)
         return rows.scalar()
+
+    async def call_writer(self, procedure: str, args: Mapping[str, Any], touched: Touched) -> int:
+        """Run one of the SQLite writer process's procedures (catalog.store.writer_calls; only
+        where `writes_alone` on SQLite) and return its outcome; cached reads of what it `touched`
+        are forgotten whatever happens. Raises StorageUnavailableError (nothing written),
+        CommitStateUnknownError (sent, not confirmed)."""
+        driver = self._driver
+        if not isinstance(driver, CallingDriver):
+            raise TypeError("this store has no writer process")
+        try:
+            return await driver.call(procedure, args)
+        except (DatabaseError, OSError) as err:
+            raise _unavailable(self.dialect, err) from err
+        finally:
+            self.cache.forget(touched)
 
     async def cached(self, key: Hashable, load: Callable[[StoreTx], Awaitable[T]]) -> T:
         """`load` run in a read transaction, or its cached result (see `catalog.store.cache`)."""

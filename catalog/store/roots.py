@@ -17,7 +17,7 @@ import orjson
 from sqlalchemy import ARRAY, BigInteger, Boolean, Integer, and_, column, delete, insert, or_, select, text
 from sqlalchemy import bindparam as param
 
-from cedarberg.catalog.roots import ancestors
+from cedarberg.catalog.roots import ancestors, contains
 from cedarberg.catalog.store.objects import ObjectRow
 from cedarberg.catalog.store.schema import catalog_objects, dropped_objects, namespaces, object_roots
 from cedarberg.catalog.store.statements import Sql, in_params, values_of
@@ -163,6 +163,17 @@ async def add_new(tx: StoreTx, warehouse: str, kind: str, owner: str, roots: Seq
             _ADD,
             [{"root": root.encode(), "kind": kind, "owner": owner, "warehouse": warehouse} for root in roots],
         )
+
+
+async def claim_namespace_directory(tx: StoreTx, warehouse: str, owner: str, directory: str) -> bool:
+    """Record the directory of the namespace `owner`, which holds none in `tx`, unless it is or lies
+    inside a table's or view's roots: then False, and nothing is recorded."""
+    await lock(tx, [directory])
+    for found in await near(tx, directory):
+        if found.kind != NAMESPACE and contains(found.root, directory):
+            return False
+    await add_new(tx, warehouse, NAMESPACE, owner, [directory])
+    return True
 
 
 async def remove(tx: StoreTx, kind: str, owner: str) -> None:

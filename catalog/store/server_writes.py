@@ -1,5 +1,7 @@
 """The registry's common writes as one statement each, on stores where `Store.writes_alone`
-(PostgreSQL): a table or view commit, a create, a namespace creation.
+(PostgreSQL): a table or view commit, a create, a namespace creation. On a SQLite registry whose
+writes go to a writer process (also `writes_alone`) the commit and the namespace creation are one
+message each instead, to the writer's procedures of the same name (catalog.store.writer_calls).
 
 Each calls a server-side function (migrations 0013, 0014) that reads, checks and writes inside
 the one statement, run in autocommit: one round trip, one transaction, prepared once per connection (the
@@ -168,6 +170,12 @@ class NewNamespace:
     directory: str
 
 
+def creates_alone(store: Store) -> bool:
+    """Whether `insert_object` may land a create in one statement (PostgreSQL only: a SQLite
+    writer process runs creates as general transactions)."""
+    return store.writes_alone and store.dialect == "postgresql"
+
+
 async def swap_object(
     store: Store, base: ObjectRow, new: NewVersion, pending: PendingRecord | None
 ) -> Outcome:
@@ -175,21 +183,22 @@ async def swap_object(
     metadata file and data key: else LOST_RACE), if the object holds every root
     of `new.roots` already (else GENERAL: roots to claim). Raises StorageUnavailableError,
     CommitStateUnknownError."""
-    params = {
+    args = {
         "warehouse": base.warehouse,
         "namespace": base.namespace,
         "name": base.name,
         "kind": base.kind,
         "owner": base.uuid,
-        "roots": [root.encode() for root in new.roots],
         "expected": base.metadata_location,
         "expected_key": base.wrapped_key,
         "new_location": new.metadata_location,
         "new_metadata": new.metadata,
-        "now": _now_ms(),
         **_record_params(pending),
     }
     touched = Touched(objects={(base.warehouse, base.namespace, base.name)})
+    if store.dialect == "sqlite":
+        return Outcome(await store.call_writer("swap_version", {**args, "roots": list(new.roots)}, touched))
+    params = {**args, "roots": [root.encode() for root in new.roots], "now": _now_ms()}
     return await _run(store, _SWAP, params, touched)
 
 
@@ -199,8 +208,10 @@ async def insert_object(
     """Insert a new pointer and claim its roots (placed by the caller against
     `placement.ns_properties`), if its namespace still has those properties, nothing recorded
     overlaps the roots and (with `placement.check_uuid`) no live or dropped object has its UUID;
-    LOST_RACE if the name was taken since it was planned. Raises StorageUnavailableError,
-    CommitStateUnknownError."""
+    LOST_RACE if the name was taken since it was planned; GENERAL where not `creates_alone`.
+    Raises StorageUnavailableError, CommitStateUnknownError."""
+    if not creates_alone(store):
+        return Outcome.GENERAL
     fresh = sorted(set(placement.roots))
     strict_ancestors = sorted({item for root in fresh for item in ancestors(root)} - set(fresh))
     params = {
@@ -234,18 +245,24 @@ async def insert_object(
 async def insert_namespace(store: Store, new: NewNamespace, pending: PendingRecord | None) -> Outcome:
     """Insert a namespace and record its directory, if the directory lies inside no table's or
     view's roots. Raises StorageUnavailableError, CommitStateUnknownError."""
-    params = {
+    args = {
         "warehouse": new.warehouse,
         "name": new.name,
         "parent": new.parent,
         "properties": orjson.dumps(new.properties).decode(),
+        **_record_params(pending),
+    }
+    touched = Touched(namespaces={(new.warehouse, new.name)})
+    if store.dialect == "sqlite":
+        args = {**args, "directory": new.directory}
+        return Outcome(await store.call_writer("create_namespace", args, touched))
+    params = {
+        **args,
         "now": _now_ms(),
         "directory": new.directory.encode(),
         "ancestors": [item.encode() for item in ancestors(new.directory)],
         "owner": namespace_owner(new.warehouse, new.name),
         "lock": PG_ROOTS_LOCK,
         **_place_params([new.directory]),
-        **_record_params(pending),
     }
-    touched = Touched(namespaces={(new.warehouse, new.name)})
     return await _run(store, _CREATE_NAMESPACE, params, touched)

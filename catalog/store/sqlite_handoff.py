@@ -1,7 +1,8 @@
 """A worker's SQLite registry when another process owns the writer (catalog.store.sqlite_writer):
 reads run here, on the worker's own connections (WAL readers never wait for the writer), and
 each write transaction runs in the writer process, statement by statement over a Unix socket
-(catalog.store.writer_wire), so the workers of one gateway never contend for SQLite's write lock
+(catalog.store.writer_wire), or whole in one message for the common writes (`call`:
+catalog.store.writer_calls), so the workers of one gateway never contend for SQLite's write lock
 and their transactions share the writer's group commits.
 
 What a caller sees is what `SqliteDriver.write()` promises: the transaction is committed, and
@@ -28,7 +29,14 @@ from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.store.driver import DatabaseError, IntegrityViolation, PoolWatch
 from cedarberg.catalog.store.sqlite_driver import DIALECT, SqliteConnection, SqliteDriver
 from cedarberg.catalog.store.statements import NO_PARAMS, Rows, Sql
-from cedarberg.catalog.store.writer_wire import WireError, frame, pack_values, read_message, unpack_values
+from cedarberg.catalog.store.writer_wire import (
+    WireError,
+    frame,
+    pack_mapping,
+    pack_values,
+    read_message,
+    unpack_values,
+)
 
 IDLE_SESSIONS = 8  # sessions kept open for the next transactions; more are opened as needed
 _UNAVAILABLE = "WriterUnavailable"
@@ -85,6 +93,11 @@ class _Session:
             self.close()
             raise DatabaseError(_UNAVAILABLE)
         return reply
+
+    @property
+    def stale(self) -> bool:
+        """The writer closed this session (it died and was replaced since it was last used)."""
+        return self._reader.at_eof() or self._writer.is_closing()
 
     def close(self) -> None:
         self.broken = True
@@ -175,6 +188,45 @@ class HandedOffSqliteDriver:
         session = await self._connect()
         return session, await session.ask(["begin"])
 
+    async def call(self, procedure: str, args: Mapping[str, Any]) -> int:
+        """Run the writer's `procedure` (catalog.store.writer_calls) as one transaction, in one round
+        trip: its outcome, once durable if it wrote. Raises DatabaseError (nothing was written: the
+        writer refused, or could not be reached), CommitStateUnknownError (sent, not confirmed)."""
+        session = self._idle_session() or await self._connect()
+        self._watch.checked_out()
+        try:
+            reply = await session.ask(["call", procedure, pack_mapping(args)])
+        except DatabaseError as err:
+            raise CommitStateUnknownError("the registry did not confirm the commit") from err
+        finally:
+            self._watch.checked_in()
+        if reply == ["unknown"]:
+            self._give_back(session)
+            raise CommitStateUnknownError("the registry did not confirm the commit")
+        if reply[0] == "outcome" and len(reply) == 2 and isinstance(reply[1], int):
+            self._give_back(session)
+            return reply[1]
+        raise self._refused(session, reply)
+
+    def _refused(self, session: _Session, reply: list[Any]) -> Exception:
+        """The error `reply` stands for. The session is kept if the writer answered in turn (an
+        error it reports), closed otherwise (it does not speak the protocol)."""
+        if reply[0] == "database":
+            self._give_back(session)
+        else:
+            session.close()
+        return _refusal(reply)
+
+    def _idle_session(self) -> _Session | None:
+        """An idle session the writer has not closed (a call on a closed one could not tell a
+        writer replaced since from one that died during the call); None if there is none."""
+        while self._idle:
+            session = self._idle.pop()
+            if not session.stale:
+                return session
+            session.close()
+        return None
+
     def _give_back(self, session: _Session) -> None:
         if session.broken:
             return
@@ -223,12 +275,10 @@ class HandedOffSqliteDriver:
         if session.broken:
             return  # the failure is this session's own (the writer was lost mid-statement)
         reply = await session.ask(["rollback"])
-        if reply == ["ok"] or reply[0] == "database":
-            self._give_back(session)  # the writer answered in turn: the session goes on
-        else:
-            session.close()
-        if reply != ["ok"]:
-            raise _refusal(reply)
+        if reply == ["ok"]:
+            self._give_back(session)
+            return
+        raise self._refused(session, reply)
 
     async def close(self) -> None:
         for session in self._idle:

@@ -7,7 +7,9 @@ Each session (one Unix-socket connection of a worker; messages in catalog.store.
 runs its transactions through `SqliteDriver.write()`: a transaction is a member of the open group
 (a savepoint), its statements run as they arrive, and "commit" is answered only once the group's
 COMMIT has returned (durable: synchronous=FULL), or with the outcome the driver gives
-(CommitStateUnknownError, DatabaseError). A session that closes or stalls mid-transaction (a
+(CommitStateUnknownError, DatabaseError). A "call" runs a whole transaction in one message: a
+procedure of catalog.store.writer_calls (a commit's swap, a namespace creation), as a member of
+the open group, answered with its outcome once durable. A session that closes or stalls mid-transaction (a
 worker died or hangs) is rolled back to its savepoint; the others' changes stay in the group.
 A session that closes after "commit" but before its group's COMMIT starts fails the whole group
 (rolled back, DatabaseError for every member): a worker that died cannot tell its client, who
@@ -29,8 +31,19 @@ from typing import Any
 
 from cedarberg.catalog.errors import CommitStateUnknownError
 from cedarberg.catalog.store.driver import DatabaseError, IntegrityViolation
+from cedarberg.catalog.store.idempotency import DuplicateKeyError
+from cedarberg.catalog.store.server_writes import Outcome
 from cedarberg.catalog.store.sqlite_driver import SqliteConnection, SqliteDriver
-from cedarberg.catalog.store.writer_wire import WireError, frame, pack_values, read_message, unpack_values
+from cedarberg.catalog.store.tx import StoreTx
+from cedarberg.catalog.store.writer_calls import PROCEDURES, Arguments, Procedure
+from cedarberg.catalog.store.writer_wire import (
+    WireError,
+    frame,
+    pack_values,
+    read_message,
+    unpack_mapping,
+    unpack_values,
+)
 
 log = logging.getLogger(__name__)
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
@@ -38,6 +51,14 @@ _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 class _RolledBack(Exception):
     """The worker rolled its transaction back: leave the driver's write context by raising."""
+
+
+class _Declined(Exception):
+    """A call's procedure answered other than DONE: leave the write context, undoing its changes."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.name)
+        self.outcome = outcome
 
 
 def _same_user(writer: asyncio.StreamWriter) -> bool:
@@ -90,10 +111,14 @@ class SqliteWriter:
             if not _same_user(writer):
                 log.warning("refused a registry writer session from another user")
                 return
-            while (message := await read_message(reader)) == ["begin"]:
-                await self._transaction(reader, writer)
-            if message is not None:
-                log.warning("registry writer session ended: a message out of place")
+            while (message := await read_message(reader)) is not None:
+                if message == ["begin"]:
+                    await self._transaction(reader, writer)
+                elif message[:1] == ["call"]:
+                    await self._call(message, reader, writer)
+                else:
+                    log.warning("registry writer session ended: a message out of place")
+                    break
         except (WireError, ConnectionError, TimeoutError) as err:
             log.warning("registry writer session ended: %s", err or type(err).__name__)
         finally:
@@ -118,6 +143,31 @@ class SqliteWriter:
             reply = ["ok"]
         await _send(writer, reply)
 
+    async def _call(
+        self, message: list[Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """One whole transaction in one message: a procedure of catalog.store.writer_calls, run as a
+        member of the open group and answered as "commit" is (its outcome once durable). An outcome
+        other than DONE, or a constraint, rolls the member back: nothing of it is written."""
+        if len(message) != 3 or not isinstance(message[2], dict) or message[1] not in PROCEDURES:
+            raise WireError("malformed or unknown call")
+        procedure, args = PROCEDURES[message[1]], unpack_mapping(message[2])
+        try:
+            # As in `_transaction`: a session at its end before the COMMIT is a worker that died.
+            async with self.driver.write(requester_gone=reader.at_eof) as conn:
+                await _run_procedure(procedure, args, conn)
+        except _Declined as declined:
+            reply: list[Any] = ["outcome", int(declined.outcome)]
+        except (IntegrityViolation, DuplicateKeyError):
+            reply = ["outcome", int(Outcome.GENERAL)]  # the general transaction words the refusal
+        except CommitStateUnknownError:
+            reply = ["unknown"]
+        except DatabaseError as err:
+            reply = ["database", str(err)]
+        else:
+            reply = ["outcome", int(Outcome.DONE)]
+        await _send(writer, reply)
+
     async def _statements(
         self, conn: SqliteConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
@@ -133,6 +183,13 @@ class SqliteWriter:
             if message == ["rollback"]:
                 raise _RolledBack
             await _send(writer, await _statement(conn, message))
+
+
+async def _run_procedure(procedure: Procedure, args: Arguments, conn: SqliteConnection) -> None:
+    """Run a call's procedure on the member's connection; _Declined unless it answers DONE."""
+    outcome = await procedure(StoreTx(conn), args)
+    if outcome is not Outcome.DONE:
+        raise _Declined(outcome)
 
 
 async def _send(writer: asyncio.StreamWriter, message: list[Any]) -> None:

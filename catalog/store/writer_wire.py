@@ -14,6 +14,10 @@ One session (connection) runs one write transaction at a time:
     ["commit"]                            ["ok"] (durable) | ["unknown"] | error
     ["rollback"]                          ["ok"]
 
+or, for a whole transaction in one message (catalog.store.writer_calls):
+
+    ["call", procedure, {arguments}]      ["outcome", n] (n = 0: committed, durable) | ["unknown"] | error
+
 where error is ["integrity", foreign_key, detail] or ["database", exception class name].
 """
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -53,6 +57,16 @@ def pack_values(values: Sequence[Any]) -> list[Any]:
 def unpack_values(values: Sequence[Any]) -> tuple[Any, ...]:
     """What `pack_values` packed."""
     return tuple(_in(value) for value in values)
+
+
+def pack_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments (values as `pack_values` packs them; a list travels as it is)."""
+    return {name: _out(value) for name, value in values.items()}
+
+
+def unpack_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """What `pack_mapping` packed."""
+    return {name: _in(value) for name, value in values.items()}
 
 
 def frame(message: Sequence[Any]) -> bytes:

@@ -335,14 +335,22 @@ class Client(threading.Thread):
 
     # -- requests --------------------------------------------------------------------------------
     def _mutate(
-        self, kind: str, target: list[str], method: str, path: str, body: Any, expected: int
+        self,
+        kind: str,
+        target: list[str],
+        method: str,
+        path: str,
+        body: Any,
+        expected: int,
+        settle: str | None = None,
     ) -> Operation:
-        """Send a mutation, settle it if it was lost, and record what the client saw."""
+        """Send a mutation, settle it if it was lost (as `settle` says, else as the generator
+        chooses), and record what the client saw."""
         op = Operation(self.number, self._count, kind, target, str(uuid.uuid4()))
         self.history.add(op)
         status = self._attempt(op, method, path, body)
         if status is None or status >= 500:
-            op.settle = self.rng.choice(["retried", "resolved"])
+            op.settle = settle or self.rng.choice(["retried", "resolved"])
             if op.settle == "retried":
                 status = self._retry(op, method, path, body)
         if op.settle != "resolved":
@@ -357,12 +365,42 @@ class Client(threading.Thread):
         return op
 
     def _applied(self, op: Operation, landed: Callable[[], bool]) -> bool:
-        """Whether `op` took effect: its acknowledgement, or (resolved) what is there now."""
+        """Whether `op` took effect: its acknowledgement, or (resolved) what is there once the
+        registry COMMIT under way when it was lost has ended (`_barrier`)."""
         if op.settle != "resolved":
             return op.outcome == "acknowledged"
+        self._barrier(op)
         applied = landed()
         op.outcome = "applied" if applied else "absent"
         return applied
+
+    def _barrier(self, lost: Operation) -> None:
+        """One write acknowledged after `lost` was lost, before it is resolved by reading.
+
+        A lost change lands, if at all, by the end of the registry COMMIT under way when its
+        process died, and that COMMIT is not undone: a read at once can come before its end and
+        see the change absent, a sync before it appears (docs/operations.md, "What a crash cannot
+        lose"). On SQLite every write of the gateway is committed by its one writer, one COMMIT
+        after another, so once a later write is acknowledged that COMMIT has ended and what is
+        read is final (on PostgreSQL, where the server finishes a commit it has begun in a few
+        milliseconds, the write only lets that time pass). The write is a namespace change this
+        client records like any other (retried until answered).
+        """
+        spare = [name for name in sorted(self.model.namespaces) if name not in lost.target]
+        marker = self._marker()
+        if spare:
+            name = self.rng.choice(spare)
+            body: dict[str, Any] = {"updates": {marker: "1"}, "removals": []}
+            path = f"/v1/namespaces/{name}/properties"
+            op = self._mutate("barrier", [name], "POST", path, body, 200, settle="retried")
+            if op.outcome == "acknowledged":
+                self.model.namespaces[name].add(marker)
+            return
+        name = f"{self._home}n{self._new_name('')}"
+        body = {"namespace": [name], "properties": {marker: "1"}}
+        op = self._mutate("barrier", [name], "POST", "/v1/namespaces", body, 200, settle="retried")
+        if op.outcome == "acknowledged":
+            self.model.namespaces[name] = {marker}
 
     def _attempt(self, op: Operation, method: str, path: str, body: Any) -> int | None:
         index = self.rng.randrange(len(self.gateways))

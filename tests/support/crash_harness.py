@@ -13,9 +13,11 @@ settled in one of two ways, chosen by the seeded generator:
 - *retried*: sent again with the same ``Idempotency-Key`` until a process answers; the answer
   must be the success a first run gives (the recorded outcome, or the one run now): a conflict or
   a "not found" there means the mutation ran twice or its record was lost;
-- *resolved*: not retried; the client reads what is there and requires the mutation to be
-  wholly applied or wholly absent (a commit's property and its schema change together, a
-  transaction's tables together, a rename's source xor its destination).
+- *resolved*: not retried; once one later write of the client is acknowledged (a barrier: the
+  registry COMMIT under way when the request was lost has ended, see `Client._barrier`), the
+  client reads what is there and requires the mutation to be wholly applied or wholly absent (a
+  commit's property and its schema change together, a transaction's tables together, a rename's
+  source xor its destination); the checker then requires it to stay so.
 
 `Killer` SIGKILLs a worker (the supervisor forks a new one) or a whole gateway (supervisor and
 workers at once, then restarted). A supervisor gives up after five worker deaths within a minute
