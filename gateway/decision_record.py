@@ -22,8 +22,8 @@ decision itself (`PolicyEngine.principal_json`, `Resource.entities_json`); here 
 is scrubbed once, entity arrays entity by entity (a new namespace or table brings one new entity;
 its ancestors, with their grants, are its siblings'), and each distinct request is rendered once
 and kept (bounded, `ByteBoundedLru`), so a repeated request adds the context's serialisation and
-one cache lookup (a few microseconds) and about 1.5 KB to its line. A replayed read writes its plan's line as it was rendered, at no
-cost at all.
+one cache lookup (a few microseconds) and about 1.5 KB to its line. A replayed read writes its
+plan's line as it was rendered, at no cost at all.
 
 Invariants:
 - **No secret reaches the log**: every string is scrubbed as the record's structured fields are
