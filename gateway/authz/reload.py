@@ -1,9 +1,12 @@
 """Hot reload: watch the policy directory and reload the engine when a file changes.
 
 The watcher polls a cheap fingerprint (name, size, mtime, inode of the schema and every `*.cedar`
-file) every `interval` seconds; when it changes, `PolicyEngine.reload()` runs in a worker thread
-(parsing must not stall the event loop). The engine compares content hashes, so a touch without a
-change is a no-op, and a refused set is logged once and leaves the last good set active.
+file) every `interval` seconds; once a change has held still for one poll, `PolicyEngine.reload()`
+runs in a worker thread (parsing must not stall the event loop). Waiting for it to hold still
+keeps a file from being read while it is written in place: a truncated file can parse as a
+valid set that lacks a `forbid` (a CI run of the refusal-signal test loaded such a set). The
+engine compares content hashes, so a touch without a change is a no-op, and a refused set is
+logged once and leaves the last good set active.
 
     watcher = PolicyWatcher(engine, interval=1.0)
     async with watcher:            # starts the polling task; stops it on exit
@@ -54,6 +57,7 @@ class PolicyWatcher:
         self._task: asyncio.Task[None] | None = None
         # Empty: the first poll compares contents once, catching edits made before the start.
         self._seen: Fingerprint = ()
+        self._settling: Fingerprint | None = None  # a change seen at the last poll, not yet loaded
         self._lock = asyncio.Lock()
 
     @property
@@ -67,10 +71,16 @@ class PolicyWatcher:
             return await asyncio.to_thread(self._engine.reload)
 
     async def check(self) -> ReloadOutcome | None:
-        """One poll: reload if the fingerprint changed; None when nothing changed."""
+        """One poll: reload if the fingerprint changed and is what the previous poll saw; None
+        when nothing changed or the change is still moving."""
         current = fingerprint(self._engine.directory)
         if current == self._seen:
+            self._settling = None
             return None
+        if current != self._settling:
+            self._settling = current
+            return None
+        self._settling = None
         return await self.reload_now()
 
     async def _run(self) -> None:

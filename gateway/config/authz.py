@@ -26,8 +26,9 @@ class AuthzSettings(FrozenSettings):
         1.0,
         ge=0,
         le=3600,
-        description="How often the policy directory is checked for changes; 0 turns the watcher off "
-        "(SIGHUP still reloads).",
+        description="How often the policy directory is checked for changes; a change is loaded once "
+        "it has held still for one check (within two intervals: a file written in place is never "
+        "read half-written); 0 turns the watcher off (SIGHUP still reloads).",
     )
     entity_cache_size: int = Field(
         4096, ge=0, le=1_000_000, description="Parsed entity sets kept for reuse between decisions."

@@ -727,3 +727,29 @@ def test_explain_prints_the_decision_and_determining_policies() -> None:
     query = ExplainQuery(PrincipalSpec("x", []), "loadTable", ResourceSpec("default"))
     assert explain(BUNDLED_POLICY_DIR, query, out=io.StringIO(), err=err) == 2
     assert "expects WAREHOUSE/NS/TABLE" in err.getvalue()
+
+
+async def test_a_file_written_in_place_is_loaded_only_once_it_holds_still(policy_dir: Path) -> None:
+    """An editor or a copy rewriting a file in place shows it truncated for a moment: an empty
+    file is a valid set without the file's `forbid`. The watcher loads a change only once the
+    next poll sees it unchanged, so the moment in between is never decided on."""
+    lockdown = policy_dir / "lockdown.cedar"
+    lockdown.write_text('@id("lockdown") forbid (principal, action, resource);\n')
+    eng = PolicyEngine(policy_dir)
+    eng.load()
+    table = child_table(SALES_NS, "orders")
+    watcher = PolicyWatcher(eng, interval=60)  # polled by hand below
+    assert await watcher.check() is None  # the first poll only notes the directory
+    assert await watcher.check() is ReloadOutcome.UNCHANGED
+    before = eng.version
+
+    lockdown.write_text("")  # truncated, mid-write
+    assert await watcher.check() is None
+    assert not eng.decide(READER, "loadTable", table, ctx(READER)).allowed  # the forbid holds
+    lockdown.write_text('@id("lockdown") forbid (principal, action, resource);\n// v2\n')
+    assert await watcher.check() is None  # moved again since the last poll
+    assert not eng.decide(READER, "loadTable", table, ctx(READER)).allowed
+    assert eng.version == before
+    assert await watcher.check() is ReloadOutcome.LOADED  # held still: loaded
+    assert eng.version != before
+    assert eng.decide(READER, "loadTable", table, ctx(READER)).policy_ids == ("lockdown",)
