@@ -24,6 +24,7 @@ from cedarberg.catalog.store.sqlite_handoff import HandedOffSqliteDriver, hand_w
 from cedarberg.catalog.store.writer_wire import frame
 from tests.support.writer_sessions import (
     Writer,
+    die_after_commit,
     inserting,
     open_transaction_inserting,
     raw_session,
@@ -218,11 +219,7 @@ async def test_a_worker_failing_on_a_dead_workers_change_fails_as_unavailable_no
 
     try:
         attempt = asyncio.create_task(create_unless_taken("orphan"))
-        await until_one_waits(writer)
-        await send_commit(dying)
-        dying.close()
-        await asyncio.sleep(0.2)
-        dead.set()
+        await die_after_commit(writer, dying, dead)
         with pytest.raises(StorageUnavailableError, match="TransactionNotCommitted"):
             await attempt
         await create_unless_taken("orphan")  # the name was never taken: the retry creates it

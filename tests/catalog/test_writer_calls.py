@@ -27,7 +27,7 @@ from cedarberg.catalog.store.pool import Store
 from cedarberg.catalog.store.server_writes import NewNamespace, NewVersion, Outcome, PendingRecord
 from cedarberg.catalog.store.sqlite_handoff import _Session
 from cedarberg.catalog.store.tx import StoreTx
-from tests.support.writer_sessions import Writer, open_transaction_inserting, send_commit, until_one_waits
+from tests.support.writer_sessions import Writer, die_after_commit, open_transaction_inserting
 
 ROOT = "s3://b/ns/t"
 
@@ -178,11 +178,7 @@ async def test_a_call_in_a_dead_workers_group_fails_as_unavailable_and_lands_not
     _, dying = await open_transaction_inserting(writer, "orphan")
     new = NewNamespace("w", "bystander", None, {}, "s3://b/bystander")
     call = asyncio.create_task(server_writes.insert_namespace(store, new, None))
-    await until_one_waits(writer)
-    await send_commit(dying)
-    dying.close()
-    await asyncio.sleep(0.2)
-    dead.set()
+    await die_after_commit(writer, dying, dead)
     with pytest.raises(StorageUnavailableError, match="TransactionAbandoned"):
         await call
     for name in ("orphan", "bystander"):

@@ -110,3 +110,13 @@ async def until_one_waits(writer: Writer) -> None:
 async def send_commit(stream: asyncio.StreamWriter) -> None:
     stream.write(frame(["commit"]))
     await stream.drain()
+
+
+async def die_after_commit(writer: Writer, dying: asyncio.StreamWriter, dead: asyncio.Event) -> None:
+    """Once another transaction waits to join the group, the `dying` worker sends "commit" and
+    dies before the group's COMMIT; `dead` tells the waiting transaction's body it may go on."""
+    await until_one_waits(writer)
+    await send_commit(dying)
+    dying.close()
+    await asyncio.sleep(0.2)
+    dead.set()
