@@ -37,13 +37,14 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
 
-from cedarberg.gateway.audit import REDACTED, names_secret, scrub_text
+from cedarberg.gateway.audit import MAX_STRING, REDACTED, may_hold_secret, names_secret, scrub_text
 from cedarberg.gateway.authz.entities import EntityUid
 from cedarberg.gateway.byte_lru import ByteBoundedLru
 
@@ -93,6 +94,30 @@ def _clean(value: Any, depth: int = 0) -> Any:
     return scrub_text(str(value), free_form=False)
 
 
+# A JSON text's strings (no escapes: see `_left_as_is`) and brackets, in order.
+_STRINGS_AND_BRACKETS: Final = re.compile(r'"[^"\\]*"|[\[\]{}]')
+_OPENING: Final = frozenset("[{")
+_CLOSING: Final = frozenset("]}")
+
+
+def _left_as_is(text: str, depth: int) -> bool:
+    """Whether `_clean` would give back what JSON `text`, found at `depth`, already holds: it has
+    no escape (so every string and key is written literally in it), no string longer than the
+    scrubber's cut, nothing either secret search finds anywhere in it (so in none of its strings
+    or keys), and no container at or past the depth kept. A new resource's entity usually is:
+    checking it is one pass of three searches instead of a scrub of each of its strings."""
+    if "\\" in text or len(text) > MAX_STRING or may_hold_secret(text):
+        return False
+    open_containers = deepest = 0
+    for part in _STRINGS_AND_BRACKETS.findall(text):
+        if part in _OPENING:
+            open_containers += 1
+            deepest = max(deepest, open_containers)
+        elif part in _CLOSING:
+            open_containers -= 1
+    return depth + deepest <= _MAX_DEPTH
+
+
 def _scrubbed_json(text: str | bytes, depth: int = 0) -> bytes:
     """`text` (JSON, found at `depth` of the request) with every string scrubbed, as JSON;
     computed once per distinct text."""
@@ -101,7 +126,11 @@ def _scrubbed_json(text: str | bytes, depth: int = 0) -> bytes:
         found = _scrubbed.get(key)
     if found is not None:
         return found
-    rendered = orjson.dumps(_clean(orjson.loads(text), depth))
+    decoded = text.decode() if isinstance(text, bytes) else text
+    if _left_as_is(decoded, depth):
+        rendered = decoded.encode() if isinstance(text, str) else text
+    else:
+        rendered = orjson.dumps(_clean(orjson.loads(text), depth))
     with _lock:
         # The key (the raw text) and the rendering: about twice the text.
         _scrubbed.put(key, rendered, 2 * len(rendered) + len(text))

@@ -29,6 +29,8 @@ from cedarberg.gateway.audit import (
     Outcome,
     Ruling,
     SecretScrubbingFilter,
+    may_hold_secret,
+    names_secret,
     scrub,
     scrub_text,
 )
@@ -474,6 +476,10 @@ _SECRET_FRAGMENTS = [
     "credentials=1",
     "authorization: Bearer z9z9",
     "apikey=1",
+    # Non-ASCII case variants the expressions match under IGNORECASE (long s, Kelvin sign).
+    "\u017fecret=x",
+    "to\u212aen=v",
+    "ba\u017fic dXNlcjpwYXNz",
 ]
 
 
@@ -489,6 +495,24 @@ _SECRET_FRAGMENTS = [
 def test_the_screen_never_spares_a_text_a_pattern_would_change(parts: list[str]) -> None:
     text = "".join(parts)
     assert scrub_text(text, free_form=False, max_length=None) == _every_pattern(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([*_SECRET_FRAGMENTS, "Signature", "PASSWORD", "api-key", "\u017fignature"]),
+            st.text(max_size=12),
+        ),
+        max_size=6,
+    )
+)
+def test_a_key_names_a_secret_exactly_when_the_expression_finds_one(parts: list[str]) -> None:
+    key = "".join(parts)
+    assert names_secret(key) == (audit_module._SECRET_KEY.search(key) is not None)
+    if not may_hold_secret(key):
+        assert scrub_text(key, free_form=False, max_length=None) == key
+        assert not names_secret(key)
 
 
 @pytest.mark.parametrize("fragment", _SECRET_FRAGMENTS)

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cedarberg.gateway import decision_record
 from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Outcome, Ruling
@@ -419,3 +421,55 @@ def test_entities_scrubbed_one_by_one_read_as_the_whole_array_scrubbed(name: str
     assert b"abcdefgh" not in one_by_one
     assert b'"fine"' in one_by_one
     assert b"[nested too deep]" in one_by_one
+
+
+_JSON_TEXT = st.one_of(
+    st.text(max_size=10),
+    st.sampled_from(
+        ["Bearer abcdefgh", "password=x", "cbk_k1_s", 'a"b\\c', "\u017fecret=1", "[x]{", "api_key_id"]
+    ),
+)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_JSON_VALUES, st.integers(0, 9))
+def test_a_text_kept_as_it_is_reads_as_the_scrubbed_value(value: Any, depth: int) -> None:
+    """The record keeps a text that needs no scrubbing as it is (`_left_as_is`): whatever the
+    text holds (secrets, escapes, brackets in strings, nesting past the depth kept), what it
+    keeps reads as the value scrubbed string by string."""
+    text = orjson.dumps(value)
+    assert orjson.loads(decision_record._scrubbed_json(text, depth)) == decision_record._clean(value, depth)
+
+
+def test_a_new_resource_entity_is_kept_as_it_is_and_a_secret_one_is_not() -> None:
+    plain = orjson.dumps({"uid": {"type": "Cedarberg::Namespace", "id": "w/ns"}, "attrs": {"readers": []}})
+    assert decision_record._left_as_is(plain.decode(), 1)
+    for secretive in (
+        {"uid": {"type": "Cedarberg::Namespace", "id": "w/ns"}, "attrs": {"note": "Bearer abcdefgh"}},
+        {"uid": {"type": "Cedarberg::Namespace", "id": "w/ns"}, "attrs": {"note": 'a"password=x'}},
+        {"uid": {"type": "Cedarberg::Namespace", "id": "w/ns"}, "attrs": {"db_password": "x"}},
+    ):
+        text = orjson.dumps(secretive)
+        assert not decision_record._left_as_is(text.decode(), 1)
+        assert b"password=x" not in decision_record._scrubbed_json(text, 1)
+        assert b"abcdefgh" not in decision_record._scrubbed_json(text, 1)
+
+
+def test_an_escape_cannot_hide_a_secret_or_a_depth_from_the_check() -> None:
+    # A secret spelled with a JSON escape is not in the text as written.
+    escaped = '{"note": "\\u0070assword=hunter2"}'
+    assert orjson.loads(escaped) == {"note": "password=hunter2"}
+    assert b"hunter2" not in decision_record._scrubbed_json(escaped, 0)
+    # An escaped backslash ends a string where a naive reading does not: the brackets of the next
+    # string would read as closing ones, and nesting past the depth kept would pass for shallow.
+    deep: Any = "x"
+    for _ in range(9):
+        deep = [deep]
+    value = ["a\\", "]]]]]]]]]]", deep]
+    kept = decision_record._scrubbed_json(orjson.dumps(value), 0)
+    assert orjson.loads(kept) == decision_record._clean(value)
