@@ -29,7 +29,7 @@ from tests.support.migrations import (
     version_tables,
 )
 
-HEAD = "0014"
+HEAD = "0015"
 GATEWAY_TABLES = {"api_keys", "api_key_changes", "directory_users", "console_sessions"}
 
 

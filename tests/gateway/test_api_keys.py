@@ -557,7 +557,7 @@ async def test_the_key_tables_are_in_the_registrys_one_migration_history(tmp_pat
         version = db.execute("SELECT version_num FROM alembic_version").fetchall()
     assert {"api_keys", "namespaces", "alembic_version"} <= tables
     assert "alembic_version_gateway" not in tables  # one version table per database
-    assert version == [("0014",)]
+    assert version == [("0015",)]
     store = await open_key_store(url)
     try:
         assert (await ApiKeyAuthenticator(store).authenticate(plaintext)).id == "key:alice"

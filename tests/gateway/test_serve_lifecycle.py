@@ -195,7 +195,7 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
     current = _cli("db", "current", *location_args)
     assert current.returncode == 3, current.stderr
     assert "registry: 0006 + gateway gw0001 (two histories" in current.stdout
-    assert "(needs 0014)" in current.stdout
+    assert "(needs 0015)" in current.stdout
 
     strict = GatewayProcess(data_dir, store_url=store_url, config={"migrate_on_start": False})
     strict.config_path.write_text("migrate_on_start = false\n")
@@ -208,11 +208,11 @@ def test_db_upgrade_brings_a_previous_release_registry_to_head(
 
     upgraded = _cli("db", "upgrade", *location_args)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "registry: 0014 (from 0006 + gateway gw0001" in upgraded.stdout
-    assert _revisions(sync_url) == {"alembic_version": ["0014"]}
+    assert "registry: 0015 (from 0006 + gateway gw0001" in upgraded.stdout
+    assert _revisions(sync_url) == {"alembic_version": ["0015"]}
     current = _cli("db", "current", *location_args)
     assert current.returncode == 0, current.stderr
-    assert current.stdout.strip() == "registry: 0014 (head)"
+    assert current.stdout.strip() == "registry: 0015 (head)"
 
     with strict:  # the same data, served by a gateway that does not migrate by itself
         request = urllib.request.Request(
@@ -232,4 +232,4 @@ def test_serve_upgrades_an_outdated_registry_by_default(tmp_path: Path) -> None:
         status, body = _request(f"{gw.url}/v1/namespaces/kept")
         assert status == 200
         assert body["namespace"] == ["kept"]
-    assert _revisions(sync_url) == {"alembic_version": ["0014"]}
+    assert _revisions(sync_url) == {"alembic_version": ["0015"]}
