@@ -28,6 +28,7 @@ from cedarberg.catalog.store.sqlite_handoff import hand_writes_to
 from cedarberg.catalog.store.sqlite_writer import SqliteWriter
 from cedarberg.catalog.store.urls import sqlite_path
 from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.serve.event_loop import new_event_loop
 
 log = logging.getLogger("cedarberg.supervisor")
 _BACKLOG = 128  # every worker's sessions may queue here while a writer is being replaced
@@ -36,8 +37,9 @@ _BACKLOG = 128  # every worker's sessions may queue here while a writer is being
 class RegistryWriter:
     """The writer's socket and what runs in the writer process and in each worker."""
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, settings: Settings) -> None:
         self._database = database
+        self._settings = settings
         self._directory = tempfile.mkdtemp(prefix="cedarberg-writer-")  # mode 0700
         self.socket_path = str(Path(self._directory) / "writer.sock")
         self._listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -55,13 +57,15 @@ class RegistryWriter:
         path = sqlite_path(settings.effective_store_url())
         if settings.workers < 2 or path is None or path == ":memory:":
             return None
-        return cls(path)
+        return cls(path, settings)
 
     def run(self) -> int:
         """The writer process's life (forked by the supervisor): serve until SIGTERM, then let
         the group under way commit. Returns the exit status."""
         assert self._listener is not None
-        asyncio.run(self._serve(self._listener))
+        # The workers' kind of loop: each write is a message in and a message out.
+        with asyncio.Runner(loop_factory=lambda: new_event_loop(self._settings)) as runner:
+            runner.run(self._serve(self._listener))
         return 0
 
     async def _serve(self, listener: socket.socket) -> None:

@@ -15,30 +15,18 @@ import ssl
 from aiohttp import web
 
 from cedarberg.gateway.config.settings import Settings
+from cedarberg.gateway.serve.event_loop import new_event_loop
 from cedarberg.gateway.web import front
 from cedarberg.gateway.web.app import create_app
 
 log = logging.getLogger("cedarberg")
 
 
-def _event_loop(settings: Settings) -> asyncio.AbstractEventLoop:
-    """A new event loop of the configured kind (see `Settings.event_loop`)."""
-    if settings.event_loop != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if settings.event_loop == "uvloop":
-                raise
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
-
-
 def run_worker(settings: Settings, ssl_context: ssl.SSLContext | None, sock: socket.socket) -> None:
     """Serve until SIGTERM/SIGINT on `sock`, the listening socket `serve` opened (shared by the
     workers when there are several)."""
     app = create_app(settings)
-    loop = _event_loop(settings)
+    loop = new_event_loop(settings)
     asyncio.set_event_loop(loop)
     if settings.slow_callback_warning_ms > 0:
         loop.set_debug(True)
