@@ -163,8 +163,9 @@ class Settings(FrozenSettings):
         1,
         ge=1,
         le=64,
-        description="Server processes sharing the listening port (about one per core). Each has "
-        "its own caches and connection pools; metrics are summed over all of them.",
+        description="Server processes sharing the listening port (about one per core): the "
+        "supervisor hands each connection to the one with the fewest open. Each has its own "
+        "caches and connection pools; metrics are summed over all of them.",
     )
     shutdown_timeout_seconds: float = Field(
         30.0,

@@ -27,7 +27,7 @@ from cedarberg.gateway.authz.engine import PolicyEngine
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.serve.listen import open_listener
 from cedarberg.gateway.serve.migrate import ensure_current, upgrade
-from cedarberg.gateway.serve.worker import run_worker
+from cedarberg.gateway.serve.worker import run_handed_worker, run_worker
 from cedarberg.gateway.tls import check_plain_http_allowed, server_ssl_context
 from cedarberg.kms.keyring import KeyRing
 
@@ -99,4 +99,4 @@ def _serve_on(settings: Settings, ssl_context: ssl.SSLContext | None, sock: sock
     from cedarberg.gateway.serve.supervisor import Supervisor
 
     writer = RegistryWriter.for_settings(settings)  # SQLite: one process writes for all workers
-    return Supervisor(settings, ssl_context, run_worker, sock, writer).run()
+    return Supervisor(settings, ssl_context, run_handed_worker, sock, writer).run()

@@ -1,12 +1,13 @@
 """`cedarberg serve --workers N`: one supervising process, N forked workers on one socket.
 
-The supervisor takes the listening socket `serve` opened before anything else, forks the workers
-(each runs the whole aiohttp application on the inherited socket, with its own caches and
-connection pools) and then only handles signals and exits:
+The supervisor takes the listening socket `serve` opened before anything else and forks the
+workers (each runs the whole aiohttp application, with its own caches and connection pools). It
+accepts the connections itself and hands each to the worker with the fewest open
+(`gateway.serve.balancer`, on a thread of its own), and otherwise only handles signals and exits:
 
-- SIGTERM / SIGINT: close its copy of the socket, send SIGTERM to every worker (each stops
-  accepting and lets requests in flight finish within `shutdown_timeout_seconds`), wait, then
-  SIGKILL what is left 5 s after that timeout;
+- SIGTERM / SIGINT: stop accepting and close the socket, send SIGTERM to every worker (each lets
+  requests in flight finish within `shutdown_timeout_seconds`), wait, then SIGKILL what is left
+  5 s after that timeout;
 - SIGHUP: forwarded, so every worker reloads its policies;
 - a worker that exits unexpectedly is replaced; a worker of the first generation that exits
   with an error status within its first seconds means the configuration cannot serve (the
@@ -21,7 +22,9 @@ workers share a SQLite file) is forked before the workers, replaced like them wh
 finish during shutdown still reach it.
 
 Fork safety: the supervisor forks after `prepare` ran to completion in `asyncio.run`, so no event
-loop and no thread exist in it when it forks.
+loop exists in it when it forks. The first workers are forked before the balancer's thread
+starts; a replacement is forked while it runs, under its `fork_lock` (the balancer holds it
+whenever it changes what it holds), and closes the balancer's descriptors first thing.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Protocol
 
 from cedarberg.gateway.config.settings import Settings
 from cedarberg.gateway.metrics import MULTIPROC_ENV
+from cedarberg.gateway.serve.balancer import Balancer, channel_pair
 from cedarberg.gateway.serve.fatal import report_fatal
 
 log = logging.getLogger("cedarberg.supervisor")
@@ -56,7 +60,8 @@ _RESTART_WINDOW_SECONDS = 60.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-# What one worker runs until told to stop: settings, TLS context, the shared listening socket.
+# What one worker runs until told to stop: settings, TLS context, its end of the channel the
+# balancer hands it connections on (`gateway.serve.handed_connections`).
 Work = Callable[[Settings, ssl.SSLContext | None, socket.socket], None]
 
 
@@ -100,7 +105,7 @@ class Supervisor:
         self._run_worker = work
         self._workers: dict[int, _Worker] = {}
         self._restarts: deque[float] = deque()
-        self._sock: socket.socket | None = sock  # listening already (`gateway.serve.listen`)
+        self._balancer = Balancer(sock)  # listening already (`gateway.serve.listen`)
         self._metrics_dir = ""
         self._companion = companion
         self._companion_pid: int | None = None
@@ -118,38 +123,46 @@ class Supervisor:
                 self._spawn_companion()
             for slot in range(self._settings.workers):
                 self._spawn(slot, first_generation=True)
+            self._balancer.start()
             return self._supervise()
         finally:
-            self._close_socket()
+            self._stop_accepting()
             self._stop_companion()
             shutil.rmtree(self._metrics_dir, ignore_errors=True)
 
     # -- workers -----------------------------------------------------------------------------
     def _spawn(self, slot: int, *, first_generation: bool) -> None:
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the worker: never returns into the supervisor's code
-            status = 1
-            try:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
-                _stop_with_parent(parent)
-                if self._companion is not None:
-                    self._companion.in_worker()
-                status = self._work()
-            finally:
-                logging.shutdown()
-                os._exit(status)
+        supervisor_end, worker_end = channel_pair()
+        with self._balancer.fork_lock:
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns into the supervisor's code
+                status = 1
+                try:
+                    self._balancer.close_in_child()
+                    supervisor_end.close()
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+                    _stop_with_parent(parent)
+                    if self._companion is not None:
+                        self._companion.in_worker()
+                    status = self._work(worker_end)
+                finally:
+                    logging.shutdown()
+                    os._exit(status)
+        worker_end.close()
+        self._balancer.attach(pid, supervisor_end)
         self._workers[pid] = _Worker(slot, time.monotonic(), first_generation)
         log.info("worker %d started (pid %d)", slot, pid)
 
     def _spawn_companion(self) -> None:
         assert self._companion is not None
         parent = os.getpid()
-        pid = os.fork()
+        with self._balancer.fork_lock:
+            pid = os.fork()
         if pid == 0:  # the companion: never returns into the supervisor's code
             status = 1
             try:
-                self._close_socket()  # it serves no HTTP
+                self._balancer.close_in_child()  # it serves no HTTP
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
                 _stop_with_parent(parent)
                 status = self._companion.run()
@@ -199,10 +212,9 @@ class Supervisor:
         self._restarts.append(now)
         return False
 
-    def _work(self) -> int:
-        assert self._sock is not None
+    def _work(self, channel: socket.socket) -> int:
         try:
-            self._run_worker(self._settings, self._ssl_context, self._sock)
+            self._run_worker(self._settings, self._ssl_context, channel)
         except Exception as err:
             try:
                 return report_fatal(err, self._settings)  # a setup error: one line, as `serve` does
@@ -244,6 +256,7 @@ class Supervisor:
             worker = self._workers.pop(pid, None)
             if worker is None:
                 continue
+            self._balancer.detach(pid)
             self._forget_metrics(pid)
             log.error("worker %d (pid %d) exited with status %d", worker.slot, pid, code)
             # It exited by itself (not by a signal) right after the first start: it has printed
@@ -256,7 +269,7 @@ class Supervisor:
         return None
 
     def _stop(self) -> int:
-        self._close_socket()
+        self._stop_accepting()
         self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + self._settings.shutdown_timeout_seconds + _KILL_GRACE_SECONDS
         killed = False
@@ -292,10 +305,9 @@ class Supervisor:
 
         multiprocess.mark_process_dead(pid, self._metrics_dir)  # type: ignore[no-untyped-call]
 
-    def _close_socket(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+    def _stop_accepting(self) -> None:
+        """Close the listening socket (and the workers' channels): no new connections."""
+        self._balancer.stop()
 
 
 def _stop_with_parent(parent: int) -> None:

@@ -1,8 +1,8 @@
 """`cedarberg serve` as a process tree and across schema versions.
 
-- `--workers N`: a supervisor and N workers on one port; a dead worker is replaced; SIGHUP reaches
-  every worker; SIGTERM stops them all with status 0; a supervisor killed outright takes its
-  workers with it.
+- `--workers N`: a supervisor and N workers on one port; connections are spread over the workers
+  by how many each has open, TLS included; a dead worker is replaced; SIGHUP reaches every worker;
+  SIGTERM stops them all with status 0; a supervisor killed outright takes its workers with it.
 - `cedarberg db current|upgrade` on a registry left at the previous release's schema, and what
   `serve` does with such a registry (`migrate_on_start`).
 """
@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -26,6 +28,7 @@ import pytest
 from tests.support.cli import run_cedarberg
 from tests.support.gateway import REPO_ROOT, GatewayProcess
 from tests.support.migrations import as_two_histories, migrate_one_history, on_registry, version_tables
+from tests.support.tls import make_pki
 
 POLICIES = REPO_ROOT / "policies"
 DEADLINE_SECONDS = 15.0
@@ -103,6 +106,62 @@ def test_workers_share_the_port_and_are_replaced_when_they_die(tmp_path: Path) -
     assert code == 0
     assert not any(_alive(pid) for pid in current)
     assert "worker 0 started" in gw.log_text() or "worker 1 started" in gw.log_text()
+
+
+def _established(pid: int, port: int) -> int:
+    """How many established TCP connections on local port `port` process `pid` holds."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].rsplit(":", 1)[1], 16)
+        if local_port == port and fields[3] == "01" and fields[9] in inodes:  # 01: ESTABLISHED
+            count += 1
+    return count
+
+
+def _open_tls_connections(gw: GatewayProcess, context: ssl.SSLContext, count: int) -> list[ssl.SSLSocket]:
+    """`count` connections, each having had one request answered (kept alive)."""
+    connections = []
+    for _ in range(count):
+        raw = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        conn = context.wrap_socket(raw, server_hostname="localhost")
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200"), "the handed connection was not served"
+        connections.append(conn)
+    return connections
+
+
+def test_connections_are_spread_over_the_workers_by_how_many_each_has_open(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    config = {"tls": {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}}
+    context = ssl.create_default_context(cafile=str(pki.ca_cert))
+    two_workers = ["--workers", "2"]
+    with GatewayProcess(tmp_path / "gw", config=config, extra_args=two_workers, ca_cert=pki.ca_cert) as gw:
+        workers = _workers(gw)
+        # Eight clients at once (as an engine opens its pool): four each, not all on whichever
+        # worker woke first.
+        first = _open_tls_connections(gw, context, 8)
+        assert sorted(_established(pid, gw.port) for pid in workers) == [4, 4]
+
+        # A worker dies with its four; the four next connections all go to its replacement, which
+        # has none open, rather than alternating with the survivor, which has four.
+        victim = min(workers)
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(lambda: len(_workers(gw) - workers) == 1, "the dead worker to be replaced")
+        (replacement,) = _workers(gw) - workers
+        (survivor,) = workers - {victim}
+        second = _open_tls_connections(gw, context, 4)
+        assert (_established(replacement, gw.port), _established(survivor, gw.port)) == (4, 4)
+        for conn in first + second:
+            conn.close()
 
 
 def test_sighup_reloads_the_policies_of_every_worker(tmp_path: Path) -> None:
