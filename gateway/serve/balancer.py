@@ -16,9 +16,10 @@ The wire (one `AF_UNIX`, `SOCK_SEQPACKET` pair per worker, the worker's end inhe
   A total rather than a difference, so a report the worker could not send is made up by the next.
 
 Open connections per worker are handed minus ended: a hint for the choice, never a limit. A
-worker whose end cannot take a connection now (gone, or its buffer full) is skipped; with no
-worker to take it, the connection is closed, as it would be by a server with no process
-accepting.
+worker whose end cannot take a connection now (gone, or its buffer full) is skipped. While no
+worker is alive (all died at once, replacements starting) nothing is accepted: connections wait
+in the listening socket's backlog, as they did for workers accepting themselves. One accepted
+that no worker can take after all is closed.
 
 Threads: the balancer runs on its own thread, blocked in `select` when idle. The supervisor forks
 replacement workers while it runs: `fork_lock` is held around each fork and whenever the
@@ -77,8 +78,8 @@ class Balancer:
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
-        self._selector.register(listener, selectors.EVENT_READ)
         self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._accepting = False  # the listener is registered: some worker is alive
         self._workers: dict[int, _Worker] = {}  # by pid
         self._handed_total = 0
         self._stopping = False
@@ -94,6 +95,7 @@ class Balancer:
             worker = _Worker(pid, end, order=self._handed_total)
             self._workers[pid] = worker
             self._selector.register(end, selectors.EVENT_READ, worker)
+            self._accept_while_any_alive()
         self._wake()
 
     def detach(self, pid: int) -> None:
@@ -104,6 +106,7 @@ class Balancer:
                 if not worker.gone:
                     self._selector.unregister(worker.end)
                 worker.end.close()
+                self._accept_while_any_alive()
 
     def open_connections(self) -> dict[int, int]:
         """Open connections per worker pid, as the balancer counts them (for tests and logs)."""
@@ -143,6 +146,17 @@ class Balancer:
         for sock in (self._listener, self._wake_read, self._wake_write):
             sock.close()
         self._selector.close()
+
+    def _accept_while_any_alive(self) -> None:
+        """Watch the listening socket only while some worker can take a connection (under
+        `fork_lock`; the selector's table is changed atomically under the interpreter lock, so
+        the balancer's thread, blocked in `select`, sees a consistent one)."""
+        alive = any(not worker.gone for worker in self._workers.values())
+        if alive and not self._accepting:
+            self._selector.register(self._listener, selectors.EVENT_READ)
+        elif not alive and self._accepting:
+            self._selector.unregister(self._listener)
+        self._accepting = alive
 
     # -- the balancer's thread -------------------------------------------------------------------
 
@@ -211,6 +225,7 @@ class Balancer:
                 if len(report) != ENDED.size:  # end of file: the worker is gone
                     self._selector.unregister(worker.end)
                     worker.gone = True
+                    self._accept_while_any_alive()
                     return
                 (ended,) = ENDED.unpack(report)
                 worker.ended = max(worker.ended, ended)

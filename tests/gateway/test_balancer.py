@@ -2,8 +2,8 @@
 workers' ends of the channels are read here as a worker reads them.
 
 What it must do: hand a burst of connections out evenly, each to the worker with the fewest
-open (as the workers report them ended); skip a worker that is gone; close a connection no worker
-can take; and stop by closing the listening socket.
+open (as the workers report them ended); skip a worker that is gone; leave connections in the
+backlog while no worker is alive; and stop by closing the listening socket.
 """
 
 from __future__ import annotations
@@ -116,16 +116,22 @@ def test_a_worker_that_is_gone_is_skipped(listener: socket.socket) -> None:
             conn.close()
 
 
-def test_a_connection_no_worker_can_take_is_closed(listener: socket.socket) -> None:
+def test_connections_wait_in_the_backlog_while_no_worker_is_alive(listener: socket.socket) -> None:
     balancer = Balancer(listener)
-    only = _attach(balancer, 301)
-    only.end.close()
+    dead = _attach(balancer, 301)
+    dead.end.close()  # the only worker died; its replacement is not up yet
     balancer.start()
     try:
         (client,) = _connect(listener, 1)
+        client.settimeout(0.3)
+        # Not accepted and closed: the client neither reads the end of the stream nor a reset.
+        with pytest.raises(TimeoutError):
+            client.recv(1)
+        replacement = _attach(balancer, 302)
+        _wait_for_handed([replacement], 1)
+        replacement.connections[0].sendall(b"pong")
         client.settimeout(DEADLINE_SECONDS)
-        # Closed by the balancer, not left hanging: the client reads the end of the stream.
-        assert client.recv(1) == b""
+        assert client.recv(4) == b"pong"
         client.close()
     finally:
         balancer.stop()
