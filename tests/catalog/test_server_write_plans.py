@@ -14,13 +14,11 @@ to switch to its generic plans. With the bodies of 0013 and 0014 the first two t
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
-
-from tests.support.postgres import PostgresServer, database_name
 
 pytestmark = pytest.mark.postgres
 
@@ -30,13 +28,6 @@ PLACES_LOCK = 0x726F6F7473
 _NAMESPACE_ARGS = ", ".join(f"${i}" for i in range(1, 19))
 _CREATE_ARGS = ", ".join(f"${i}" for i in range(1, 29))
 _SWAP_ARGS = ", ".join(f"${i}" for i in range(1, 19))
-
-
-@pytest.fixture
-def pg_url(postgres_server: PostgresServer) -> Iterator[str]:
-    url = postgres_server.migrated_database()
-    yield url
-    postgres_server.drop_database(database_name(url))
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,6 @@ from cedarberg.catalog.store.server_writes import NewVersion, Outcome, Placement
 from cedarberg.catalog.store.statements import Sql
 from cedarberg.catalog.tables import TableService
 from tests.support.catalogs import WAREHOUSE, catalog_context
-from tests.support.postgres import PostgresServer, database_name
 
 pytestmark = pytest.mark.postgres
 
@@ -84,13 +83,6 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
     for method in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
         monkeypatch.setattr(connection, method, _counting(record, getattr(connection, method)))
     return record
-
-
-@pytest.fixture
-def pg_url(postgres_server: PostgresServer) -> Iterator[str]:
-    url = postgres_server.migrated_database()
-    yield url
-    postgres_server.drop_database(database_name(url))
 
 
 @pytest.fixture
