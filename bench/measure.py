@@ -104,7 +104,8 @@ def _prepare(endpoint: Endpoint, operation: Operation) -> Prepared:
     return Prepared(operation, WRITE_SCRIPT, [operation.method, path, body, "NONCE", *header_lines], 0)
 
 
-def _wrk(endpoint: Endpoint, prepared: Prepared, duration_s: int) -> WrkResult:
+def wrk_run(endpoint: Endpoint, prepared: Prepared, duration_s: int) -> WrkResult:
+    """One wrk run of `prepared` against `endpoint` (a write gets a fresh nonce: unique names)."""
     args = list(prepared.args)
     if prepared.script == WRITE_SCRIPT:
         args[3] = "r" + secrets.token_hex(4)  # the run's nonce, part of every unique name
@@ -119,10 +120,10 @@ def run_once(endpoint: Endpoint, prepared: Prepared, plan: Plan) -> Run:
     Raises WrkError if wrk itself failed."""
     meter = ServerMeter(endpoint.pid)
     if plan.warmup_s > 0:
-        _wrk(endpoint, prepared, plan.warmup_s)
+        wrk_run(endpoint, prepared, plan.warmup_s)
     before = meter.snapshot()
     machine_before, client_before = machine_busy_seconds(), _children_cpu()
-    result = _wrk(endpoint, prepared, plan.duration_s)
+    result = wrk_run(endpoint, prepared, plan.duration_s)
     cpu = meter.cpu_since(before)
     client = _children_cpu() - client_before
     background = machine_busy_seconds() - machine_before - cpu - client
@@ -214,7 +215,7 @@ def soak(endpoint: Endpoint, prepared: Prepared, seconds: int) -> Soak:
 
     def load() -> None:
         try:
-            outcome.append(_wrk(endpoint, prepared, seconds))
+            outcome.append(wrk_run(endpoint, prepared, seconds))
         except WrkError as err:
             outcome.append(err)
 
