@@ -26,6 +26,14 @@ Invariants:
 - Recording never blocks the event loop on I/O: `put` appends to a deque (atomic under the
   interpreter lock); back-pressure waits only when the writer is `queue_size` lines behind a
   working destination.
+- **A durable wait on stdout writes for itself when that cannot block.** Handing the lines to
+  the thread and being woken when they are written crosses threads twice, which costs a write
+  more than the write (docs/performance.md, "What the audit's durable hand-offs cost a write").
+  So `durable` on stdout writes what is pending on the caller's thread when stdout is a regular
+  file (up to `_INLINE_FILE_BYTES`), or a pipe or socket with room for it now (up to `PIPE_BUF`
+  bytes: such a write is whole or not at all, and never waits), in order and under the same lock
+  as the thread's writes; anything else (a larger batch, a full pipe, a terminal, a file
+  destination, which syncs) goes to the thread as before.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
+import select
+import stat
 import sys
 import threading
 import time
@@ -52,6 +63,8 @@ _BATCH_PAUSE_SECONDS: Final = 0.01
 DURABLE_TIMEOUT_SECONDS: Final = 10.0
 _STOP: Final = object()
 _REOPEN: Final = object()
+# Most a durable wait writes itself to stdout when it is a regular file (a page-cache copy).
+_INLINE_FILE_BYTES: Final = 64 * 1024
 
 NOT_RECORDED = "the audit log cannot record requests right now; nothing was done"
 
@@ -99,9 +112,11 @@ class AuditWriter:
         self._settings = settings
         # Lines and markers in order; drained by the writer.
         self._pending: collections.deque[object] = collections.deque()
+        self._io_lock = threading.Lock()  # held while lines go from `_pending` to the destination
         self._wake = threading.Event()  # set by a producer that finds the writer idle
         self._sync_wanted = threading.Event()  # set by a waiter: no batch pause
         self._writer_idle = False
+        self._wake_scheduled = False  # `_wake_if_pending` is due on the producer's loop
         self._closed = False
         self._lock = threading.Lock()
         # Writer-owned: lines not yet taken by the destination, in order.
@@ -116,6 +131,7 @@ class AuditWriter:
             if settings.destination == "stdout"
             else AuditFile(Path(settings.destination), settings.durability == "fsync")
         )
+        self._inline = _inline_stdout(settings)
         self._thread = threading.Thread(target=self._run, name="cedarberg-audit", daemon=True)
         self._thread.start()
 
@@ -144,6 +160,27 @@ class AuditWriter:
             self._wait_for_room()
         pending.append(line)
         if self._writer_idle:
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """Wake the idle writer for what was just put. On an event loop, with stdout that a
+        durable wait may write itself, only once the running step is over: a mutation's step
+        goes on to `durable`, which writes the line (`_write_here`), and waking the writer for
+        it would cost what writing it here saves."""
+        if self._inline is not None and not self._wake_scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                self._wake_scheduled = True
+                loop.call_soon(self._wake_if_pending)
+                return
+        self._wake.set()
+
+    def _wake_if_pending(self) -> None:
+        self._wake_scheduled = False
+        if self._pending and self._writer_idle:
             self._wake.set()
 
     def _refuse_if_full(self) -> None:
@@ -170,8 +207,42 @@ class AuditWriter:
         """Return once every line put before this call is written (and synced under
         ``durability = "fsync"``). Raises `AuditUnavailableError` if the destination is failing
         or fails now, or does not answer within `DURABLE_TIMEOUT_SECONDS`."""
-        if self._failing or not await self._wait(sync=True):
+        if self._failing:
             raise AuditUnavailableError()
+        written = self._write_here() if self._inline is not None else None
+        if written is None:
+            written = await self._wait(sync=True)
+        if not written:
+            raise AuditUnavailableError()
+
+    def _write_here(self) -> bool | None:
+        """Write what is pending on this thread if that cannot block (the module docstring): True
+        once everything put before is written, False if the destination failed now, None if it
+        is the writer's to do (busy, a marker or too much pending, stdout without room)."""
+        inline = self._inline
+        assert inline is not None
+        if not self._io_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._backlog or self._failing or not inline.has_room():
+                return None
+            pending, room, complete = self._pending, inline.limit, False
+            while True:
+                if not pending:
+                    complete = True
+                    break
+                item = pending.popleft()
+                if not isinstance(item, bytes) or len(item) > room:
+                    pending.appendleft(item)  # the writer's, in its place
+                    break
+                self._backlog.append(item)
+                self._backlog_len += 1
+                room -= len(item)
+            if self._backlog and not self._drain(sync=False):
+                return False
+            return True if complete else None
+        finally:
+            self._io_lock.release()
 
     async def probe(self) -> bool:
         """True if the destination takes what is pending and still is the file at the configured
@@ -227,9 +298,8 @@ class AuditWriter:
 
     # -- the writer thread ---------------------------------------------------------------------
 
-    def _take_batch(self) -> list[object]:
-        """Everything pending, waiting (idle) until there is something; while failing, waiting
-        no longer than the next retry."""
+    def _await_pending(self) -> None:
+        """Wait (idle) until something is pending; while failing, no longer than the next retry."""
         pending = self._pending
         while not pending:
             # Idle is announced before the emptiness is checked again, so a producer that
@@ -244,42 +314,47 @@ class AuditWriter:
             self._writer_idle = False
             if self._failing and time.monotonic() >= self._next_retry:
                 break
-        batch = []
-        while pending:
-            batch.append(pending.popleft())
-        return batch
 
     def _run(self) -> None:
         while True:
-            waiters: list[_Waiter] = []
-            stop = False
-            for item in self._take_batch():
-                if isinstance(item, bytes):
-                    self._backlog.append(item)
-                    self._backlog_len += 1
-                elif isinstance(item, _Waiter):
-                    waiters.append(item)
-                else:  # markers act after what came before them is written
-                    written = self._drain(sync=False)
-                    if isinstance(item, _Flush):
-                        item.written = written
-                        item.done.set()
-                    elif item is _REOPEN:
-                        self._reopen_now()
-                    elif item is _STOP:
-                        stop = True
-            ok = self._drain(sync=any(w.sync for w in waiters), last=stop)
-            for waiter in waiters:
-                waiter.loop.call_soon_threadsafe(_settle, waiter.future, ok)
+            self._await_pending()
+            with self._io_lock:  # a durable wait writing for itself (`_write_here`) waits its turn
+                stop = self._write_batch()
             if stop:
-                if self._backlog:
-                    log.error("%d audit records could not be written before closing", len(self._backlog))
                 return
             # Gather the next batch for a moment (unless someone waits for it): a writer woken
             # for every record would take the interpreter lock from the event loop thousands of
             # times a second.
             self._sync_wanted.wait(_BATCH_PAUSE_SECONDS)
             self._sync_wanted.clear()
+
+    def _write_batch(self) -> bool:
+        """Write what is pending (under `_io_lock`) and settle its waiters; True once stopped."""
+        pending = self._pending
+        batch = [pending.popleft() for _ in range(len(pending))]  # what comes meanwhile: next batch
+        waiters: list[_Waiter] = []
+        stop = False
+        for item in batch:
+            if isinstance(item, bytes):
+                self._backlog.append(item)
+                self._backlog_len += 1
+            elif isinstance(item, _Waiter):
+                waiters.append(item)
+            else:  # markers act after what came before them is written
+                written = self._drain(sync=False)
+                if isinstance(item, _Flush):
+                    item.written = written
+                    item.done.set()
+                elif item is _REOPEN:
+                    self._reopen_now()
+                elif item is _STOP:
+                    stop = True
+        ok = self._drain(sync=any(w.sync for w in waiters), last=stop)
+        for waiter in waiters:
+            waiter.loop.call_soon_threadsafe(_settle, waiter.future, ok)
+        if stop and self._backlog:
+            log.error("%d audit records could not be written before closing", len(self._backlog))
+        return stop
 
     def _drain(self, sync: bool, last: bool = False) -> bool:
         """Write the backlog (and sync it when `sync`); True if the destination took it all.
@@ -350,3 +425,37 @@ class AuditWriter:
             if self._observer is not None:
                 self._observer.audit_sink_up(True)
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class _InlineStdout:
+    """Stdout as a durable wait may write to it itself: how much at most, and whether it has
+    room for that now (a pipe or socket: `select` says writable, so a write of at most
+    `PIPE_BUF` bytes goes whole at once; a regular file always has)."""
+
+    fd: int
+    limit: int
+    polled: bool
+
+    def has_room(self) -> bool:
+        if not self.polled:
+            return True
+        _readable, writable, _errors = select.select((), (self.fd,), (), 0)
+        return bool(writable)
+
+
+def _inline_stdout(settings: AuditSettings) -> _InlineStdout | None:
+    """How a durable wait may write to stdout itself, or None (a file destination, which
+    syncs; a terminal, which flow control may stop; a stream that is not a descriptor)."""
+    if settings.destination != "stdout":
+        return None
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+    if stat.S_ISREG(mode):
+        return _InlineStdout(fd, _INLINE_FILE_BYTES, polled=False)
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return _InlineStdout(fd, select.PIPE_BUF, polled=True)
+    return None
