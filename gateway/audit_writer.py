@@ -33,7 +33,8 @@ Invariants:
   file (up to `_INLINE_FILE_BYTES`), or a pipe or socket with room for it now (up to `PIPE_BUF`
   bytes: such a write is whole or not at all, and never waits), in order and under the same lock
   as the thread's writes; anything else (a larger batch, a full pipe, a terminal, a file
-  destination, which syncs) goes to the thread as before.
+  destination, which syncs) goes to the thread as before. For the same reason `put` on an event
+  loop wakes an idle writer only once the running step is over (`_wake_writer`).
 """
 
 from __future__ import annotations
@@ -116,7 +117,6 @@ class AuditWriter:
         self._wake = threading.Event()  # set by a producer that finds the writer idle
         self._sync_wanted = threading.Event()  # set by a waiter: no batch pause
         self._writer_idle = False
-        self._wake_scheduled = False  # `_wake_if_pending` is due on the producer's loop
         self._closed = False
         self._lock = threading.Lock()
         # Writer-owned: lines not yet taken by the destination, in order.
@@ -167,19 +167,17 @@ class AuditWriter:
         durable wait may write itself, only once the running step is over: a mutation's step
         goes on to `durable`, which writes the line (`_write_here`), and waking the writer for
         it would cost what writing it here saves."""
-        if self._inline is not None and not self._wake_scheduled:
+        if self._inline is not None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = None
             if loop is not None:
-                self._wake_scheduled = True
                 loop.call_soon(self._wake_if_pending)
                 return
         self._wake.set()
 
     def _wake_if_pending(self) -> None:
-        self._wake_scheduled = False
         if self._pending and self._writer_idle:
             self._wake.set()
 
