@@ -23,26 +23,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cedarberg.gateway.audit import AuditEvent, AuditLog, EventKind, Outcome
+from cedarberg.gateway.audit import AuditLog
 from cedarberg.gateway.audit_writer import AuditWriter
-from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.config.audit import AuditSettings
+from tests.support.audit import mutation_event
 
-WRITER = Principal(id="etl", kind=PrincipalKind.SERVICE, groups=frozenset(), auth_method=AuthMethod.API_KEY)
 DEADLINE_SECONDS = 5.0
-
-
-def _event(request_id: str, padding: int = 300) -> AuditEvent:
-    return AuditEvent(
-        EventKind.MUTATION,
-        request_id=request_id,
-        principal=WRITER,
-        action="createNamespace",
-        resource=f'Cedarberg::Namespace::"default/{request_id}"',
-        outcome=Outcome.SUCCESS,
-        status=200,
-        detail={"padding": "x" * padding},
-    )
 
 
 class _Pipe:
@@ -112,9 +98,9 @@ async def test_a_mutation_on_a_pipe_is_written_by_its_own_thread_in_order(
     log = AuditLog.open(AuditSettings())
     try:
         for n in range(20):  # a decision, then the outcome, each made durable: as a mutation does
-            log.record(_event(f"decision-{n}"))
+            log.record(mutation_event(f"decision-{n}"))
             await log.durable()
-            log.record(_event(f"outcome-{n}"))
+            log.record(mutation_event(f"outcome-{n}"))
             await log.durable()
         assert _ids(pipe.read()) == [f"{kind}-{n}" for n in range(20) for kind in ("decision", "outcome")]
         assert set(write_threads) == {threading.get_ident()}  # never handed to the writer thread
@@ -138,7 +124,7 @@ async def test_a_full_pipe_goes_to_the_writer_and_the_loop_runs_on(
     os.set_blocking(write_end, True)
     assert not select.select((), (write_end,), (), 0)[1]  # no room: a write now would block
     try:
-        log.record(_event("blocked"))
+        log.record(mutation_event("blocked"))
         durable = asyncio.ensure_future(log.durable())
         ticks = 0
         while ticks < 20:  # the loop is not held by the durable wait
@@ -185,7 +171,7 @@ async def test_a_record_without_a_durable_wait_is_written_promptly(pipe: _Pipe) 
     log = AuditLog.open(AuditSettings())
     try:
         await asyncio.sleep(0.05)  # the writer is idle
-        log.record(_event("a-read"))  # no durable wait follows
+        log.record(mutation_event("a-read"))  # no durable wait follows
         data = b""
         deadline = time.monotonic() + 1.0
         while b"\n" not in data:
@@ -206,7 +192,7 @@ async def test_stdout_redirected_to_a_file_is_written_inline(
         monkeypatch.setattr(sys, "stdout", stream)
         log = AuditLog.open(AuditSettings())
         try:
-            log.record(_event("to-file"))
+            log.record(mutation_event("to-file"))
             await log.durable()
             assert _ids(path.read_bytes()) == ["to-file"]  # durable: in the file now
             assert write_threads == [threading.get_ident()]

@@ -17,29 +17,15 @@ from typing import Any
 import orjson
 import pytest
 
-from cedarberg.gateway.audit import AuditEvent, AuditLog, AuditUnavailableError, EventKind, Outcome
+from cedarberg.gateway.audit import AuditLog, AuditUnavailableError
 from cedarberg.gateway.audit_file import AuditFile
-from cedarberg.gateway.authn.principal import AuthMethod, Principal, PrincipalKind
 from cedarberg.gateway.config.audit import AuditSettings
 from cedarberg.gateway.metrics import Metrics
+from tests.support.audit import mutation_event
 from tests.support.tmpfs import SmallDisk
 
-WRITER = Principal(id="etl", kind=PrincipalKind.SERVICE, groups=frozenset(), auth_method=AuthMethod.API_KEY)
 RETRY_SECONDS = 0.05
 RECOVERY_SECONDS = 10.0
-
-
-def _event(request_id: str) -> AuditEvent:
-    return AuditEvent(
-        EventKind.MUTATION,
-        request_id=request_id,
-        principal=WRITER,
-        action="createNamespace",
-        resource=f'Cedarberg::Namespace::"default/{request_id}"',
-        outcome=Outcome.SUCCESS,
-        status=200,
-        detail={"padding": "x" * 300},  # a line of about 700 bytes: a page holds a few
-    )
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -70,7 +56,7 @@ async def _fill_until_refused(log: AuditLog, disk: SmallDisk) -> list[str]:
     disk.fill()
     durable = []
     for n in range(100):
-        log.record(_event(f"full-{n}"))
+        log.record(mutation_event(f"full-{n}"))
         try:
             await log.durable()
         except AuditUnavailableError:
@@ -95,7 +81,7 @@ async def test_full_disk_refuses_durability_keeps_records_and_recovers(disk: Sma
     log, metrics = AuditLog.open(_settings(path)), Metrics.create()
     log.observe(metrics)
     try:
-        log.record(_event("before"))
+        log.record(mutation_event("before"))
         await log.durable()
         assert _metric(metrics, "cedarberg_audit_sink_up") == 1
         durable = await _fill_until_refused(log, disk)
@@ -105,7 +91,7 @@ async def test_full_disk_refuses_durability_keeps_records_and_recovers(disk: Sma
         assert _metric(metrics, "cedarberg_audit_sink_up") == 0
         assert _metric(metrics, "cedarberg_audit_write_failures_total") >= 1
         # While failing: durability is refused at once, and records are kept, not dropped.
-        log.record(_event("kept"))
+        log.record(mutation_event("kept"))
         with pytest.raises(AuditUnavailableError):
             await log.durable()
         assert not log.flush()
@@ -132,15 +118,15 @@ async def test_serve_keeps_at_most_queue_size_records_while_failing(disk: SmallD
         accepted = []
         for n in range(5):
             try:
-                log.record(_event(f"read-{n}"))
+                log.record(mutation_event(f"read-{n}"))
             except AuditUnavailableError:
                 break
             accepted.append(f"read-{n}")
         assert 0 < len(accepted) < 5  # the refused durable line counts against the bound
         with pytest.raises(AuditUnavailableError):
-            log.record(_event("one-too-many"))
+            log.record(mutation_event("one-too-many"))
         # The outcome of a change already applied is always kept.
-        log.record(_event("applied"), keep=True)
+        log.record(mutation_event("applied"), keep=True)
         disk.free()
         await _until_healthy(log)
         assert log.flush()
@@ -156,11 +142,11 @@ async def test_refuse_refuses_every_record_while_failing(disk: SmallDisk) -> Non
     try:
         await _fill_until_refused(log, disk)
         with pytest.raises(AuditUnavailableError):
-            log.record(_event("read"))
-        log.record(_event("applied"), keep=True)
+            log.record(mutation_event("read"))
+        log.record(mutation_event("applied"), keep=True)
         disk.free()
         await _until_healthy(log)
-        log.record(_event("read-after"))
+        log.record(mutation_event("read-after"))
         assert log.flush()
         assert _ids(path)[-2:] == ["applied", "read-after"]
     finally:
@@ -172,10 +158,10 @@ async def test_read_only_destination_fails_closed_and_recovers(disk: SmallDisk) 
     path = logs / "audit.jsonl"
     log = AuditLog.open(_settings(path))
     try:
-        log.record(_event("before"))
+        log.record(mutation_event("before"))
         await log.durable()
         disk.cover_read_only(logs)  # the file is out of reach at its path; nothing can be created
-        log.record(_event("during"))
+        log.record(mutation_event("during"))
         with pytest.raises(AuditUnavailableError):
             await log.durable()
         assert not log.healthy
@@ -191,16 +177,16 @@ async def test_removed_or_rotated_file_is_reopened_at_its_path(tmp_path: Path) -
     path = tmp_path / "logs" / "audit.jsonl"
     log = AuditLog.open(_settings(path))
     try:
-        log.record(_event("first"))
+        log.record(mutation_event("first"))
         await log.durable()
         rotated = path.with_suffix(".1")
         path.rename(rotated)  # rotation without telling the gateway (no reopen)
-        log.record(_event("after-rotation"))
+        log.record(mutation_event("after-rotation"))
         await log.durable()
         assert _ids(rotated) == ["first"]
         assert _ids(path) == ["after-rotation"]
         path.unlink()  # removed: what comes next goes to a new file at the path
-        log.record(_event("after-removal"))
+        log.record(mutation_event("after-removal"))
         await log.durable()
         assert _ids(path) == ["after-removal"]
         assert log.healthy
@@ -213,7 +199,7 @@ async def test_concurrent_mutations_share_writes_and_all_are_durable(tmp_path: P
     log = AuditLog.open(_settings(path))
 
     async def mutation(n: int) -> None:
-        log.record(_event(f"m-{n}"))
+        log.record(mutation_event(f"m-{n}"))
         await log.durable()
 
     try:
@@ -227,7 +213,7 @@ async def test_concurrent_mutations_share_writes_and_all_are_durable(tmp_path: P
 async def test_durable_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     log = AuditLog.open(AuditSettings())
     try:
-        log.record(_event("to-stdout"))
+        log.record(mutation_event("to-stdout"))
         await log.durable()
         [line] = capsys.readouterr().out.splitlines()
         assert orjson.loads(line)["request_id"] == "to-stdout"
