@@ -19,7 +19,8 @@ Open connections per worker are handed minus ended: a hint for the choice, never
 worker whose end cannot take a connection now (gone, or its buffer full) is skipped. While no
 worker is alive (all died at once, replacements starting) nothing is accepted: connections wait
 in the listening socket's backlog, as they did for workers accepting themselves. One accepted
-that no worker can take after all is closed.
+just as the last worker died waits in the balancer (at most `_MAX_WAITING`, then it is closed)
+and goes to the next worker that can take it.
 
 Threads: the balancer runs on its own thread, blocked in `select` when idle. The supervisor forks
 replacement workers while it runs: `fork_lock` is held around each fork and whenever the
@@ -29,6 +30,7 @@ the balancer's descriptors at once (`close_in_child`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import selectors
@@ -43,6 +45,8 @@ log = logging.getLogger("cedarberg.supervisor")
 HANDED: Final = b"c"
 ENDED: Final = struct.Struct("=Q")  # a worker's report: connections it has ended so far
 _ACCEPTS_PER_WAKE: Final = 64  # then the reports get their turn
+_MAX_WAITING: Final = 1024  # accepted connections kept for want of a worker
+_RETRY_SECONDS: Final = 0.05
 
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:
@@ -81,6 +85,7 @@ class Balancer:
         self._selector.register(self._wake_read, selectors.EVENT_READ)
         self._accepting = False  # the listener is registered: some worker is alive
         self._workers: dict[int, _Worker] = {}  # by pid
+        self._waiting: collections.deque[socket.socket] = collections.deque()  # accepted, not handed
         self._handed_total = 0
         self._stopping = False
         self._closed = False
@@ -132,6 +137,8 @@ class Balancer:
             for worker in self._workers.values():
                 worker.end.close()
             self._workers.clear()
+            while self._waiting:
+                self._waiting.popleft().close()
             self._selector.close()
             self._listener.close()
             self._wake_read.close()
@@ -141,8 +148,8 @@ class Balancer:
         """In a just-forked process (a worker, the registry writer): close the balancer's
         descriptors (the listening socket, the workers' channels). Takes no lock: the parent's
         locks mean nothing here."""
-        for worker in self._workers.values():
-            worker.end.close()
+        for sock in (*(w.end for w in self._workers.values()), *self._waiting):
+            sock.close()
         for sock in (self._listener, self._wake_read, self._wake_write):
             sock.close()
         self._selector.close()
@@ -166,13 +173,17 @@ class Balancer:
 
     def _run(self) -> None:
         while not self._stopping:
-            for key, _events in self._selector.select():
+            # Connections waiting for a worker are tried again at least every _RETRY_SECONDS.
+            for key, _events in self._selector.select(_RETRY_SECONDS if self._waiting else None):
                 if key.fileobj is self._listener:
                     self._accept()
                 elif key.fileobj is self._wake_read:
                     self._drain_wakes()
                 else:
                     self._read_reports(key.data)
+            # A worker attached (a wake-up) or read its channel (a report) since: try again.
+            while self._waiting and self._hand(self._waiting[0]):
+                self._waiting.popleft().close()
 
     def _drain_wakes(self) -> None:
         try:
@@ -190,12 +201,20 @@ class Balancer:
             except OSError as err:  # out of descriptors, a connection reset while queued
                 log.warning("accepting a connection failed: %s", err.strerror or err)
                 return
-            try:
-                self._hand(conn)
-            finally:
-                conn.close()  # the worker has its own descriptor now, or nobody takes it
+            if self._waiting or not self._hand(conn):  # first come, first handed
+                self._wait(conn)
+            else:
+                conn.close()  # the worker has its own descriptor now
 
-    def _hand(self, conn: socket.socket) -> None:
+    def _wait(self, conn: socket.socket) -> None:
+        if len(self._waiting) < _MAX_WAITING:
+            self._waiting.append(conn)
+            return
+        log.warning("no worker could take a connection from %s; closed", _peer(conn))
+        conn.close()
+
+    def _hand(self, conn: socket.socket) -> bool:
+        """Send `conn` to the worker with the fewest open; False if none could take it."""
         with self.fork_lock:
             candidates = sorted(
                 (w for w in self._workers.values() if not w.gone), key=lambda w: (w.open, w.order)
@@ -208,8 +227,8 @@ class Balancer:
                 worker.handed += 1
                 self._handed_total += 1
                 worker.order = self._handed_total
-                return
-        log.warning("no worker could take a connection from %s; closed", _peer(conn))
+                return True
+        return False
 
     def _read_reports(self, worker: _Worker) -> None:
         with self.fork_lock:
