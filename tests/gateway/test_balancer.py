@@ -2,8 +2,9 @@
 workers' ends of the channels are read here as a worker reads them.
 
 What it must do: hand a burst of connections out evenly, each to the worker with the fewest
-open (as the workers report them ended); skip a worker that is gone; leave connections in the
-backlog while no worker is alive; and stop by closing the listening socket.
+open (as the workers report them ended); skip a worker that is gone; keep connections waiting
+(in the backlog, or accepted just as the last worker died) while no worker is alive, for the
+next one; and stop by closing the listening socket.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def test_a_worker_that_is_gone_is_skipped(listener: socket.socket) -> None:
             conn.close()
 
 
-def test_connections_wait_in_the_backlog_while_no_worker_is_alive(listener: socket.socket) -> None:
+def test_connections_wait_while_no_worker_is_alive(listener: socket.socket) -> None:
     balancer = Balancer(listener)
     dead = _attach(balancer, 301)
     dead.end.close()  # the only worker died; its replacement is not up yet
@@ -124,7 +125,7 @@ def test_connections_wait_in_the_backlog_while_no_worker_is_alive(listener: sock
     try:
         (client,) = _connect(listener, 1)
         client.settimeout(0.3)
-        # Not accepted and closed: the client neither reads the end of the stream nor a reset.
+        # Not closed for want of a worker: the client reads neither the end of the stream nor a reset.
         with pytest.raises(TimeoutError):
             client.recv(1)
         replacement = _attach(balancer, 302)
