@@ -39,6 +39,10 @@ SQLITE_BY_CONSTRUCTION: dict[tuple[str, str], str] = {
     ("gateway/test_serve_lifecycle.py", "test_workers_share_the_port_and_are_replaced_when_they_die"): (
         "the supervisor's workers, killed and replaced: process lifecycle"
     ),
+    (
+        "gateway/test_serve_lifecycle.py",
+        "test_connections_are_spread_over_the_workers_by_how_many_each_has_open",
+    ): ("which worker process holds which connection: process lifecycle"),
     ("gateway/test_serve_lifecycle.py", "test_sighup_reloads_the_policies_of_every_worker"): (
         "a signal reaching every worker process: process lifecycle"
     ),
